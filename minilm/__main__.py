@@ -1,0 +1,121 @@
+"""Command line: `python -m minilm run|compare ...` (see README)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import EngineConfig
+from .engine import Engine
+from .metrics import summarize
+from .workload import get_workload
+
+TABLE_COLUMNS = [("policy", "{}"), ("requests", "{}"), ("output_tokens", "{}"), ("wall_s", "{:.2f}"),
+                 ("output_tok_per_s", "{:.0f}"), ("ttft_p50", "{:.3f}"), ("ttft_p99", "{:.3f}"),
+                 ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"), ("mean_batch_size", "{:.1f}"),
+                 ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"), ("preemptions", "{}")]
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
+    p.add_argument("--workload", default="mixed", help="preset (uniform, mixed, long-prompt) or a JSON file of requests")
+    p.add_argument("--num-requests", type=int, default=64)
+    p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-blocks", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--kv-mode", default="paged", choices=["paged", "reserved"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--attention-backend", default=None, choices=["reference", "triton"])
+    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
+
+
+def engine_config(args, policy: str) -> EngineConfig:
+    return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
+                        num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
+                        attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
+                        seed=args.seed)
+
+
+def build_engine(args, policy: str) -> Engine:
+    return Engine(args.model, engine_config(args, policy))
+
+
+def run_one(args, policy: str) -> tuple[Engine, dict]:
+    engine = build_engine(args, policy)
+    specs = get_workload(args.workload, num_requests=args.num_requests, seed=args.seed,
+                         vocab_size=engine.model_config.vocab_size, rate=args.rate,
+                         max_model_len=args.max_model_len)
+    sampling = {"ignore_eos": args.ignore_eos, "temperature": args.temperature,
+                "seed": args.seed if args.temperature > 0 else None}
+    engine.add_workload(specs, **sampling)
+    timeline = engine.run(progress=not args.json)
+    return engine, summarize(timeline)
+
+
+def print_table(rows: list[dict]) -> None:
+    header = [c for c, _ in TABLE_COLUMNS]
+    cells = [[fmt.format(r[c]) for c, fmt in TABLE_COLUMNS] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for row in cells:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def cmd_compare(args) -> None:
+    rows = []
+    for policy in args.policies.split(","):
+        _, m = run_one(args, policy.strip())
+        rows.append(m)
+        if args.json:
+            print(json.dumps(m))
+    if not args.json:
+        print_table(rows)
+
+
+def cmd_run(args) -> None:
+    engine, m = run_one(args, args.policy)
+    if args.timeline:
+        engine.timeline.to_json(args.timeline)
+    if args.trace:
+        engine.timeline.to_chrome_trace(args.trace)
+    if args.json:
+        print(json.dumps(m))
+        return
+    for rid in list(engine.requests)[: args.show]:
+        print(f"[{rid}] {engine.text(rid)!r}")
+    print_table([m])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minilm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run one policy on a workload")
+    add_common(p_run)
+    p_run.add_argument("--policy", default="continuous")
+    p_run.add_argument("--timeline", help="write the timeline JSON here")
+    p_run.add_argument("--trace", help="write a Chrome trace (open in ui.perfetto.dev) here")
+    p_run.add_argument("--show", type=int, default=4, help="print this many completions")
+    p_run.set_defaults(func=cmd_run)
+    p_cmp = sub.add_parser("compare", help="one workload under several policies")
+    add_common(p_cmp)
+    p_cmp.add_argument("--policies", default="static,continuous,chunked")
+    p_cmp.set_defaults(func=cmd_compare)
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Configuration: the model's shape (HF `config.json` fields) and the engine's knobs.
+
+Knob names follow vLLM (`max_num_seqs`, `max_num_batched_tokens`, `block_size`,
+`max_model_len`) so what a learner tunes here carries over to a real deployment.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+
+
+@dataclass
+class ModelConfig:
+    """The fields of a Llama/Qwen2/Mistral `config.json` that the model needs."""
+
+    vocab_size: int = 512
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int | None = None  # None: hidden_size // num_attention_heads
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    attention_bias: bool = False  # Qwen2 puts a bias on q/k/v
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = 256
+    eos_token_id: int | None = 257
+    model_type: str = "llama"
+    torch_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}")
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model_type={self.model_type!r}; supported: {SUPPORTED_MODEL_TYPES}")
+
+    @property
+    def num_params(self) -> int:
+        """Parameters, counting a tied embedding once."""
+        d, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        attn = d * q + 2 * d * kv + q * d + (q + 2 * kv if self.attention_bias else 0)
+        mlp = 3 * d * self.intermediate_size
+        per_layer = attn + mlp + 2 * d
+        embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * per_layer + embed + d
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+        d = asdict(self)
+        d["architectures"] = [arch[self.model_type]]
+        d["hidden_act"] = "silu"
+        return d
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act={d['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
+        if d.get("rope_scaling"):
+            raise ValueError(f"rope_scaling={d['rope_scaling']!r} is not supported by the minilm model")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if d.get("model_type") == "qwen2" and "attention_bias" not in d:
+            kwargs["attention_bias"] = True  # Qwen2 always has q/k/v bias
+        if isinstance(kwargs.get("eos_token_id"), list):
+            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_hf_dict(json.loads(Path(path).read_text()))
+
+
+# Named configs with random weights. `tiny` is the default: small enough that a
+# 2-core laptop runs hundreds of engine steps a second, big enough that a long
+# prefill costs visibly more than a decode step (lesson 1).
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(),
+    "small": ModelConfig(hidden_size=256, intermediate_size=768, num_hidden_layers=6,
+                         num_attention_heads=8, num_key_value_heads=2),
+}
+
+POLICIES = ("static", "continuous", "chunked")
+KV_MODES = ("paged", "reserved")
+
+
+@dataclass
+class EngineConfig:
+    """The engine's knobs. `None` budgets get policy-specific defaults in `resolved()`."""
+
+    policy: str = "continuous"
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int | None = None  # None: max_model_len (continuous), 256 (chunked)
+    block_size: int = 16
+    num_blocks: int | None = None  # None: from kv_cache_bytes, or enough for max_num_seqs full sequences
+    kv_cache_bytes: int | None = None
+    max_model_len: int = 2048
+    kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
+    attention_backend: str | None = None  # None: "triton" on CUDA, "reference" on CPU
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int = 0
+    record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        for name in ("max_num_seqs", "block_size", "max_model_len"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
+        for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}={v!r} must be a positive integer (or None for the default)")
+        if isinstance(self.policy, str) and self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r}; allowed: {', '.join(POLICIES)} or a Policy object")
+        if self.kv_mode not in KV_MODES:
+            raise ValueError(f"kv_mode={self.kv_mode!r}; allowed: {', '.join(KV_MODES)}")
+        if self.policy == "continuous" and self.max_num_batched_tokens is not None \
+                and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
+                f"max_model_len={self.max_model_len}: the continuous policy runs whole prompts "
+                f"(and recomputes whole sequences after preemption) in one step; raise the budget, "
+                f"lower max_model_len, or use policy='chunked'")
+
+    def token_budget(self) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return 256 if self.policy == "chunked" else self.max_model_len

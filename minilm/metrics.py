@@ -1,0 +1,81 @@
+"""Serving metrics, computed from a timeline alone.
+
+TTFT   time to first token: first token's time - arrival (includes queueing)
+ITL    inter-token latency: gaps between consecutive tokens of one request
+TPOT   time per output token after the first: (finish - first token) / (output - 1)
+e2e    finish - arrival
+goodput  requests per second that met both SLO limits (DistServe's definition)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .timeline import Timeline
+
+
+def percentile(values, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def ttfts(tl: Timeline) -> list[float]:
+    return [r.t_first_token - r.arrival for r in tl.requests if r.t_first_token is not None]
+
+
+def itls(tl: Timeline) -> list[float]:
+    return [b - a for r in tl.requests for a, b in zip(r.token_times, r.token_times[1:])]
+
+
+def tpots(tl: Timeline) -> list[float]:
+    return [(r.t_finished - r.t_first_token) / (r.output_len - 1) for r in tl.requests
+            if r.output_len > 1 and r.t_finished is not None]
+
+
+def e2e_latencies(tl: Timeline) -> list[float]:
+    return [r.t_finished - r.arrival for r in tl.requests if r.t_finished is not None]
+
+
+def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
+    if r.t_first_token is None:
+        return False
+    ok_ttft = ttft_slo is None or r.t_first_token - r.arrival <= ttft_slo
+    tpot = (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else 0.0
+    return ok_ttft and (tpot_slo is None or tpot <= tpot_slo)
+
+
+def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None) -> dict[str, Any]:
+    """Everything `compare` prints, as one flat dict (times in seconds)."""
+    steps = tl.steps
+    span = (max(s.t_end for s in steps) - min(r.arrival for r in tl.requests)) if steps else 0.0
+    out_tokens = sum(r.output_len for r in tl.requests)
+    prompt_tokens = sum(r.prompt_len for r in tl.requests)
+    computed = sum(s.tokens() for s in steps)
+    padding = sum(s.tokens("padding") for s in steps)
+    batch_sizes = [len({i.request_id for i in s.items if i.kind != "padding"}) for s in steps]
+    m: dict[str, Any] = {
+        "policy": tl.meta.get("policy"),
+        "clock": tl.meta.get("clock"),
+        "requests": len(tl.requests),
+        "steps": len(steps),
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": out_tokens,
+        "wall_s": span,
+        "output_tok_per_s": out_tokens / span if span else 0.0,
+        "total_tok_per_s": (out_tokens + prompt_tokens) / span if span else 0.0,
+        "padding_fraction": padding / computed if computed else 0.0,
+        "mean_batch_size": float(np.mean(batch_sizes)) if batch_sizes else 0.0,
+        "peak_kv_blocks": max((s.kv_blocks_used for s in steps), default=0),
+        "kv_blocks_total": steps[0].kv_blocks_total if steps else 0,
+        "kv_unused_slots_mean": float(np.mean([s.kv_blocks_used * tl.meta.get("block_size", 1) - s.kv_tokens_stored
+                                               for s in steps])) if steps else 0.0,
+        "preemptions": sum(r.preemptions for r in tl.requests),
+    }
+    for name, values in (("ttft", ttfts(tl)), ("itl", itls(tl)), ("tpot", tpots(tl)), ("e2e", e2e_latencies(tl))):
+        for q in (50, 90, 99):
+            m[f"{name}_p{q}"] = percentile(values, q)
+    if ttft_slo is not None or tpot_slo is not None:
+        good = sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests)
+        m["slo_attainment"] = good / len(tl.requests) if tl.requests else 0.0
+        m["goodput_req_per_s"] = good / span if span else 0.0
+    return m

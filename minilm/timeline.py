@@ -1,0 +1,140 @@
+"""The timeline: one record per engine step and per request (DESIGN.md "Timeline").
+
+It is the contract between the engine and everything that looks at a run: metrics
+and widgets read only this, never engine internals. A measured run on a laptop and
+a simulated run of a 70B model on an H100 produce the same kind of object.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ITEM_KINDS = ("prefill", "decode", "padding")
+
+
+@dataclass
+class StepItem:
+    request_id: str
+    kind: str          # prefill | decode | padding
+    num_tokens: int
+    context_len: int   # the sequence's context after this item
+
+
+@dataclass
+class StepRecord:
+    step: int
+    t_start: float
+    t_end: float
+    items: list[StepItem]
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    num_preempted: int
+    kv_tokens_stored: int = 0  # KV slots holding a token; blocks_used*block_size minus this is unused
+    kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
+
+    @property
+    def duration(self) -> float:
+        return self.t_end - self.t_start
+
+    def tokens(self, kind: str | None = None) -> int:
+        return sum(i.num_tokens for i in self.items if kind is None or i.kind == kind)
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    arrival: float
+    prompt_len: int
+    max_tokens: int
+    t_scheduled: float | None
+    t_first_token: float | None
+    token_times: list[float]
+    t_finished: float | None
+    output_len: int
+    finish_reason: str | None
+    preemptions: int
+    output_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    steps: list[StepRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # policy, model, clock, knobs
+
+    # ---- DataFrames ----------------------------------------------------------
+    def steps_df(self) -> pd.DataFrame:
+        rows = []
+        for s in self.steps:
+            row = {k: v for k, v in asdict(s).items() if k not in ("items", "kv_blocks")}
+            row["duration"] = s.duration
+            for kind in ITEM_KINDS:
+                row[f"{kind}_tokens"] = s.tokens(kind)
+            row["num_tokens"] = s.tokens()
+            row["batch_size"] = len({i.request_id for i in s.items if i.kind != "padding"})
+            rows.append(row)
+        return pd.DataFrame(rows, columns=None if rows else ["step", "t_start", "t_end"])
+
+    def items_df(self) -> pd.DataFrame:
+        rows = [{"step": s.step, "t_start": s.t_start, "t_end": s.t_end, **asdict(i)}
+                for s in self.steps for i in s.items]
+        return pd.DataFrame(rows, columns=["step", "t_start", "t_end", "request_id", "kind",
+                                           "num_tokens", "context_len"] if not rows else None)
+
+    def requests_df(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(r) for r in self.requests])
+
+    # ---- JSON ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta, "steps": [asdict(s) for s in self.steps],
+                "requests": [asdict(r) for r in self.requests]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Timeline":
+        steps = [StepRecord(**{**s, "items": [StepItem(**i) for i in s["items"]]}) for s in d["steps"]]
+        return cls(steps, [RequestRecord(**r) for r in d["requests"]], d.get("meta", {}))
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict())
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> "Timeline":
+        p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
+        return cls.from_dict(json.loads(p.read_text() if p else text_or_path))
+
+    # ---- Chrome trace (Perfetto, chrome://tracing) -----------------------------
+    def to_chrome_trace(self, path: str | Path | None = None) -> dict[str, Any]:
+        """Trace-event JSON: one track for the engine's steps, one per request."""
+        us = 1e6
+        events: list[dict[str, Any]] = [
+            {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "engine"}}]
+        tids = {r.request_id: i + 1 for i, r in enumerate(self.requests)}
+        for rid, tid in tids.items():
+            events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": f"request {rid}"}})
+        for s in self.steps:
+            events.append({"ph": "X", "pid": 1, "tid": 0, "name": f"step {s.step}", "ts": s.t_start * us,
+                           "dur": s.duration * us,
+                           "args": {k: s.tokens(k) for k in ITEM_KINDS} | {"running": s.num_running,
+                                                                            "waiting": s.num_waiting,
+                                                                            "kv_blocks_used": s.kv_blocks_used}})
+            for it in s.items:
+                events.append({"ph": "X", "pid": 1, "tid": tids.get(it.request_id, 0), "name": it.kind,
+                               "ts": s.t_start * us, "dur": s.duration * us,
+                               "args": {"step": s.step, "tokens": it.num_tokens, "context_len": it.context_len}})
+        for r in self.requests:
+            if r.t_scheduled is not None and r.t_scheduled > r.arrival:
+                events.append({"ph": "X", "pid": 1, "tid": tids[r.request_id], "name": "queued",
+                               "ts": r.arrival * us, "dur": (r.t_scheduled - r.arrival) * us})
+        trace = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": self.meta}
+        if path is not None:
+            Path(path).write_text(json.dumps(trace))
+        return trace
