@@ -174,10 +174,11 @@ class Engine:
             raise RuntimeError(f"policy {self.policy.name!r} scheduled nothing while "
                                f"{len(s.waiting)} request(s) wait and {len(s.running)} run")
         counts = self.snapshot(plan)
+        items = self.step_items(plan)  # before update: a work item's kind reads the request's state
         sampled = self.executor.execute(plan)
         finished = s.update(plan, sampled)
         clock.now = t_start + clock.end_step(plan)
-        return self.record(plan, sampled, finished, t_start, clock.now, counts)
+        return self.record(items, sampled, finished, t_start, clock.now, counts)
 
     def snapshot(self, plan: StepPlan) -> dict:
         """Queue and KV state as the step runs (after scheduling, before anything is freed)."""
@@ -188,8 +189,8 @@ class Engine:
                     kv_blocks_total=a.num_blocks, num_preempted=len(plan.preempted), kv_tokens_stored=stored,
                     kv_blocks={rid: list(t) for rid, t in a.tables.items()} if self.config.record_kv_blocks else None)
 
-    def record(self, plan: StepPlan, sampled: dict[str, int], finished: list[Request],
-               t_start: float, t_end: float, counts: dict) -> StepRecord:
+    @staticmethod
+    def step_items(plan: StepPlan) -> list[StepItem]:
         items = []
         for w in plan.work:
             rid = w.request.request_id
@@ -197,6 +198,10 @@ class Engine:
                 items.append(StepItem(rid, w.kind, w.num_tokens, w.start + w.num_tokens))
             if w.num_padding:
                 items.append(StepItem(rid, "padding", w.num_padding, w.end))
+        return items
+
+    def record(self, items: list[StepItem], sampled: dict[str, int], finished: list[Request],
+               t_start: float, t_end: float, counts: dict) -> StepRecord:
         for rid in sampled:
             req = self.requests[rid]
             req.token_times.append(t_end)
