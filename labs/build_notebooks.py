@@ -1,0 +1,163 @@
+"""Build the lab's notebooks from the readable Python sources in `labs/src/`.
+
+    .venv/bin/python labs/build_notebooks.py            # build and execute every notebook
+    .venv/bin/python labs/build_notebooks.py 03 ex03    # only sources whose name starts so
+
+Sources use the "percent" format: a line `# %%` starts a code cell, `# %% [markdown]`
+a markdown cell whose lines start with `# `. Every notebook gets the same setup cell
+first (find the repo root, one CPU thread).
+
+Exercise sources (`src/ex_NN_*.py`) give two notebooks: `exercises/NN_*.ipynb`, where
+each `# BEGIN SOLUTION ... # END SOLUTION` region becomes `raise NotImplementedError`,
+and `solutions/NN_*.ipynb` with the code in place. Cells that start with
+`# exercise check` call `labs/checks.py`; in the exercise notebook they are marked
+`# NBVAL_RAISES_EXCEPTION`, so nbval insists that an unsolved exercise fails.
+
+Each notebook is executed once here, and only the outputs of cells marked
+`# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
+compares; everything else is stripped to keep the repository small.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+LABS = Path(__file__).resolve().parent
+SRC = LABS / "src"
+
+SETUP = '''\
+# Setup: put the repository root on the path so `import minilm` works from any folder,
+# and use one CPU thread: the tiny model is fastest that way, even on a shared machine.
+import pathlib, sys
+ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "minilm").is_dir())
+sys.path.insert(0, str(ROOT))
+import torch
+torch.set_num_threads(1)'''
+
+SOLUTION = re.compile(r"^([ \t]*)# BEGIN SOLUTION\n.*?^[ \t]*# END SOLUTION\n", re.M | re.S)
+CHECK_MARK = "# exercise check"
+
+
+def split_cells(text: str) -> list[tuple[str, str]]:
+    """[(kind, source)] from a percent-format script."""
+    cells, kind, lines = [], None, []
+    for line in text.splitlines():
+        if line.startswith("# %%"):
+            if kind is not None:
+                cells.append((kind, "\n".join(lines).strip("\n")))
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        elif kind is not None:
+            lines.append(line)
+    if kind is not None:
+        cells.append((kind, "\n".join(lines).strip("\n")))
+    return [(k, s) for k, s in cells if s]
+
+
+def markdown_text(source: str) -> str:
+    return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines())
+
+
+def stub(source: str) -> str:
+    """Replace each solution region by a NotImplementedError at the same indentation."""
+    return SOLUTION.sub(lambda m: f'{m.group(1)}raise NotImplementedError("exercise: write this part")\n',
+                        source + "\n").rstrip("\n")
+
+
+def solution(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
+
+
+def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    out = [nbformat.v4.new_code_cell(SETUP)]
+    for kind, source in cells:
+        if kind == "markdown":
+            out.append(nbformat.v4.new_markdown_cell(markdown_text(source)))
+            continue
+        if variant == "exercise":
+            source = stub(source)
+            if source.startswith(CHECK_MARK):
+                source = "# NBVAL_RAISES_EXCEPTION\n" + source
+        elif variant == "solution":
+            source = solution(source)
+        out.append(nbformat.v4.new_code_cell(source))
+    for i, cell in enumerate(out):
+        cell["id"] = f"cell-{i:02d}"  # stable ids: rebuilding does not churn the diff
+    nb.cells = out
+    return nb
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path) -> float:
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return time.perf_counter() - t0
+
+
+def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
+    """Strip every output except the text of NBVAL_CHECK_OUTPUT cells; return unexpected errors."""
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.output_type == "error" and "NBVAL_RAISES_EXCEPTION" not in cell.source:
+                errors.append(f"cell {i}: {o.ename}: {o.evalue}")
+        if "# NBVAL_CHECK_OUTPUT" in cell.source:
+            kept = []
+            for o in cell.outputs:
+                if o.output_type == "stream" and o.name == "stdout":
+                    kept.append(o)
+                elif o.output_type == "execute_result" and "text/plain" in o.data:
+                    o.data = {"text/plain": o.data["text/plain"]}
+                    o.metadata = {}
+                    kept.append(o)
+            cell.outputs = kept
+        else:
+            cell.outputs = []
+            cell.execution_count = None
+        cell.metadata = {}
+    return errors
+
+
+def targets(src: Path) -> list[tuple[Path, str]]:
+    """(notebook path, variant) pairs a source file produces."""
+    if src.name.startswith("ex_"):
+        name = src.stem[3:] + ".ipynb"
+        return [(LABS / "exercises" / name, "exercise"), (LABS / "solutions" / name, "solution")]
+    return [(LABS / (src.stem + ".ipynb"), "lesson")]
+
+
+def build(src: Path) -> None:
+    cells = split_cells(src.read_text())
+    for path, variant in targets(src):
+        path.parent.mkdir(exist_ok=True)
+        nb = make_notebook(cells, variant)
+        seconds = execute(nb, path.parent)
+        errors = keep_checked_outputs(nb, variant)
+        nbformat.write(nb, path)
+        status = "ok" if not errors else "ERRORS:\n  " + "\n  ".join(errors)
+        print(f"{path.relative_to(LABS)}: executed in {seconds:.1f} s, {status}")
+        if errors:
+            raise SystemExit(1)
+
+
+def main(prefixes: list[str]) -> None:
+    sources = sorted(SRC.glob("*.py"))
+    chosen = [s for s in sources if not prefixes or any(s.stem.startswith(p) for p in prefixes)]
+    if not chosen:
+        raise SystemExit(f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}")
+    for src in chosen:
+        build(src)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

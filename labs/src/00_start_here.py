@@ -1,0 +1,124 @@
+# %% [markdown]
+# # 0 · Start here
+#
+# This lab teaches how LLM serving engines **batch requests**. You will run a small but
+# complete inference engine, `minilm`, look at what it did step by step, and measure it.
+# The engine is real: a Llama-family model, a paged KV cache, a scheduler with the same
+# knobs as vLLM (`max_num_seqs`, `max_num_batched_tokens`, `block_size`, ...), and a
+# **timeline** that records every engine step. Every number in these lessons is computed
+# by the code you run; where a GPU-scale picture is needed, a *simulated* clock predicts
+# step times for a real model on a real GPU, and the lesson says so.
+#
+# | lesson | idea |
+# |---|---|
+# | 0 | this page: install check, generate text, the first Gantt chart |
+# | 1 | prefill vs decode: compute-bound vs memory-bound |
+# | 2 | static batching: padding and bubbles |
+# | 3 | in-flight (continuous) batching: check, evict, fill, execute |
+# | 4 | the paged KV cache |
+# | 5 | inside the Triton kernel: one kernel for a ragged batch |
+# | 6 | chunked prefill: no more stalls |
+# | 7 | trade-offs and SLOs |
+#
+# Each lesson has an exercise in `labs/exercises/` (solutions in `labs/solutions/`).
+# The first cell of every notebook (above) only makes `import minilm` work and pins
+# PyTorch to one thread.
+
+# %% [markdown]
+# ## 1. Check the install
+#
+# The lab runs on a CPU. With a CUDA GPU, the engine uses it and its Triton kernel.
+
+# %%
+import platform
+import plotly, minilm
+print("python", platform.python_version(), "| torch", torch.__version__, "| plotly", plotly.__version__)
+print("CUDA GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU is fine)")
+
+# %% [markdown]
+# ## 2. Generate text
+#
+# An `Engine` holds a model, a KV cache and a scheduler. You add requests (prompt token
+# ids or text, how many tokens to generate) and run it. The `tiny` model has random
+# weights, so what it writes is gibberish; the `docstrings` checkpoint, when it is
+# installed, is a small trained model that writes Python-docstring-like English.
+
+# %%
+from minilm import Engine
+from minilm.loader import CHECKPOINTS_DIR
+
+MODEL = "docstrings" if (CHECKPOINTS_DIR / "docstrings" / "config.json").exists() else "tiny"
+engine = Engine(MODEL)
+engine.add_request("hello", prompt="def add(a, b):\n    \"\"\"", max_tokens=40)
+timeline = engine.run()
+print(f"model: {MODEL}")
+print(repr(engine.text("hello")))
+
+# %% [markdown]
+# ## 3. What the engine did
+#
+# `engine.run()` returned a **timeline**: one record per engine step. The first step
+# computed the whole prompt at once (*prefill*); every later step computed one new token
+# (*decode*). Lesson 1 is about why these two kinds of step cost so differently.
+
+# %%
+steps = timeline.steps_df()
+steps[["step", "duration", "prefill_tokens", "decode_tokens", "kv_blocks_used"]].head(6)
+
+# %% [markdown]
+# The same run with `ignore_eos=True` and a token-id prompt is fully deterministic in
+# its steps: one prefill step of 12 tokens, then one decode step per new token.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+engine = Engine("tiny")
+engine.add_request("r0", prompt_ids=list(range(12)), max_tokens=8, ignore_eos=True)
+tl = engine.run()
+for s in tl.steps:
+    print(s.step, [(i.kind, i.num_tokens, i.context_len) for i in s.items])
+
+# %% [markdown]
+# ## 4. A small workload and its first Gantt chart
+#
+# A *workload* is a list of requests. `make_workload` draws seeded ones (`uniform`,
+# `mixed`, `long-prompt`). Here 12 requests arrive together and the engine may run at
+# most 4 at a time (`max_num_seqs=4`), with in-flight batching (`policy="continuous"`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm import make_workload, run_workload, summarize
+
+specs = make_workload("uniform", num_requests=12, seed=0)
+print([(s.id, len(s.prompt_ids), s.max_tokens) for s in specs[:4]], "...")
+tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
+m = summarize(tl)
+print(f"{m['requests']} requests, {m['steps']} steps, {m['output_tokens']} output tokens, "
+      f"mean batch size {m['mean_batch_size']:.2f}")
+
+# %% [markdown]
+# Each row of the Gantt chart is a request; x is time in milliseconds (measured on this
+# machine). The queue wait, the prefill and the decode tokens of every request are
+# visible: with `max_num_seqs=4`, a new request starts the moment one finishes.
+
+# %%
+import plotly.graph_objects as go
+# (interim figure; replaced by widgets.gantt once widgets/ lands)
+items = tl.items_df()
+fig = go.Figure()
+for kind, color in (("prefill", "#d62728"), ("decode", "#1f77b4")):
+    d = items[items.kind == kind]
+    fig.add_bar(base=d.t_start * 1e3, x=(d.t_end - d.t_start) * 1e3, y=d.request_id, orientation="h",
+                name=kind, marker_color=color)
+fig.update_layout(barmode="overlay", xaxis_title="time (ms, measured)", yaxis_autorange="reversed", height=350)
+fig
+
+# %% [markdown]
+# The throughput of this run, measured on this machine (it varies from run to run):
+
+# %%
+print(f"{m['output_tok_per_s']:.0f} output tokens/s over {m['wall_s']*1e3:.0f} ms; "
+      f"TTFT p50 {m['ttft_p50']*1e3:.1f} ms")
+
+# %% [markdown]
+# **Next:** lesson 1, prefill vs decode. The same command line runs from a terminal:
+# `python -m minilm compare --workload mixed --policies static,continuous,chunked`.
