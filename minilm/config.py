@@ -128,13 +128,6 @@ class EngineConfig:
             raise ValueError(f"policy={self.policy!r}; allowed: {', '.join(POLICIES)} or a Policy object")
         if self.kv_mode not in KV_MODES:
             raise ValueError(f"kv_mode={self.kv_mode!r}; allowed: {', '.join(KV_MODES)}")
-        if self.policy == "continuous" and self.max_num_batched_tokens is not None \
-                and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(
-                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
-                f"max_model_len={self.max_model_len}: the continuous policy runs whole prompts "
-                f"(and recomputes whole sequences after preemption) in one step; raise the budget, "
-                f"lower max_model_len, or use policy='chunked'")
 
     def token_budget(self) -> int:
         if self.max_num_batched_tokens is not None:

@@ -1,5 +1,12 @@
 import os
+import sys
+
+import torch
 
 # Triton runs on CPU only in its interpreter, and only if this is set before `import triton`.
-if not __import__("torch").cuda.is_available():
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Tests run tiny tensors: one thread avoids OpenMP barrier spinning on a shared 2-core machine.
+torch.set_num_threads(1)
+sys.path.insert(0, os.path.dirname(__file__))

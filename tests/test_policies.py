@@ -1,0 +1,104 @@
+"""Batching must never change what is generated; each policy does what DESIGN.md's table says."""
+from dataclasses import replace
+
+import pytest
+
+from minilm import EngineConfig, make_workload
+from minilm.metrics import summarize
+
+from helpers import MICRO, engine, micro_model
+
+# mixed lengths, shortened so the whole file runs in seconds
+WORKLOAD = [replace(s, prompt_ids=s.prompt_ids[:40], max_tokens=min(s.max_tokens, 20))
+            for s in make_workload("mixed", num_requests=12, seed=5, vocab_size=MICRO.vocab_size, max_model_len=256)]
+
+
+def outputs(policy, **knobs):
+    e = engine(policy, model=micro_model(), max_model_len=256, **knobs)
+    e.add_workload(WORKLOAD, ignore_eos=True)
+    tl = e.run()
+    return {r.request_id: r.output_ids for r in tl.requests}, tl
+
+
+@pytest.fixture(scope="module")
+def reference_outputs():
+    return outputs("continuous", max_num_seqs=1)[0]  # one request at a time: no batching at all
+
+
+@pytest.mark.parametrize("policy,knobs", [
+    ("static", dict(max_num_seqs=4)),
+    ("static", dict(max_num_seqs=8, block_size=8)),
+    ("continuous", dict(max_num_seqs=6, block_size=4)),
+    ("continuous", dict(max_num_seqs=8, num_blocks=14, block_size=8)),  # tight KV: preemption
+    ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=16, block_size=4)),
+    ("chunked", dict(max_num_seqs=5, max_num_batched_tokens=37, block_size=16)),
+    ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=64, num_blocks=24, block_size=4)),
+])
+def test_greedy_outputs_do_not_depend_on_batching(reference_outputs, policy, knobs):
+    got, tl = outputs(policy, **knobs)
+    assert got == reference_outputs
+    assert all(len(got[s.id]) == s.max_tokens for s in WORKLOAD)
+
+
+def test_tight_kv_really_preempts():
+    _, tl = outputs("continuous", max_num_seqs=8, num_blocks=14, block_size=8)
+    assert summarize(tl)["preemptions"] > 0
+
+
+def test_static_pads_and_waits_for_whole_batch():
+    _, tl = outputs("static", max_num_seqs=4)
+    padding = [i for s in tl.steps for i in s.items if i.kind == "padding"]
+    assert padding, "static batching computes padding"
+    # a new batch starts only when every row of the previous one is done
+    finish = {r.request_id: r.t_finished for r in tl.requests}
+    starts = {r.request_id: r.t_scheduled for r in tl.requests}
+    batches = {}
+    for r in tl.requests:
+        batches.setdefault(r.t_scheduled, []).append(r.request_id)
+    ordered = sorted(batches)
+    for a, b in zip(ordered, ordered[1:]):
+        assert max(finish[x] for x in batches[a]) <= b
+        assert all(starts[x] == b for x in batches[b])
+    # padding rows: prompt padding in the first step of each batch, dead rows after
+    first = tl.steps[0]
+    lens = {i.request_id: i.num_tokens for i in first.items if i.kind == "prefill"}
+    pads = {i.request_id: i.num_tokens for i in first.items if i.kind == "padding"}
+    longest = max(lens.values())
+    assert all(lens[r] + pads.get(r, 0) == longest for r in lens)
+
+
+def test_continuous_runs_whole_prompts_and_decodes_together():
+    _, tl = outputs("continuous", max_num_seqs=6)
+    by_id = {s.id: s for s in WORKLOAD}
+    for step in tl.steps:
+        for it in step.items:
+            assert it.kind != "padding"
+            if it.kind == "prefill":
+                assert it.num_tokens == len(by_id[it.request_id].prompt_ids)
+    assert any({i.kind for i in s.items} == {"prefill", "decode"} for s in tl.steps)
+
+
+@pytest.mark.parametrize("budget", [8, 16, 50])
+def test_chunked_schedules_decodes_first_within_budget(budget):
+    _, tl = outputs("chunked", max_num_seqs=8, max_num_batched_tokens=budget)
+    for step in tl.steps:
+        assert step.tokens() <= budget
+        kinds = [i.kind for i in step.items]
+        assert kinds == sorted(kinds, key=lambda k: k != "decode"), "decodes come first"
+    assert any(i.kind == "prefill" and i.num_tokens == budget for s in tl.steps for i in s.items) or budget == 50
+
+
+def test_prefill_only_steps_option():
+    from minilm.policies import ContinuousPolicy
+
+    e = engine(ContinuousPolicy(prefill_only_steps=True), model=micro_model(), max_model_len=256, max_num_seqs=6)
+    e.add_workload(WORKLOAD, ignore_eos=True)
+    tl = e.run()
+    assert all(len({i.kind for i in s.items}) == 1 for s in tl.steps)
+
+
+def test_reserved_kv_holds_more_blocks_than_paged():
+    _, paged = outputs("continuous", max_num_seqs=6)
+    _, reserved = outputs("continuous", max_num_seqs=6, kv_mode="reserved")
+    assert summarize(reserved)["peak_kv_blocks"] > summarize(paged)["peak_kv_blocks"]
+    assert summarize(reserved)["kv_unused_slots_mean"] > summarize(paged)["kv_unused_slots_mean"]

@@ -1,0 +1,69 @@
+"""Timeline exports and the metrics computed from them."""
+import json
+
+import numpy as np
+import pytest
+
+from minilm import Timeline, summarize
+from minilm.metrics import itls, ttfts
+
+from helpers import engine
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
+    for i, (p, m, t) in enumerate([(20, 6, 0.0), (5, 4, 0.0), (9, 7, 0.0), (3, 3, 0.5)]):
+        e.add_request(f"q{i}", list(range(1, p + 1)), max_tokens=m, arrival=t, ignore_eos=True)
+    return e.run()
+
+
+def test_records_are_consistent(timeline):
+    tl = timeline
+    assert [s.step for s in tl.steps] == list(range(len(tl.steps)))
+    assert all(a.t_end <= b.t_start for a, b in zip(tl.steps, tl.steps[1:]))
+    for r in tl.requests:
+        produced = [s.t_end for s in tl.steps for i in s.items
+                    if i.request_id == r.request_id and i.kind == "decode"]
+        assert r.token_times[1:] == produced  # the first token comes from the prefill's last chunk
+    late = next(r for r in tl.requests if r.request_id == "q3")
+    assert late.t_scheduled >= 0.5, "the engine jumps to an arrival, it does not admit early"
+
+
+def test_json_round_trip(timeline, tmp_path):
+    back = Timeline.from_json(timeline.to_json(tmp_path / "t.json"))
+    assert back.to_dict() == timeline.to_dict()
+    assert Timeline.from_json(tmp_path / "t.json").to_dict() == timeline.to_dict()
+
+
+def test_dataframes(timeline):
+    steps, items, reqs = timeline.steps_df(), timeline.items_df(), timeline.requests_df()
+    assert len(steps) == len(timeline.steps) and len(reqs) == 4
+    assert items.num_tokens.sum() == steps.num_tokens.sum()
+    assert (steps.prefill_tokens + steps.decode_tokens + steps.padding_tokens == steps.num_tokens).all()
+
+
+def test_chrome_trace(timeline, tmp_path):
+    trace = timeline.to_chrome_trace(tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and "ts" in e for e in spans)
+    steps = [e for e in spans if e["tid"] == 0]
+    assert len(steps) == len(timeline.steps)
+    assert steps[0]["ts"] == pytest.approx(timeline.steps[0].t_start * 1e6)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert {"engine", "request q0"} <= names
+
+
+def test_metrics_from_records(timeline):
+    m = summarize(timeline, ttft_slo=1e9, tpot_slo=1e9)
+    reqs = timeline.requests
+    assert m["output_tokens"] == sum(r.output_len for r in reqs) == 6 + 4 + 7 + 3
+    assert m["ttft_p50"] == pytest.approx(np.percentile([r.t_first_token - r.arrival for r in reqs], 50))
+    assert len(itls(timeline)) == sum(r.output_len - 1 for r in reqs)
+    assert len(ttfts(timeline)) == 4
+    assert m["slo_attainment"] == 1.0
+    assert summarize(timeline, ttft_slo=0.0)["slo_attainment"] == 0.0
+    assert m["padding_fraction"] == 0.0 and m["preemptions"] == 0
+    span = timeline.steps[-1].t_end
+    assert m["output_tok_per_s"] == pytest.approx(20 / span)
