@@ -30,7 +30,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--kv-mode", default="paged", choices=["paged", "reserved"])
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="torch device; with --simulate a device spec "
+                   "(h100, h200, a100, l40s, l4, rtx4090, cpu)")
+    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
+                   "(minilm/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
+    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--attention-backend", default=None, choices=["reference", "triton"])
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
@@ -45,6 +51,14 @@ def engine_config(args, policy: str) -> EngineConfig:
 
 
 def build_engine(args, policy: str) -> Engine:
+    if args.simulate:
+        from .simulator import simulated_engine
+
+        config = engine_config(args, policy)
+        # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
+        dtype = None if args.dtype == "float32" else args.dtype
+        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp,
+                                gpu_memory_utilization=args.gpu_memory_utilization)
     return Engine(args.model, engine_config(args, policy))
 
 

@@ -1,0 +1,60 @@
+"""The simulator: the real scheduler, allocator and timeline, with no model at all.
+
+    engine = simulated_engine("llama-3-8b", "h100", policy="chunked")
+    engine.add_workload(make_workload("mixed", 1000, vocab_size=engine.model_config.vocab_size))
+    timeline = engine.run()      # seconds on the timeline are simulated, not measured
+
+`SimulatedExecutor` stands in for the model: each sequence that samples gets a
+placeholder token that is never the end-of-sequence token, so every request runs to
+its `max_tokens`. `SimulatedClock` (clock.py) advances by the cost model's prediction
+for the step (costmodel.py), so the same inputs give the same timeline, bit for bit,
+on any machine. Arrival times are honoured: the engine's clock jumps to the next
+arrival when nothing can run.
+"""
+from __future__ import annotations
+
+from .clock import SimulatedClock
+from .config import EngineConfig, ModelConfig
+from .costmodel import CostModel, DeviceSpec
+from .engine import Engine
+from .scheduler import StepPlan
+
+
+class SimulatedExecutor:
+    """Produces a placeholder token for every sequence that samples; computes nothing."""
+
+    kind = "simulated"
+
+    def __init__(self, model_config: ModelConfig):
+        eos = model_config.eos_token_id
+        self.token_id = 1 if eos == 0 else 0  # any id but EOS: lengths come from max_tokens
+
+    def execute(self, plan: StepPlan) -> dict[str, int]:
+        return {w.request.request_id: self.token_id for w in plan.work if w.samples}
+
+
+def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
+                     policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
+                     tp: int = 1, gpu_memory_utilization: float = 0.9, **knobs) -> Engine:
+    """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
+    on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
+
+    The KV cache gets the blocks that fit in the device memory left after the weights
+    (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
+    given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). Other
+    keyword arguments are EngineConfig knobs (max_num_seqs, max_num_batched_tokens, ...).
+    """
+    cost = CostModel(model, device, dtype=dtype, tp=tp)
+    base = dict(config.__dict__) if config is not None else {}
+    if policy is not None:
+        base["policy"] = policy
+    config = EngineConfig(**{**base, **knobs})
+    if config.num_blocks is None and config.kv_cache_bytes is None:
+        config.num_blocks = cost.kv_num_blocks(config.block_size, gpu_memory_utilization)
+    config.dtype, config.device = cost.dtype, "cpu"  # no tensors are made; device is for the meta below
+    engine = Engine(None, config, executor=SimulatedExecutor(cost.model), clock=SimulatedClock(cost.step_time),
+                    model_config=cost.model, model_name=model if isinstance(model, str) else "custom")
+    engine.cost_model = cost
+    engine.timeline.meta.update(device=cost.device.name, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
+                                simulated=True)
+    return engine
