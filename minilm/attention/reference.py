@@ -1,4 +1,4 @@
-"""Readable pure-torch attention over the paged KV cache: the ground truth.
+"""Readable pure-torch attention over the paged KV cache: the ground truth and the CPU path.
 
 A step's batch is ragged: sequence i has `n_i` new query tokens (a prompt chunk, or
 one decode token) and attends to `context_lens[i]` keys — every token cached before
@@ -7,6 +7,12 @@ that context, so query j (0-based within the chunk) sits at absolute position
 `context_len - n_i + j` and may see keys at positions `<=` that. This one rule covers
 a whole prompt (no earlier context), a chunk continuing an earlier prefill, and a
 decode token (n_i = 1 sees everything). Lesson 5 walks through it.
+
+Sequences with several queries are computed one at a time (`attend_sequence`). The
+single-token decodes, usually most of a batch, are computed together
+(`attend_decodes`): one gather of their blocks, padded to the longest context and
+masked. Doing them one by one would cost a few Python-dispatched ops per sequence
+per layer, which on a CPU is most of a decode step.
 """
 from __future__ import annotations
 
@@ -33,26 +39,52 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) 
     return blocks.reshape(-1, *cache.shape[2:])[:context_len]
 
 
+def attend_sequence(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                    context_len: int, scale: float) -> torch.Tensor:
+    """Causal attention of one sequence's n new queries [n, Hq, D] over its context."""
+    n, num_q_heads = q.shape[0], q.shape[1]
+    group = num_q_heads // k_cache.shape[2]  # grouped-query attention: query heads per KV head
+    k = gather_kv(k_cache, block_table, context_len).float().repeat_interleave(group, dim=1)
+    v = gather_kv(v_cache, block_table, context_len).float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [H, n, ctx]
+    q_pos = torch.arange(context_len - n, context_len, device=q.device)
+    k_pos = torch.arange(context_len, device=q.device)
+    scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def attend_decodes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                   context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Single-token queries of B sequences at once: q [B, Hq, D] -> [B, Hq, D]."""
+    bsz, num_q_heads, d = q.shape
+    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    group = num_q_heads // num_kv_heads
+    max_blocks = (int(context_lens.max()) + block_size - 1) // block_size
+    tables = block_tables[:, :max_blocks].long()
+    k = k_cache[tables].reshape(bsz, -1, num_kv_heads, d).float()  # [B, L, Hkv, D], padded
+    v = v_cache[tables].reshape(bsz, -1, num_kv_heads, d).float()
+    qg = q.float().view(bsz, num_kv_heads, group, d)
+    scores = torch.einsum("bhgd,blhd->bhgl", qg, k) * scale
+    pad = torch.arange(k.shape[1], device=q.device)[None, :] >= context_lens[:, None]  # [B, L]
+    scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
+    out = torch.einsum("bhgl,blhd->bhgd", scores.softmax(-1), v)
+    return out.reshape(bsz, num_q_heads, d)
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens; fp32 math."""
-    num_q_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
-    group = num_q_heads // num_kv_heads  # grouped-query attention: query heads per KV head
     out = torch.empty_like(q)
-    cu = meta.cu_seqlens_q.tolist()
-    ctx_lens = meta.context_lens.tolist()
-    for i, ctx in enumerate(ctx_lens):
-        start, end = cu[i], cu[i + 1]
-        n = end - start
-        if n == 0:
-            continue
-        k = gather_kv(k_cache, meta.block_tables[i], ctx).float().repeat_interleave(group, dim=1)
-        v = gather_kv(v_cache, meta.block_tables[i], ctx).float().repeat_interleave(group, dim=1)
-        qi = q[start:end].float()
-        scores = torch.einsum("qhd,khd->hqk", qi, k) * scale  # [H, n, ctx]
-        q_pos = torch.arange(ctx - n, ctx, device=q.device)
-        k_pos = torch.arange(ctx, device=q.device)
-        causal = k_pos[None, :] <= q_pos[:, None]
-        scores = scores.masked_fill(~causal, float("-inf"))
-        out[start:end] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)
+    cu = meta.cu_seqlens_q
+    q_lens = cu[1:] - cu[:-1]
+    decode = torch.nonzero(q_lens == 1).flatten()
+    if len(decode):
+        rows = cu[decode].long()
+        out[rows] = attend_decodes(q[rows], k_cache, v_cache, meta.block_tables[decode],
+                                   meta.context_lens[decode].long(), scale).to(q.dtype)
+    cu_list, ctx_list = cu.tolist(), meta.context_lens.tolist()
+    for i in torch.nonzero(q_lens > 1).flatten().tolist():
+        start, end = cu_list[i], cu_list[i + 1]
+        out[start:end] = attend_sequence(q[start:end], k_cache, v_cache, meta.block_tables[i],
+                                         ctx_list[i], scale).to(q.dtype)
     return out

@@ -1,0 +1,82 @@
+"""The three policies on the real `tiny` model on this CPU: a table and JSON.
+
+    python bench/cpu_policies.py [--out bench/results/cpu_policies.json]
+
+Checks the issue's targets: on `mixed`, continuous output tokens/s >= 2.5x static;
+on `long-prompt`, chunked p99 ITL >= 4x lower than continuous at <= 15% lower throughput.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from minilm import EngineConfig, Engine, make_workload, summarize
+
+SCENARIOS = {
+    # name: (preset, requests, knobs)
+    "mixed": ("mixed", 96, dict(max_num_seqs=32)),
+    "long-prompt": ("long-prompt", 48, dict(max_num_seqs=48, max_model_len=2048)),
+}
+CHUNK_BUDGET = 192
+
+
+def run(preset: str, n: int, policy: str, knobs: dict, seed: int) -> dict:
+    cfg = EngineConfig(policy=policy, **knobs)
+    if policy == "chunked":
+        cfg.max_num_batched_tokens = CHUNK_BUDGET
+    engine = Engine("tiny", cfg)
+    specs = make_workload(preset, n, seed=seed, vocab_size=engine.model_config.vocab_size,
+                          max_model_len=cfg.max_model_len, long_prompt_delay=0.15)
+    engine.add_workload(specs, ignore_eos=True)
+    t0 = time.perf_counter()
+    tl = engine.run()
+    m = summarize(tl)
+    m["run_s"] = time.perf_counter() - t0
+    return m
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/cpu_policies.json")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    run("uniform", 4, "continuous", dict(max_num_seqs=4), 0)  # warm up kernels and allocator
+    results = {}
+    print(f"tiny model, {args.threads} threads, {platform.processor() or platform.machine()}, torch {torch.__version__}")
+    print(f"{'workload':12} {'policy':10} {'out tok/s':>9} {'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} "
+          f"{'itl p99':>8} {'batch':>5} {'padding':>7} {'steps':>5}")
+    for name, (preset, n, knobs) in SCENARIOS.items():
+        for policy in ("static", "continuous", "chunked"):
+            m = run(preset, n, policy, knobs, args.seed)
+            results[f"{name}/{policy}"] = m
+            print(f"{name:12} {policy:10} {m['output_tok_per_s']:9.0f} {m['ttft_p50']:9.3f} {m['ttft_p99']:9.3f} "
+                  f"{m['itl_p50'] * 1e3:6.1f}ms {m['itl_p99'] * 1e3:6.1f}ms {m['mean_batch_size']:5.1f} "
+                  f"{m['padding_fraction']:7.2f} {m['steps']:5d}")
+    mixed_speedup = results["mixed/continuous"]["output_tok_per_s"] / results["mixed/static"]["output_tok_per_s"]
+    lp_c, lp_k = results["long-prompt/continuous"], results["long-prompt/chunked"]
+    itl_gain = lp_c["itl_p99"] / lp_k["itl_p99"]
+    tput_loss = 1 - lp_k["output_tok_per_s"] / lp_c["output_tok_per_s"]
+    checks = {
+        "mixed: continuous / static output tok/s": (mixed_speedup, ">= 2.5", mixed_speedup >= 2.5),
+        "long-prompt: continuous / chunked p99 ITL": (itl_gain, ">= 4", itl_gain >= 4),
+        "long-prompt: chunked throughput loss vs continuous": (tput_loss, "<= 0.15", tput_loss <= 0.15),
+    }
+    print()
+    for k, (v, target, ok) in checks.items():
+        print(f"{k:52} {v:6.2f}  target {target:7}  {'PASS' if ok else 'FAIL'}")
+    out = {"threads": args.threads, "chunk_budget": CHUNK_BUDGET, "results": results,
+           "checks": {k: {"value": v, "target": t, "pass": ok} for k, (v, t, ok) in checks.items()}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"\nJSON: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
