@@ -84,14 +84,20 @@ def print_table(rows: list[dict]) -> None:
 
 
 def cmd_compare(args) -> None:
-    rows = []
+    rows, timelines = [], {}
     for policy in args.policies.split(","):
-        _, m = run_one(args, policy.strip())
+        engine, m = run_one(args, policy.strip())
         rows.append(m)
+        timelines[policy.strip()] = engine.timeline
         if args.json:
             print(json.dumps(m))
     if not args.json:
         print_table(rows)
+    if args.html:
+        from widgets.report import write_report  # plotly only when a report is asked for
+
+        path = write_report(timelines, args.html)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def cmd_run(args) -> None:
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="one workload under several policies")
     add_common(p_cmp)
     p_cmp.add_argument("--policies", default="static,continuous,chunked")
+    p_cmp.add_argument("--html", help="write a standalone HTML report (Gantt charts, latency CDFs, step views) here")
     p_cmp.set_defaults(func=cmd_compare)
     args = parser.parse_args(argv)
     try:
