@@ -1,0 +1,18 @@
+"""Plotly figures and an ipywidgets panel over minilm timelines (DESIGN.md: widgets/).
+
+Every figure function takes `Timeline`s and returns a static `go.Figure` (works in
+nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figures read
+only the timeline, never the engine.
+"""
+from .compare import compare_figure, metrics_table, metrics_table_figure
+from .gantt import gantt_figure, gantt_segments, set_gantt_step
+from .inplace import update_figure
+from .kvmap import kv_cells, kvmap_figure
+from .latency import latency_cdfs_figure, sweep, sweep_figure
+from .report import write_report
+from .steps import steps_figure
+from .trace import save_trace
+
+__all__ = ["compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure", "latency_cdfs_figure",
+           "metrics_table", "metrics_table_figure", "save_trace", "set_gantt_step", "steps_figure", "sweep",
+           "sweep_figure", "update_figure", "write_report"]

@@ -1,0 +1,68 @@
+"""One workload under several policies: Gantt charts stacked on one time axis + a metrics table.
+
+The shared x axis is the point: static batching's last bar ends visibly later than
+continuous batching's, and each panel marks where its run finished.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from minilm.metrics import summarize
+from minilm.timeline import Timeline
+
+from .gantt import (MS, SEGMENT_KINDS, check_step, gantt_segments, highlight_trace, request_order,
+                    segment_trace)
+
+TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("output_tok_per_s", "{:.0f}"),
+                 ("ttft_p50", "{:.4f}"), ("ttft_p99", "{:.4f}"), ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"),
+                 ("mean_batch_size", "{:.1f}"), ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"),
+                 ("preemptions", "{}")]
+
+
+def finish_time(tl: Timeline) -> float:
+    return max((s.t_end for s in tl.steps), default=0.0)
+
+
+def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None = None) -> go.Figure:
+    """Gantt charts of named timelines, one row each, sharing the time axis.
+    `step` maps a name to a step to highlight in that row."""
+    if not timelines:
+        raise ValueError("compare_figure needs at least one timeline")
+    step = step or {}
+    names = list(timelines)
+    rows = len(names)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 / rows,
+                        subplot_titles=[f"{n}: finished at {finish_time(timelines[n]) * MS:.1f} ms" for n in names])
+    for row, name in enumerate(names, start=1):
+        tl = timelines[name]
+        check_step(tl, step.get(name))
+        seg = gantt_segments(tl)
+        for kind in SEGMENT_KINDS:
+            fig.add_trace(segment_trace(seg, kind, showlegend=row == 1), row=row, col=1)
+        fig.add_trace(highlight_trace(tl, step.get(name), showlegend=row == 1), row=row, col=1)
+        order = request_order(tl)
+        fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
+                         showticklabels=len(order) <= 30, row=row, col=1)
+        fig.add_vline(x=finish_time(tl) * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
+    clock = " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in timelines.values()) else ""
+    fig.update_xaxes(title_text=f"time (ms){clock}", row=rows, col=1)
+    most = max(len(t.requests) for t in timelines.values())
+    fig.update_layout(barmode="overlay", bargap=0.1, height=100 + rows * min(450, max(200, 60 + 10 * most)),
+                      title=f"one workload, {rows} policies", legend=dict(orientation="h", y=-0.05),
+                      margin=dict(l=70, r=20, t=60, b=40))
+    return fig
+
+
+def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
+    """`summarize` of each timeline, one row per name (times in seconds)."""
+    return pd.DataFrame({name: summarize(tl) for name, tl in timelines.items()}).T[[m for m, _ in TABLE_METRICS]]
+
+
+def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
+    df = metrics_table(timelines)
+    cells = [list(df.index)] + [[fmt.format(v) for v in df[m]] for m, fmt in TABLE_METRICS]
+    fig = go.Figure(go.Table(header=dict(values=["run"] + [m for m, _ in TABLE_METRICS]), cells=dict(values=cells)))
+    fig.update_layout(height=80 + 30 * len(df), margin=dict(l=10, r=10, t=10, b=10))
+    return fig

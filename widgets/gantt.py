@@ -1,0 +1,170 @@
+"""Request Gantt chart: one row per request, time (ms) on x, one bar per thing it did.
+
+Segments of a request's life, all read from the timeline:
+
+queued     arrival -> first admitted (waiting in the queue)
+prefill    one bar per prompt chunk (one step each)
+decode     one bar per contiguous stretch of decode steps (aggregated: a request that
+           decodes for 500 steps is one bar, not 500, so 1,000 requests stay readable)
+preempted  evicted (recompute-style) -> re-admitted: its KV blocks were taken away
+recompute  the prefill steps that rebuild a preempted request's KV
+padding    static batching's dead work: pad tokens of a shorter prompt, and a finished
+           row that keeps computing until the longest row of its batch ends
+
+Plotly's `px.timeline` only takes datetimes, so the chart is horizontal bars on a
+numeric axis: `go.Bar(base=start, x=duration, orientation="h")` (`x` is the length).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from minilm.timeline import Timeline
+
+SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding")
+KIND_COLORS = {"queued": "#d9d9d9", "prefill": "#1f77b4", "recompute": "#ff7f0e", "decode": "#2ca02c",
+               "preempted": "#f4a3a3", "padding": "#7f7f7f"}
+SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len"]
+HIGHLIGHT_NAME = "selected step"
+MS = 1000.0
+
+
+def natural_key(request_id: str) -> list:
+    """'r2' before 'r10'."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", request_id)]
+
+
+def request_order(tl: Timeline) -> list[str]:
+    """Rows top to bottom: by arrival, then by id."""
+    return [r.request_id for r in sorted(tl.requests, key=lambda r: (r.arrival, natural_key(r.request_id)))]
+
+
+def gantt_segments(tl: Timeline) -> pd.DataFrame:
+    """Every bar of the Gantt chart as a row (times in seconds, like the timeline)."""
+    rows: list[dict] = []
+    runs: dict[tuple[str, str], dict] = {}   # open decode/padding stretch of each request
+    last_end: dict[str, float] = {}          # t_end of each request's latest item
+    recomputing: set[str] = set()
+    for s in tl.steps:
+        for it in s.items:
+            rid = it.request_id
+            if it.kind == "prefill":
+                if it.context_len == it.num_tokens and rid in last_end:   # restarts at position 0
+                    recomputing.add(rid)
+                    rows.append(_segment(rid, "preempted", last_end[rid], s.t_start, s.step, s.step - 1, 0, 0))
+                kind = "recompute" if rid in recomputing else "prefill"
+                rows.append(_segment(rid, kind, s.t_start, s.t_end, s.step, s.step, it.num_tokens, it.context_len))
+            else:
+                if it.kind == "decode":
+                    recomputing.discard(rid)
+                run = runs.get((rid, it.kind))
+                if run is not None and run["last_step"] == s.step - 1:
+                    run.update(end=s.t_end, last_step=s.step, tokens=run["tokens"] + it.num_tokens,
+                               context_len=it.context_len)
+                else:
+                    run = _segment(rid, it.kind, s.t_start, s.t_end, s.step, s.step, it.num_tokens, it.context_len)
+                    runs[(rid, it.kind)] = run
+                    rows.append(run)
+            last_end[rid] = s.t_end
+    for r in tl.requests:
+        if r.t_scheduled is not None and r.t_scheduled > r.arrival:
+            first = min((s.step for s in tl.steps if s.t_start >= r.t_scheduled), default=0)
+            rows.append(_segment(r.request_id, "queued", r.arrival, r.t_scheduled, first, first, 0, 0))
+    return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
+
+
+def _segment(rid, kind, start, end, first_step, last_step, tokens, context_len) -> dict:
+    return {"request_id": rid, "kind": kind, "start": start, "end": end, "first_step": first_step,
+            "last_step": last_step, "tokens": tokens, "context_len": context_len}
+
+
+def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.Bar:
+    """One horizontal bar trace for all segments of one kind."""
+    part = seg[seg["kind"] == kind]
+    start_ms = part["start"].to_numpy(float) * MS
+    dur_ms = (part["end"].to_numpy(float) - part["start"].to_numpy(float)) * MS
+    steps = np.where(part["first_step"] == part["last_step"], part["first_step"].astype(str),
+                     part["first_step"].astype(str) + "–" + part["last_step"].astype(str))
+    custom = np.column_stack([part["request_id"].to_numpy(object), steps.astype(object),
+                              part["tokens"].to_numpy(object), part["context_len"].to_numpy(object),
+                              (start_ms + dur_ms).astype(object)]) if len(part) else np.empty((0, 5), object)
+    return go.Bar(
+        name=kind, legendgroup=kind, showlegend=showlegend, orientation="h",
+        base=start_ms, x=dur_ms, y=part["request_id"].to_numpy(object), customdata=custom,
+        # padding overlaps its row's prefill in the same step: draw it as a thinner stripe on top
+        width=0.45 if kind == "padding" else 0.8,
+        marker=dict(color=KIND_COLORS[kind], line=dict(width=0),
+                    pattern=dict(shape="/") if kind in ("padding", "preempted") else None),
+        hovertemplate=("%{customdata[0]} · " + kind + "<br>step %{customdata[1]}<br>tokens %{customdata[2]}"
+                       "<br>context len %{customdata[3]}<br>%{base:.2f} – %{customdata[4]:.2f} ms<extra></extra>"))
+
+
+def highlight_trace(tl: Timeline, step: int | None, showlegend: bool = True) -> go.Bar:
+    """Outlined bars over the rows that are in step `step`'s batch (empty when None)."""
+    items = tl.steps[step].items if step is not None else []
+    s = tl.steps[step] if step is not None else None
+    ids = [it.request_id for it in items]
+    return go.Bar(name=HIGHLIGHT_NAME, legendgroup=HIGHLIGHT_NAME, showlegend=showlegend, orientation="h",
+                  base=[s.t_start * MS] * len(ids) if s else [], x=[s.duration * MS] * len(ids) if s else [],
+                  y=ids, width=0.95, customdata=[[it.kind, it.num_tokens] for it in items],
+                  marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2)),
+                  hovertemplate="%{y} in step " + (str(step) if s else "") +
+                                ": %{customdata[0]}, %{customdata[1]} tokens<extra></extra>")
+
+
+def step_band(tl: Timeline, step: int | None, xref: str = "x", yref: str = "paper") -> list[dict]:
+    """A translucent vertical band over step `step` (a layout shape)."""
+    if step is None:
+        return []
+    s = tl.steps[step]
+    return [dict(type="rect", xref=xref, yref=yref, x0=s.t_start * MS, x1=s.t_end * MS, y0=0, y1=1,
+                 fillcolor="rgba(255,215,0,0.35)", line=dict(width=0), layer="below")]
+
+
+def check_step(tl: Timeline, step: int | None) -> None:
+    if step is not None and not 0 <= step < len(tl.steps):
+        raise ValueError(f"step={step}; allowed: 0..{len(tl.steps) - 1} (the timeline has {len(tl.steps)} steps)")
+
+
+def gantt_axes(tl: Timeline) -> tuple[dict, dict]:
+    """(xaxis, yaxis) layout: numeric ms axis; request 0 on top; no tick labels past 60 rows."""
+    order = request_order(tl)
+    yaxis = dict(categoryorder="array", categoryarray=order, autorange="reversed", title="request",
+                 showticklabels=len(order) <= 60)
+    return dict(title="time (ms)", type="linear"), yaxis
+
+
+def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None) -> go.Figure:
+    """The request Gantt chart of one timeline; `step` highlights that step's batch."""
+    check_step(tl, step)
+    seg = gantt_segments(tl)
+    fig = go.Figure([segment_trace(seg, k) for k in SEGMENT_KINDS] + [highlight_trace(tl, step)])
+    xaxis, yaxis = gantt_axes(tl)
+    fig.update_layout(barmode="overlay", xaxis=xaxis, yaxis=yaxis, shapes=step_band(tl, step),
+                      title=title or gantt_title(tl), height=gantt_height(len(tl.requests)),
+                      bargap=0.1, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def gantt_title(tl: Timeline) -> str:
+    m = tl.meta
+    clock = " (simulated)" if m.get("clock") == "simulated" else ""
+    return f"{m.get('policy', '?')} · {len(tl.requests)} requests · {len(tl.steps)} steps{clock}"
+
+
+def gantt_height(num_requests: int) -> int:
+    """Pixels: ~14 per row for small runs, capped so 1,000 rows stay one screen or two."""
+    return int(min(900, max(300, 120 + 14 * num_requests)))
+
+
+def set_gantt_step(fig: go.Figure, tl: Timeline, step: int | None) -> None:
+    """Move the highlight of `gantt_figure` to `step`, in place."""
+    check_step(tl, step)
+    new = highlight_trace(tl, step)
+    trace = next(t for t in fig.data if t.name == HIGHLIGHT_NAME)
+    with fig.batch_update():
+        trace.update(base=new.base, x=new.x, y=new.y, customdata=new.customdata, hovertemplate=new.hovertemplate)
+        fig.layout.shapes = step_band(tl, step)

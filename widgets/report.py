@@ -1,0 +1,52 @@
+"""A standalone HTML report of one workload under several policies (no server, no kernel).
+
+`python -m minilm compare ... --html report.html` writes one; so does `write_report`.
+plotly.js is inlined once, so the file opens offline.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from minilm.timeline import Timeline
+
+from .compare import TABLE_METRICS, compare_figure, metrics_table
+from .latency import latency_cdfs_figure
+from .steps import steps_figure
+
+
+def metrics_html(timelines: dict[str, Timeline]) -> str:
+    df = metrics_table(timelines)
+    head = "".join(f"<th>{html.escape(m)}</th>" for m, _ in TABLE_METRICS)
+    rows = "".join("<tr><th>" + html.escape(str(name)) + "</th>" +
+                   "".join(f"<td>{fmt.format(df.loc[name, m])}</td>" for m, fmt in TABLE_METRICS) + "</tr>"
+                   for name in df.index)
+    return f"<table><tr><th>run</th>{head}</tr>{rows}</table>"
+
+
+def report_figures(timelines: dict[str, Timeline]) -> list[go.Figure]:
+    return [compare_figure(timelines), latency_cdfs_figure(timelines),
+            *(steps_figure(tl, title=f"{name}: per-step view") for name, tl in timelines.items())]
+
+
+def write_report(timelines: dict[str, Timeline], path: str | Path, title: str = "minilm: policy comparison") -> Path:
+    """Write the report; returns its path."""
+    if not timelines:
+        raise ValueError("write_report needs at least one timeline")
+    path = Path(path)
+    if path.suffix not in (".html", ".htm"):
+        raise ValueError(f"report path {str(path)!r} must end in .html")
+    figs = report_figures(timelines)
+    parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figs)]
+    meta = next(iter(timelines.values())).meta
+    setting = ", ".join(f"{k}={meta[k]}" for k in ("model", "clock", "device", "max_num_seqs", "block_size",
+                                                     "kv_mode") if k in meta)
+    path.write_text(
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse}"
+        " td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(setting)}. Times in seconds in the table, ms in the charts."
+        f"</p>{metrics_html(timelines)}" + "".join(parts) + "</body></html>")
+    return path

@@ -1,0 +1,58 @@
+"""Step view: what each engine step computed, how long it took, and what it held.
+
+Rows (shared step axis):
+1. tokens by kind (prefill / decode / padding) stacked, against the token budget
+   (`max_num_batched_tokens`): how full each step is, and how much of it is padding
+2. step duration (ms): a long prompt in one step shows as a spike (lesson 6)
+3. effective batch size (requests with real work) and the queue length
+4. KV blocks in use against the cache size
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from minilm.timeline import ITEM_KINDS, Timeline
+
+from .gantt import KIND_COLORS, MS, check_step
+
+STEP_ROWS = ("tokens", "step time (ms)", "batch size", "KV blocks")
+
+
+def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None) -> go.Figure:
+    check_step(tl, step)
+    df = tl.steps_df()
+    x = df["step"] if len(df) else []
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=STEP_ROWS)
+    for kind in ITEM_KINDS:
+        col = df[f"{kind}_tokens"] if len(df) else []
+        fig.add_trace(go.Bar(x=x, y=col, name=f"{kind} tokens", marker=dict(color=KIND_COLORS[kind], line=dict(width=0)),
+                             hovertemplate="step %{x}: %{y} " + kind + " tokens<extra></extra>"), row=1, col=1)
+    budget = tl.meta.get("max_num_batched_tokens")
+    fig.add_trace(go.Scatter(x=x, y=[budget] * len(x), name="token budget", mode="lines",
+                             line=dict(color="black", dash="dash")), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=df["duration"] * MS if len(df) else [], name="step time", mode="lines",
+                             line=dict(color="#9467bd"), hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"),
+                  row=2, col=1)
+    fig.add_trace(go.Scatter(x=x, y=df["batch_size"] if len(df) else [], name="batch size", mode="lines",
+                             line=dict(color="#2ca02c", shape="hv")), row=3, col=1)
+    fig.add_trace(go.Scatter(x=x, y=df["num_waiting"] if len(df) else [], name="waiting", mode="lines",
+                             line=dict(color="#d9a000", shape="hv")), row=3, col=1)
+    fig.add_trace(go.Scatter(x=x, y=df["kv_blocks_used"] if len(df) else [], name="KV blocks used", mode="lines",
+                             line=dict(color="#1f77b4", shape="hv")), row=4, col=1)
+    fig.add_trace(go.Scatter(x=x, y=df["kv_blocks_total"] if len(df) else [], name="KV blocks total",
+                             mode="lines", line=dict(color="black", dash="dot")), row=4, col=1)
+    clock = " (simulated time)" if tl.meta.get("clock") == "simulated" else ""
+    fig.update_layout(barmode="stack", bargap=0, height=700, shapes=step_marker(step),
+                      title=title or f"{tl.meta.get('policy', '?')}: per-step view{clock}",
+                      margin=dict(l=60, r=20, t=60, b=40))
+    fig.update_xaxes(title_text="step", row=4, col=1)
+    return fig
+
+
+def step_marker(step: int | None) -> list[dict]:
+    """A vertical band over one step, through every row."""
+    if step is None:
+        return []
+    return [dict(type="rect", xref="x", yref="paper", x0=step - 0.5, x1=step + 0.5, y0=0, y1=1,
+                 fillcolor="rgba(255,215,0,0.35)", line=dict(width=0), layer="below")]
