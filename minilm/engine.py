@@ -8,7 +8,8 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from collections import Counter
+from dataclasses import replace
 from typing import Iterable
 
 import torch
@@ -94,19 +95,16 @@ class Engine:
     # ---- requests --------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int] | None = None, *, prompt: str | None = None,
                     max_tokens: int = 16, arrival: float = 0.0, **sampling) -> Request:
-        """Validate and queue a request. Raises ValueError (engine state untouched) on bad input."""
-        if prompt_ids is None:
-            if prompt is None:
-                raise ValueError(f"request {request_id!r}: give prompt_ids or prompt")
-            prompt_ids = self.tokenizer.encode(prompt)
-        params = SamplingParams(max_tokens=max_tokens, **sampling)
-        req = Request(str(request_id), list(prompt_ids), params, float(arrival),
-                      eos_token_id=self.tokenizer.eos_token_id if self.model_config.eos_token_id is None
-                      else self.model_config.eos_token_id)
-        self.check_request(req)
-        self.requests[req.request_id] = req
-        self.scheduler.add(req)
-        return req
+        """Validate and queue one request. Raises ValueError (engine state untouched) on bad input."""
+        return self.add_workload([RequestSpec(str(request_id), prompt_ids, max_tokens, arrival, prompt)], **sampling)[0]
+
+    def make_request(self, spec: RequestSpec, **sampling) -> Request:
+        if spec.prompt_ids is None and spec.prompt is None:
+            raise ValueError(f"request {spec.id!r}: give prompt_ids or prompt")
+        prompt_ids = spec.prompt_ids if spec.prompt_ids is not None else self.tokenizer.encode(spec.prompt)
+        eos = self.model_config.eos_token_id
+        return Request(spec.id, list(prompt_ids), SamplingParams(max_tokens=spec.max_tokens, **sampling),
+                       float(spec.arrival), eos_token_id=self.tokenizer.eos_token_id if eos is None else eos)
 
     def check_request(self, req: Request) -> None:
         rid, c = req.request_id, self.config
@@ -137,17 +135,12 @@ class Engine:
     def add_workload(self, specs: Iterable[RequestSpec], **sampling) -> list[Request]:
         """Queue many requests; all are checked before any is added."""
         specs = list(specs)
-        ids = [s.id for s in specs]
-        dup = next((i for i in ids if ids.count(i) > 1), None)
+        dup = next((i for i, n in Counter(s.id for s in specs).items() if n > 1), None)
         if dup is not None:
             raise ValueError(f"request id {dup!r} appears twice in the workload; ids must be unique")
-        staged = []
-        for s in specs:
-            prompt_ids = s.prompt_ids if s.prompt_ids is not None else self.tokenizer.encode(s.prompt or "")
-            req = Request(s.id, list(prompt_ids), SamplingParams(max_tokens=s.max_tokens, **sampling),
-                          s.arrival, eos_token_id=self.model_config.eos_token_id)
+        staged = [self.make_request(s, **sampling) for s in specs]
+        for req in staged:
             self.check_request(req)
-            staged.append(req)
         for req in staged:
             self.requests[req.request_id] = req
             self.scheduler.add(req)
@@ -238,6 +231,15 @@ class Engine:
         if bar is not None:
             bar.close()
         return self.timeline
+
+    def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
+        """Complete a few prompts (batched by the engine's policy) and return the texts."""
+        base = len(self.requests)
+        reqs = self.add_workload([RequestSpec(f"gen{base + i}", None, max_tokens, prompt=p)
+                                  for i, p in enumerate(prompts)], **sampling)
+        while not all(r.finished for r in reqs):
+            self.step()
+        return [self.tokenizer.decode(r.output_ids) for r in reqs]
 
     def text(self, request_id: str) -> str:
         return self.tokenizer.decode(self.requests[request_id].output_ids)

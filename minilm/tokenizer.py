@@ -20,7 +20,9 @@ class ByteTokenizer:
         return [self.bos_token_id] + ids if add_bos else ids
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+        # ids past the bytes (a random model's vocabulary can be larger) show as U+FFFD
+        text = bytes(i if i < 256 else 0xFF for i in ids if i not in (self.bos_token_id, self.eos_token_id))
+        return text.decode("utf-8", errors="replace")
 
 
 class HFTokenizer:
