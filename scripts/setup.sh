@@ -6,4 +6,4 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -r requirements.txt
-.venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+.venv/bin/python -m pip install -q --no-deps -e .
