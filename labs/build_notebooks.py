@@ -11,7 +11,8 @@ Exercise sources (`src/ex_NN_*.py`) give two notebooks: `exercises/NN_*.ipynb`, 
 each `# BEGIN SOLUTION ... # END SOLUTION` region becomes `raise NotImplementedError`,
 and `solutions/NN_*.ipynb` with the code in place. Cells that start with
 `# exercise check` call `labs/checks.py`; in the exercise notebook they are marked
-`# NBVAL_RAISES_EXCEPTION`, so nbval insists that an unsolved exercise fails.
+`# NBVAL_RAISES_EXCEPTION`, so nbval insists that an unsolved exercise fails; in the
+solution they are `# NBVAL_CHECK_OUTPUT`, so nbval compares their "passed" line.
 
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
@@ -88,6 +89,8 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
                 source = "# NBVAL_RAISES_EXCEPTION\n" + source
         elif variant == "solution":
             source = solution(source)
+            if source.startswith(CHECK_MARK):  # the check prints one deterministic line
+                source = "# NBVAL_CHECK_OUTPUT\n" + source
         out.append(nbformat.v4.new_code_cell(source))
     for i, cell in enumerate(out):
         cell["id"] = f"cell-{i:02d}"  # stable ids: rebuilding does not churn the diff

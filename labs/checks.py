@@ -1,0 +1,211 @@
+"""Checks for the lab's exercises: one `check_*` function per exercise.
+
+An exercise notebook and its solution call the same check, so a solution can never
+pass a weaker test than the learner's code. Each check runs the learner's code
+against the real engine (or an independent computation), raises AssertionError with
+a hint when something is off, and prints one line when all is well.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+from minilm import Engine, make_workload, run_workload, summarize
+from minilm.attention.reference import paged_attention
+from minilm.kv_cache import cdiv
+from minilm.model import AttentionMetadata
+
+
+def ok(message: str) -> None:
+    print(f"passed: {message}")
+
+
+# ---- exercise 0: reading a timeline ---------------------------------------------------
+def check_tokens_by_kind(tokens_by_kind) -> None:
+    specs = make_workload("uniform", num_requests=6, seed=1)
+    tl = run_workload(specs, policy="static", max_num_seqs=3, sampling={"ignore_eos": True})
+    got = tokens_by_kind(tl)
+    df = tl.steps_df()
+    want = {k: int(df[f"{k}_tokens"].sum()) for k in ("prefill", "decode", "padding")}
+    assert isinstance(got, dict), f"return a dict, got {type(got).__name__}"
+    assert set(got) == set(want), f"keys should be {sorted(want)}, got {sorted(got)}"
+    for k in want:
+        assert got[k] == want[k], f"{k}: you counted {got[k]}, the timeline has {want[k]}"
+    ok(f"tokens by kind on a static run: {want}")
+
+
+# ---- exercise 1: the roofline -----------------------------------------------------------
+def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
+    # Llama-3-8B-like numbers, written out by hand (not with your functions)
+    assert math.isclose(linear_flops(8.0e9, 512), 8.192e12), "2 FLOPs per parameter per token"
+    assert math.isclose(linear_flops(1.0e6, 1), 2.0e6)
+    # 16 GB of weights, 128 KiB of KV per token, two sequences of 1000 and 3000 tokens
+    assert math.isclose(decode_bytes(16e9, 131072, [1000, 3000]), 16e9 + 131072 * 4000), \
+        "weights once per step, plus every cached token's K and V of every sequence"
+    assert math.isclose(decode_bytes(16e9, 131072, []), 16e9), "an empty batch still reads... the weights"
+    # memory-bound: 16 GB at 3.35 TB/s beats 2 GFLOP at 989 TFLOP/s
+    assert math.isclose(roofline_time(2e9, 16e9, 989e12, 3.35e12), 16e9 / 3.35e12)
+    # compute-bound: 8.2 TFLOP at 989 TFLOP/s beats 16 GB at 3.35 TB/s
+    assert math.isclose(roofline_time(8.192e12, 16e9, 989e12, 3.35e12), 8.192e12 / 989e12)
+    # the crossover: a step with intensity FLOPs/byte == peak/bandwidth sits on the ridge
+    ridge = 989e12 / 3.35e12
+    t = roofline_time(ridge * 1e9, 1e9, 989e12, 3.35e12)
+    assert math.isclose(t, 1e9 / 3.35e12), "at the ridge point compute and memory take the same time"
+    ok(f"roofline estimate (ridge point of this example: {ridge:.0f} FLOP/byte)")
+
+
+# ---- exercise 2: static batching's padding ----------------------------------------------
+def check_static_padding(static_padding) -> None:
+    assert static_padding([5, 5], [3, 3]) == 0, "equal prompts and outputs: nothing to pad"
+    specs = make_workload("uniform", num_requests=5, seed=2)
+    tl = run_workload(specs, policy="static", max_num_seqs=5, sampling={"ignore_eos": True})
+    df = tl.steps_df()
+    want = int(df["padding_tokens"].sum())
+    got = static_padding([len(s.prompt_ids) for s in specs], [s.max_tokens for s in specs])
+    assert got == want, f"you predict {got} padding tokens; the engine computed {want}"
+    ok(f"{want} padding tokens predicted for one static batch of 5, "
+       f"{want / int(df['num_tokens'].sum()):.1%} of all computed tokens")
+
+
+# ---- exercise 3: a policy of your own ----------------------------------------------------
+def check_policy(make_policy) -> None:
+    specs = make_workload("mixed", num_requests=10, seed=3, max_model_len=512)
+    knobs = dict(max_num_seqs=4, max_model_len=512, sampling={"ignore_eos": True})
+    mine = run_workload(specs, policy=make_policy(), **knobs)
+    ref = run_workload(specs, policy="continuous", **knobs)
+    for a, b in zip(mine.steps, ref.steps):
+        got = [(i.request_id, i.kind, i.num_tokens) for i in a.items]
+        want = [(i.request_id, i.kind, i.num_tokens) for i in b.items]
+        assert got == want, f"step {a.step}: your policy ran {got}, continuous batching runs {want}"
+    assert len(mine.steps) == len(ref.steps), f"{len(mine.steps)} steps, continuous takes {len(ref.steps)}"
+    # a tight KV cache: the policy must survive preemption and still finish everyone
+    tight = run_workload(specs, policy=make_policy(), num_blocks=24, **knobs)
+    lens = {r.request_id: r.output_len for r in tight.requests}
+    assert lens == {s.id: s.max_tokens for s in specs}, "with 24 KV blocks, some request did not finish right"
+    ok(f"same {len(ref.steps)} steps as continuous batching; "
+       f"{summarize(tight)['preemptions']} preemptions survived with 24 blocks")
+
+
+# ---- exercise 4: a block allocator -------------------------------------------------------
+def check_allocator(make_allocator) -> None:
+    rng = random.Random(4)
+    num_blocks, block_size = 12, 4
+    a = make_allocator(num_blocks, block_size)
+    lengths: dict[str, int] = {}
+    for step in range(300):
+        rid = f"r{rng.randrange(5)}"
+        if rng.random() < 0.25:
+            freed = a.release(rid)
+            want = cdiv(lengths.pop(rid, 0), block_size)
+            assert freed == want, f"release({rid!r}) returned {freed}, it held {want} blocks"
+        else:
+            n = lengths.get(rid, 0) + rng.randrange(1, 9)
+            fits = cdiv(n, block_size) - cdiv(lengths.get(rid, 0), block_size) <= a.num_free
+            before = {r: list(t) for r, t in a.tables.items()}
+            try:
+                a.allocate(rid, n)
+                assert fits, f"allocate({rid!r}, {n}) succeeded with only {a.num_free} free blocks left"
+                lengths[rid] = n
+            except NotImplementedError:
+                raise
+            except RuntimeError:
+                assert not fits, f"allocate({rid!r}, {n}) raised although enough blocks were free"
+                after = {r: list(t) for r, t in a.tables.items() if t}
+                assert after == {r: t for r, t in before.items() if t}, "a failed allocate must change nothing"
+        held = [b for t in a.tables.values() for b in t]
+        assert len(held) == len(set(held)), f"step {step}: a block is in two tables: {a.tables}"
+        assert len(held) + a.num_free == num_blocks, f"step {step}: used + free != {num_blocks}"
+        for r, n in lengths.items():
+            assert len(a.tables[r]) == cdiv(n, block_size), f"{r} holds {len(a.tables[r])} blocks for {n} tokens"
+            p = rng.randrange(n)
+            assert a.slot(r, p) == a.tables[r][p // block_size] * block_size + p % block_size, \
+                f"slot({r!r}, {p}) is wrong"
+    ok("300 random allocate/release calls: no block shared, none lost, failed allocations change nothing")
+
+
+# ---- exercise 5: the ragged batch's metadata ---------------------------------------------
+def dense_causal_attention(q, k, v, scale):
+    """One sequence, no cache, no paging: the textbook formula (the independent ground truth)."""
+    n, ctx = q.shape[0], k.shape[0]
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    mask = torch.arange(ctx)[None, :] <= torch.arange(ctx - n, ctx)[:, None]
+    return torch.einsum("hqk,khd->qhd", scores.masked_fill(~mask, float("-inf")).softmax(-1), v)
+
+
+def check_ragged_metadata(ragged_metadata) -> None:
+    torch.manual_seed(5)
+    block_size, heads, dim, num_blocks = 4, 2, 8, 32
+    query_lens, cached_lens = [5, 3, 1, 1], [0, 6, 9, 2]  # a prompt, a chunk, two decodes
+    order = torch.randperm(num_blocks).tolist()  # scrambled tables: nothing may assume order
+    tables, used = [], 0
+    for q_len, c_len in zip(query_lens, cached_lens):
+        n = cdiv(q_len + c_len, block_size)
+        tables.append(order[used:used + n])
+        used += n
+    meta = ragged_metadata(query_lens, cached_lens, tables, block_size)
+    assert isinstance(meta, AttentionMetadata), "return a minilm.model.AttentionMetadata"
+    assert meta.cu_seqlens_q.tolist() == [0, 5, 8, 9, 10], f"cu_seqlens_q {meta.cu_seqlens_q.tolist()}"
+    assert meta.context_lens.tolist() == [5, 9, 10, 3], f"context_lens {meta.context_lens.tolist()}: cached + new"
+    # fill the cache through the slot mapping, then attend with the reference backend
+    seqs = [(torch.randn(c + q, heads, dim), torch.randn(c + q, heads, dim))
+            for q, c in zip(query_lens, cached_lens)]
+    # unused slots hold large garbage: attending to one of them shows in the result
+    k_cache = 100 * torch.randn(num_blocks, block_size, heads, dim)
+    v_cache = 100 * torch.randn(num_blocks, block_size, heads, dim)
+    for (k, v), table in zip(seqs, tables):
+        for p in range(k.shape[0]):
+            k_cache[table[p // block_size], p % block_size] = k[p]
+            v_cache[table[p // block_size], p % block_size] = v[p]
+    slots = meta.slot_mapping.tolist()
+    want_slots = [t[p // block_size] * block_size + p % block_size
+                  for q, c, t in zip(query_lens, cached_lens, tables) for p in range(c, c + q)]
+    assert slots == want_slots, f"slot_mapping {slots[:6]}...; each new token's block * block_size + offset"
+    q = torch.randn(sum(query_lens), heads, dim)
+    out = paged_attention(q, k_cache, v_cache, meta, dim ** -0.5)
+    cu = meta.cu_seqlens_q.tolist()
+    for i, (k, v) in enumerate(seqs):
+        want = dense_causal_attention(q[cu[i]:cu[i + 1]], k, v, dim ** -0.5)
+        assert torch.allclose(out[cu[i]:cu[i + 1]], want, atol=1e-5), f"sequence {i}: attention differs"
+    ok("metadata for a prompt, a chunk and two decodes gives the textbook attention")
+
+
+# ---- exercise 6: the chunk-splitting rule ------------------------------------------------
+def check_split_budget(split_budget) -> None:
+    assert split_budget(16, 4, [30]) == [12], "4 decodes first, then 12 prompt tokens"
+    assert split_budget(16, 0, [5, 30]) == [5, 11], "whole short prompt, then a chunk of the next"
+    assert split_budget(16, 16, [30]) == [0], "decodes used the whole budget"
+    assert split_budget(16, 2, []) == [], "no prompts, no chunks"
+    # the engine's chunked policy, step by step, on a workload with no KV pressure
+    budget = 48
+    specs = make_workload("uniform", num_requests=6, seed=6)
+    tl = run_workload(specs, policy="chunked", max_num_batched_tokens=budget, max_num_seqs=6,
+                      sampling={"ignore_eos": True})
+    remaining = {s.id: len(s.prompt_ids) for s in specs}
+    for step in tl.steps:
+        decodes = sum(i.kind == "decode" for i in step.items)
+        pending = [rid for rid, n in remaining.items() if n > 0]
+        got = split_budget(budget, decodes, [remaining[r] for r in pending])
+        want = [next((i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"), 0)
+                for r in pending]
+        assert got == want, f"step {step.step}: you split {got}, the engine ran chunks {want}"
+        for r, n in zip(pending, want):
+            remaining[r] -= n
+    ok(f"same chunks as the engine in all {len(tl.steps)} steps of a {budget}-token budget run")
+
+
+# ---- exercise 7: goodput -----------------------------------------------------------------
+def check_goodput(goodput) -> None:
+    specs = make_workload("mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512)
+    tl = run_workload(specs, policy="continuous", max_num_seqs=4, max_model_len=512,
+                      sampling={"ignore_eos": True})
+    ttfts = sorted(r.t_first_token - r.arrival for r in tl.requests)
+    for ttft_slo in (ttfts[3], ttfts[8], None):  # SLOs that some, most, all requests meet
+        for tpot_slo in (None, summarize(tl)["tpot_p50"]):
+            want = summarize(tl, ttft_slo=ttft_slo, tpot_slo=tpot_slo)["goodput_req_per_s"] \
+                if (ttft_slo, tpot_slo) != (None, None) else len(tl.requests) / summarize(tl)["wall_s"]
+            got = goodput(tl, ttft_slo, tpot_slo)
+            assert math.isclose(got, want, rel_tol=1e-9), \
+                f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got:.3f} req/s, expected {want:.3f}"
+    ok("goodput matches minilm.metrics for six SLO combinations")
