@@ -301,7 +301,7 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) 
         raise ValueError("the head_dim axis of q and of the KV cache must be contiguous")
 
 
-def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int) -> dict:
+def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int, elem_bytes: int = 2) -> dict:
     """Block sizes and warps for a step: a function of shapes known on the host (no GPU sync).
 
     BLOCK_M rows = BLOCK_Q tokens x GROUP heads. Decode-only steps (one token per
@@ -309,13 +309,15 @@ def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int) -> 
     token, and decode is bound by reading the cache, not by math. Steps with prompt
     chunks take a query block about the size of an average sequence's new tokens, up
     to 128 rows: each K/V tile loaded then serves more queries (prefill is compute-bound).
+    fp32 tiles are twice the bytes, so they stay smaller to fit any GPU's shared memory.
     """
     per_seq = max(1, num_tokens // max(1, num_seqs))
-    block_m = min(128, max(16, triton.next_power_of_2(per_seq * group)))
+    block_m = min(128 if elem_bytes <= 2 else 64, max(16, triton.next_power_of_2(per_seq * group)))
     block_m = max(block_m, triton.next_power_of_2(group))  # at least one whole token
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    return dict(BLOCK_M=block_m, BLOCK_Q=block_m // group, TILE_N=64 if head_dim_pad <= 128 else 32,
-                HEAD_DIM_PAD=head_dim_pad, num_warps=8 if block_m >= 128 else 4, num_stages=2)
+    tile_n = 64 if head_dim_pad * elem_bytes <= 256 else 32
+    return dict(BLOCK_M=block_m, BLOCK_Q=block_m // group, TILE_N=tile_n, HEAD_DIM_PAD=head_dim_pad,
+                num_warps=8 if block_m >= 128 else 4, num_stages=2)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -328,7 +330,7 @@ def _launch(q, k_cache, v_cache, meta, scale, out, num_segments, partials):
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_seqs = meta.context_lens.shape[0]
     group = num_q_heads // num_kv_heads
-    cfg = launch_config(num_tokens, num_seqs, group, head_dim)
+    cfg = launch_config(num_tokens, num_seqs, group, head_dim, q.element_size())
     seg_max, seg_sum, seg_out = partials if partials is not None else (out, out, out)  # unused when 1 segment
     grid = (num_tokens // cfg["BLOCK_Q"] + num_seqs, num_kv_heads, num_segments)
     _paged_attention_kernel[grid](
@@ -418,7 +420,8 @@ def split_kv_segments(q: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMet
     target = 2 * sm_count(q.device)
     if num_tokens != num_seqs or num_seqs == 0 or programs >= target:
         return 1
-    tile_n = launch_config(num_tokens, num_seqs, q.shape[1] // k_cache.shape[2], q.shape[2])["TILE_N"]
+    tile_n = launch_config(num_tokens, num_seqs, q.shape[1] // k_cache.shape[2], q.shape[2],
+                           q.element_size())["TILE_N"]
     longest_tiles = meta.block_tables.shape[1] * k_cache.shape[1] // tile_n
     segments = min(MAX_SEGMENTS, triton.next_power_of_2(math.ceil(target / programs)), longest_tiles // 2)
     return 1 if segments < 2 else 1 << (segments.bit_length() - 1)  # a power of two
