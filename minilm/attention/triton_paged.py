@@ -119,7 +119,8 @@ def _attend_tiles(acc, l_i, m_i, q, tile_lo, tile_hi,
                     mask=kv_ok[None, :] & d_ok[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_off[:, None] + offs_d[None, :],
                     mask=kv_ok[:, None] & d_ok[None, :], other=0.0)
-        s = tl.dot(q, k, input_precision=DOT_PRECISION) * qk_scale  # [BLOCK_M, TILE_N], log2 units
+        # qk_scale = scale * log2(e), so exp2(s) below is exp(scale * q.k): [BLOCK_M, TILE_N].
+        s = tl.dot(q, k, input_precision=DOT_PRECISION) * qk_scale
         if MASKED:
             visible = (kv_pos[None, :] <= query_pos_abs[:, None]) & kv_ok[None, :]
             s = tl.where(visible, s, float("-inf"))
@@ -130,6 +131,7 @@ def _attend_tiles(acc, l_i, m_i, q, tile_lo, tile_hi,
         p = tl.math.exp2(s - m_safe[:, None])
         alpha = tl.math.exp2(m_i - m_safe)  # rescales what was summed under the old maximum
         l_i = l_i * alpha + tl.sum(p, 1)
+        # p goes into the tensor-core dot in V's 16-bit type; the sum stays fp32.
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -289,8 +291,8 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) 
     if q.shape[2] != k_cache.shape[3] or q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"q heads/dim {tuple(q.shape[1:])} do not fit cache heads/dim {tuple(k_cache.shape[2:])}: "
                          f"Hq must be a multiple of Hkv and D must match")
-    if q.shape[2] > 256:
-        raise ValueError(f"head_dim={q.shape[2]}; allowed: up to 256")
+    if q.shape[2] > 128:
+        raise ValueError(f"head_dim={q.shape[2]}; allowed: up to 128 (the tile sizes are set for that)")
     if q.device.type == "cpu" and not interpreting():
         raise ValueError("the Triton backend on CPU needs TRITON_INTERPRET=1 set before `import triton`; "
                          "or use attention_backend='reference'")
@@ -316,6 +318,7 @@ def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int, ele
     block_m = max(block_m, triton.next_power_of_2(group))  # at least one whole token
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     tile_n = 64 if head_dim_pad * elem_bytes <= 256 else 32
+    # Warps and pipeline stages: sensible defaults, not yet tuned on a GPU (bench/gpu_attention.py).
     return dict(BLOCK_M=block_m, BLOCK_Q=block_m // group, TILE_N=tile_n, HEAD_DIM_PAD=head_dim_pad,
                 num_warps=8 if block_m >= 128 else 4, num_stages=2)
 
