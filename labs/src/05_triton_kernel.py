@@ -1,0 +1,178 @@
+# %% [markdown]
+# # 5 · Inside the Triton kernel: one kernel for a ragged batch
+#
+# With in-flight batching and chunked prefill, one step holds very different pieces of
+# work: a 256-token prompt chunk, a 1-token decode with 900 tokens of context, another
+# decode with 40... How does one attention call serve them all?
+#
+# * **Padding + masking** (the classic way, and TensorRT-LLM's for some paths): make a
+#   dense `[batch, max_query_len, max_context]` problem, pad every sequence to the
+#   longest, and mask the padding away. Simple, but the padded positions are computed.
+# * **Ragged** (vLLM's and SGLang's Triton backends, FlashAttention's varlen API):
+#   concatenate every new token of the step into one flat list `q [T, heads, dim]`, and
+#   describe the pieces with a few small tensors. No padding at all.
+#
+# This lesson builds the ragged description from a real step, measures what padding
+# would cost, and runs `minilm/attention/triton_paged.py` against the reference.
+
+# %%
+import os
+# Triton runs on a CPU only in its interpreter, which must be switched on before `import triton`.
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+from minilm import Engine, make_workload, run_workload
+from minilm.attention import reference, triton_paged
+from minilm.model import AttentionMetadata
+
+# %% [markdown]
+# ## 1. A real mixed step
+#
+# Run a small workload with chunked prefill (lesson 6) and pick the step with the most
+# sequences that mixes a prompt chunk with decodes.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+specs = make_workload("uniform", num_requests=6, seed=0, max_model_len=256)
+tl = run_workload(specs, policy="chunked", max_num_batched_tokens=64, max_num_seqs=6, max_model_len=256,
+                  block_size=16, sampling={"ignore_eos": True})
+mixed = [s for s in tl.steps if {i.kind for i in s.items} == {"prefill", "decode"}]
+step = max(mixed, key=lambda s: (len(s.items), -s.step))
+for i in step.items:
+    print(f"{i.request_id}: {i.kind:7s} {i.num_tokens:3d} new tokens, context after the step {i.context_len:3d}, "
+          f"blocks {step.kv_blocks[i.request_id]}")
+
+# %% [markdown]
+# ## 2. The ragged description
+#
+# `AttentionMetadata` (minilm/model.py) is all the kernel needs:
+#
+# * `cu_seqlens_q` — where each sequence's new tokens start and end in the flat batch;
+# * `context_lens` — how many keys each sequence attends to (cached + new);
+# * `block_tables` — each sequence's blocks in the paged cache (lesson 4);
+# * `slot_mapping` — the cache slot where each new token's K and V are written.
+#
+# The engine builds it in `minilm/runner.py`; here it is from the step's record.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import torch
+
+def metadata_of(step, block_size=16):
+    q_lens = [i.num_tokens for i in step.items]
+    ctx = [i.context_len for i in step.items]
+    tables = [step.kv_blocks[i.request_id] for i in step.items]
+    width = max(len(t) for t in tables)
+    slots = [t[p // block_size] * block_size + p % block_size
+             for q, c, t in zip(q_lens, ctx, tables) for p in range(c - q, c)]
+    cu = torch.tensor([0] + q_lens).cumsum(0)
+    return AttentionMetadata(cu_seqlens_q=cu.to(torch.int32), context_lens=torch.tensor(ctx, dtype=torch.int32),
+                             block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
+                             slot_mapping=torch.tensor(slots, dtype=torch.int64))
+
+meta = metadata_of(step)
+print("cu_seqlens_q:", meta.cu_seqlens_q.tolist())
+print("context_lens:", meta.context_lens.tolist())
+print("block_tables shape:", tuple(meta.block_tables.shape), "| slot_mapping:", len(meta.slot_mapping), "slots")
+
+# %% [markdown]
+# ## 3. What padding would cost
+#
+# A padded layout computes `batch x max_query_len` query rows per step and a score matrix
+# of `batch x max_query_len x max_context` per head; the ragged one computes `T` rows and
+# the (causal) pairs each sequence really has. Over every step of the run above:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rows_padded = rows_ragged = pairs_padded = pairs_ragged = 0
+for s in tl.steps:
+    q = [i.num_tokens for i in s.items]
+    c = [i.context_len for i in s.items]
+    rows_padded += len(q) * max(q)
+    rows_ragged += sum(q)
+    pairs_padded += len(q) * max(q) * max(c)
+    pairs_ragged += sum(n * ctx - n * (n - 1) // 2 for n, ctx in zip(q, c))
+print(f"query rows: padded {rows_padded:,}, ragged {rows_ragged:,} ({rows_padded / rows_ragged:.1f}x)")
+print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_padded / pairs_ragged:.1f}x)")
+
+# %% [markdown]
+# A decode next to a long prompt chunk is padded to the chunk's length: most of the padded work is
+# thrown away. (The linear layers never need padding in this engine: they are per-token,
+# so the whole flat batch goes through them as one matrix — Orca's *selective batching*.)
+
+# %% [markdown]
+# ## 4. How the kernel walks the ragged batch
+#
+# Read the docstring of `minilm/attention/triton_paged.py` beside this. In short:
+#
+# * the grid is (query blocks, KV heads); one program takes up to `BLOCK_Q` new tokens of
+#   **one** sequence and all the query heads that share one KV head (grouped-query
+#   attention), so each K/V tile it loads serves all of them;
+# * a program finds its sequence by binary search over `cu_seqlens_q`, so no per-program
+#   table has to be built on the host;
+# * it walks the sequence's keys tile by tile through the block table, keeping
+#   FlashAttention's running max and sum (Dao et al., 2022), so the score matrix never
+#   exists in memory;
+# * the causal rule is one line: new token `j` of a sequence with `n` new tokens sits at
+#   position `context_len - n + j` and sees keys `kv_pos < context_len - n + j + 1`. It
+#   covers a whole prompt, a chunk continuing earlier chunks, and a decode (`n = 1`).
+#
+# Run it on the step above (in Triton's interpreter on a CPU: correct but slow) and
+# compare it with the readable reference (`minilm/attention/reference.py`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import time
+
+torch.manual_seed(0)
+num_blocks, block_size, q_heads, kv_heads, dim = 64, 16, 8, 2, 32
+k_cache = torch.randn(num_blocks, block_size, kv_heads, dim)
+v_cache = torch.randn(num_blocks, block_size, kv_heads, dim)
+q = torch.randn(len(meta.slot_mapping), q_heads, dim)
+t0 = time.perf_counter()
+out_triton = triton_paged.paged_attention(q, k_cache, v_cache, meta, dim ** -0.5)
+seconds = time.perf_counter() - t0
+out_ref = reference.paged_attention(q, k_cache, v_cache, meta, dim ** -0.5)
+err = ((out_triton - out_ref).abs().max() / out_ref.abs().max()).item()
+print(f"{len(q)} query tokens of {len(meta.context_lens)} sequences, {q_heads} query heads on {kv_heads} KV heads")
+print("Triton kernel equals the reference (relative error < 1e-4):", err < 1e-4)
+
+# %%
+print(f"max relative error {err:.1e}; the kernel took {seconds:.2f} s "
+      f"({'interpreted on the CPU' if triton_paged.interpreting() else 'compiled, on the GPU'})")
+
+# %% [markdown]
+# The whole engine runs with it too: `attention_backend="triton"`. Batching must never
+# change what is generated, and neither may the kernel: greedy tokens match.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+small = make_workload("uniform", num_requests=3, seed=1, max_model_len=64)
+for s in small:
+    s.prompt_ids, s.max_tokens = s.prompt_ids[:12], 4
+outs = {}
+for backend in ("reference", "triton"):
+    t = run_workload(small, policy="chunked", max_num_batched_tokens=16, attention_backend=backend,
+                     max_model_len=64, sampling={"ignore_eos": True})
+    outs[backend] = {r.request_id: r.output_ids for r in t.requests}
+print("same greedy tokens with the Triton kernel as with the reference:", outs["triton"] == outs["reference"])
+
+# %% [markdown]
+# ## 5. On a GPU
+#
+# `bench/gpu_attention.py` checks and times the compiled kernel on a CUDA GPU (decode
+# bandwidth against a device-to-device copy, prefill TFLOP/s against PyTorch's
+# FlashAttention backend) and writes `bench/results/gpu_attention.json`. If it has been
+# run, its table is shown here:
+
+# %%
+results = ROOT / "bench" / "results" / "gpu_attention.txt"
+print(results.read_text() if results.exists() else
+      "No GPU results in bench/results/ yet: run `python bench/gpu_attention.py` on a CUDA machine.")
+
+# %% [markdown]
+# **What to remember.** A serving engine's step is ragged. Flattening it and describing it
+# with `cu_seqlens_q`, `context_lens`, `block_tables` and `slot_mapping` lets one kernel
+# launch serve prompt chunks and decodes of any lengths, reading K/V straight out of the
+# paged cache, with no padded work.
+#
+# **Exercise 5** (`exercises/05_triton_kernel.ipynb`): build this metadata yourself.
