@@ -94,6 +94,17 @@ class Attention(nn.Module):
         out = attention(q, k_cache, v_cache, meta, self.head_dim ** -0.5)
         return self.o_proj(out.reshape(T, self.num_heads * self.head_dim))
 
+    def forward_dense(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Training path: x [B, L, hidden], every row one sequence from position 0, no cache."""
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # cos/sin [L, D] broadcast over B
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, L, self.num_heads * self.head_dim))
+
 
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
@@ -160,6 +171,21 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, kv_cache[i, 0], kv_cache[i, 1], meta, attention, write_kv)
         return self.model.norm(x)
+
+    def forward_dense(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits [B, L, vocab] of a dense batch `input_ids [B, L]` (training, minilm/train.py).
+
+        The same weights as `forward`, but a plain causal mask over each row instead of
+        the paged cache: training sees every position of every row at once, and has no
+        ragged batch or KV cache to manage."""
+        cfg = self.config
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = x + layer.self_attn.forward_dense(layer.input_layernorm(x), cos, sin)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.lm_head(self.model.norm(x)).float()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits only for the rows given: the engine passes the last token of each sampled sequence."""

@@ -7,6 +7,9 @@ mixed        heavy-tailed (log-normal) prompt and output lengths, the shape of S
              conversations: most short, a few long
 long-prompt  many short requests decoding, then a few prompts of thousands of tokens
              arriving while they do: the chunked-prefill lesson's workload
+docstrings   real text for the trained `docstrings` model: each prompt is the beginning
+             of a held-out docstring, max_tokens is generous, so the model's EOS (not
+             max_tokens) decides each output's length, as in real serving traffic
 
 `rate` (requests/s) turns any preset into an online workload with Poisson arrivals.
 A JSON file of `{"id", "prompt_ids" or "prompt", "max_tokens", "arrival"}` objects
@@ -20,7 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-PRESETS = ("uniform", "mixed", "long-prompt")
+PRESETS = ("uniform", "mixed", "long-prompt", "docstrings")
+DOCSTRINGS_HELDOUT = Path(__file__).parent / "checkpoints" / "docstrings" / "heldout.json"
+# Generous (most docstrings end well before it), and a few-word prompt plus this stays
+# within the 256-token rows the model was trained on.
+DOCSTRINGS_MAX_TOKENS = 224
 
 
 @dataclass
@@ -65,6 +72,8 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     if rate is not None and rate <= 0:
         raise ValueError(f"rate={rate} requests/s must be > 0 (or None for all at t=0)")
     rng = np.random.default_rng(seed)
+    if name == "docstrings":
+        return docstring_workload(num_requests, rng, rate, max_model_len)
     prompts, outputs = preset_lengths(name, num_requests, rng, max_model_len)
     if rate is not None:
         arrivals = np.cumsum(rng.exponential(1.0 / rate, num_requests))
@@ -76,6 +85,28 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     return [RequestSpec(id=f"r{i}", prompt_ids=rng.integers(0, vocab_size, int(p)).tolist(),
                         max_tokens=int(o), arrival=float(a))
             for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))]
+
+
+def docstring_prompt(doc: str, max_words: int = 6) -> str:
+    """The first words of a docstring's first line (at most half of them, at least one):
+    enough to set the topic, leaving the model the rest to write."""
+    words = doc.split("\n", 1)[0].split(" ")
+    return " ".join(words[:max(1, min(max_words, len(words) // 2))])
+
+
+def docstring_workload(num_requests: int, rng: np.random.Generator, rate: float | None,
+                       max_model_len: int) -> list[RequestSpec]:
+    """Prompts from the held-out docstrings the `docstrings` checkpoint ships (never trained on);
+    text, so the engine's tokenizer encodes them."""
+    if not DOCSTRINGS_HELDOUT.exists():
+        raise ValueError(f"workload 'docstrings' needs {DOCSTRINGS_HELDOUT}; "
+                         f"train the checkpoint with `python -m minilm.train` (see README)")
+    docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
+    picks = rng.choice(len(docs), num_requests, replace=num_requests > len(docs))
+    max_tokens = min(DOCSTRINGS_MAX_TOKENS, max_model_len // 2)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, num_requests)) if rate is not None else np.zeros(num_requests)
+    return [RequestSpec(id=f"r{i}", prompt_ids=None, prompt=docstring_prompt(docs[k]), max_tokens=max_tokens,
+                        arrival=float(a)) for i, (k, a) in enumerate(zip(picks, arrivals))]
 
 
 def load_workload(path: str | Path) -> list[RequestSpec]:
