@@ -250,7 +250,7 @@ class StepCost:
 def plan_shape(plan) -> list[tuple[int, int]]:
     """(new tokens, context after the step) of each sequence of a `StepPlan`; padding
     tokens count as real ones: they cost what a real token costs."""
-    return [(w.num_tokens + w.num_padding, w.end) for w in plan.work]
+    return [(w.num_tokens + w.num_padding, w.start + w.num_tokens + w.num_padding) for w in plan.work]
 
 
 def items_shape(items: Iterable) -> list[tuple[int, int]]:
@@ -299,12 +299,10 @@ class CostModel:
 
     def cost(self, shape: list[tuple[int, int]]) -> StepCost:
         """The cost of a step from (new tokens, context after the step) per sequence."""
-        num_tokens = pairs = context = 0
-        for q, c in shape:
-            num_tokens += q
-            pairs += q * c - q * (q - 1) // 2
-            context += c
         B = len(shape)
+        num_tokens = sum(q for q, _ in shape)
+        context = sum(c for _, c in shape)
+        pairs = context if num_tokens == B else sum(q * c - q * (q - 1) // 2 for q, c in shape)  # all decodes: 1 * c
         linear = 2.0 * (num_tokens * self.linear_params + B * self.lm_head_params)
         attention = float(self.attn_flops_per_pair * pairs)
         kv_read = float(self.kv_bytes_per_token * context)
