@@ -1,12 +1,14 @@
 """Calibrate the `cpu` device spec from the real engine's measured step times.
 
-    python bench/calibrate_cpu.py            # ~2-3 minutes on a 2-core laptop
+    python bench/calibrate_cpu.py [raw.pkl]  # ~2 minutes on a 2-core laptop
+                                             # raw.pkl: save the measurements there, or
+                                             # refit from it when it exists
 
 1. Runs the real engine (reference attention, float32, one torch thread) on small
    offline workloads with three model configs of different depth and width (`tiny`,
-   `small`, and a wide 2-layer one), each workload four times; with every request
+   `small`, and a wide 2-layer one), each workload six times; with every request
    arriving at t=0 the steps are identical in every run, so each step's time is the
-   fastest of its four measurements (a busy machine only ever makes a step slower).
+   fastest of its six measurements (a busy machine only ever makes a step slower).
    A step's time is the CPU time of the engine's thread (`time.thread_time`), not the
    wall time: on a machine shared with other processes the wall time of a 10 ms step
    varied by 50% between identical runs (the OS hands the core to others mid-step),
@@ -35,6 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pickle
 import platform
 import sys
 import time
@@ -53,7 +56,7 @@ from minilm.model import LlamaModel  # noqa: E402
 from minilm.workload import make_workload  # noqa: E402
 
 THREADS = 1
-REPEATS = 4
+REPEATS = 6
 MODELS = {
     "tiny": MODEL_PRESETS["tiny"],
     "small": MODEL_PRESETS["small"],
@@ -179,7 +182,13 @@ def row(label: str, spec: DeviceSpec, model: ModelConfig, steps) -> dict:
 def main() -> int:
     torch.set_num_threads(THREADS)
     t0 = time.perf_counter()
-    measured = measure(FIT_RUNS + [HELD_OUT])
+    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else None  # optional: keep (or reuse) the measurements
+    if raw is not None and raw.exists():
+        measured = pickle.loads(raw.read_bytes())
+    else:
+        measured = measure(FIT_RUNS + [HELD_OUT])
+        if raw is not None:
+            raw.write_bytes(pickle.dumps(measured))
     held_out = measured.pop(HELD_OUT)
     F = np.concatenate([features(MODELS[r[0]], measured[r]) for r in FIT_RUNS])
     t = np.concatenate([[d for _, d in measured[r]] for r in FIT_RUNS])
