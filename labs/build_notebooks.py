@@ -5,7 +5,8 @@
 
 Sources use the "percent" format: a line `# %%` starts a code cell, `# %% [markdown]`
 a markdown cell whose lines start with `# `. Every notebook gets the same setup cell
-first (find the repo root, one CPU thread).
+first (find the repo root, one CPU thread); `# %% [with setup]` puts the setup at the
+top of that cell instead (the lecture demo, whose first cell must do everything).
 
 Exercise sources (`src/ex_NN_*.py`) give two notebooks: `exercises/NN_*.ipynb`, where
 each `# BEGIN SOLUTION ... # END SOLUTION` region becomes `raise NotImplementedError`,
@@ -51,7 +52,8 @@ def split_cells(text: str) -> list[tuple[str, str]]:
         if line.startswith("# %%"):
             if kind is not None:
                 cells.append((kind, "\n".join(lines).strip("\n")))
-            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+            kind = "markdown" if "[markdown]" in line else "setup+code" if "[with setup]" in line else "code"
+            lines = []
         elif kind is not None:
             lines.append(line)
     if kind is not None:
@@ -78,8 +80,11 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    out = [nbformat.v4.new_code_cell(SETUP)]
+    inline = any(kind == "setup+code" for kind, _ in cells)
+    out = [] if inline else [nbformat.v4.new_code_cell(SETUP)]
     for kind, source in cells:
+        if kind == "setup+code":  # the lecture demo: its first cell must do everything
+            source = SETUP + "\n\n" + source
         if kind == "markdown":
             out.append(nbformat.v4.new_markdown_cell(markdown_text(source)))
             continue
@@ -128,6 +133,7 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
             cell.outputs = []
             cell.execution_count = None
         cell.metadata = {}
+    nb.metadata.pop("widgets", None)  # the saved state of every widget shown: megabytes of figure JSON
     return errors
 
 

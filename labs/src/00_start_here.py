@@ -101,16 +101,9 @@ print(f"{m['requests']} requests, {m['steps']} steps, {m['output_tokens']} outpu
 # visible: with `max_num_seqs=4`, a new request starts the moment one finishes.
 
 # %%
-import plotly.graph_objects as go
-# (interim figure; replaced by widgets.gantt once widgets/ lands)
-items = tl.items_df()
-fig = go.Figure()
-for kind, color in (("prefill", "#d62728"), ("decode", "#1f77b4")):
-    d = items[items.kind == kind]
-    fig.add_bar(base=d.t_start * 1e3, x=(d.t_end - d.t_start) * 1e3, y=d.request_id, orientation="h",
-                name=kind, marker_color=color)
-fig.update_layout(barmode="overlay", xaxis_title="time (ms, measured)", yaxis_autorange="reversed", height=350)
-fig
+import widgets
+
+widgets.gantt_figure(tl)
 
 # %% [markdown]
 # The throughput of this run, measured on this machine (it varies from run to run):

@@ -1,0 +1,86 @@
+# %% [markdown]
+# # Lecture demo: static vs in-flight vs chunked, live
+#
+# Run the first cell: it runs one workload under the three policies and shows them on one
+# time axis, with a time slider that highlights the step each engine is running at that
+# moment, the metrics table, and the control panel (knobs, Run, step-through with
+# play/pause, KV block map). The cells below it are talking points, one figure each.
+
+# %% [with setup]
+import ipywidgets as W
+import plotly.graph_objects as go
+from IPython.display import display
+
+import widgets
+from minilm import make_workload, run_workload
+from widgets.panel import ControlPanel
+
+specs = make_workload("mixed", num_requests=16, seed=0, max_model_len=512)
+knobs = dict(max_num_seqs=6, max_model_len=512, sampling={"ignore_eos": True})
+timelines = {"static": run_workload(specs, policy="static", **knobs),
+             "continuous": run_workload(specs, policy="continuous", **knobs),
+             "chunked (budget 64)": run_workload(specs, policy="chunked", max_num_batched_tokens=64, **knobs)}
+
+
+def step_at(tl, t):
+    """The step an engine is running at time t (seconds)."""
+    return max((s.step for s in tl.steps if s.t_start <= t), default=0)
+
+
+comparison = go.FigureWidget(widgets.compare_figure(timelines))
+end_ms = max(max(s.t_end for s in tl.steps) for tl in timelines.values()) * 1e3
+clock = W.FloatSlider(0.0, min=0.0, max=end_ms, step=end_ms / 200, description="time (ms)",
+                      readout_format=".0f", layout=W.Layout(width="70%"))
+clock.observe(lambda change: widgets.update_figure(comparison, widgets.compare_figure(
+    timelines, step={name: step_at(tl, change["new"] / 1e3) for name, tl in timelines.items()})), names="value")
+panel = ControlPanel(policy="chunked", max_num_batched_tokens=64, num_requests=16, max_num_seqs=6)
+display(W.VBox([clock, comparison]), widgets.metrics_table(timelines).round(3), panel)
+
+# %% [markdown]
+# ## Talking points
+#
+# **1. Prefill vs decode** (lesson 1). The first steps of every run are long: prompts.
+# Then short decode steps. Per step, tokens by kind and the step's duration:
+
+# %%
+widgets.steps_figure(timelines["continuous"])
+
+# %% [markdown]
+# **2. Static batching wastes** (lesson 2): padding and early-finished rows (grey) until
+# the slowest row ends; new requests wait for the whole batch.
+
+# %%
+widgets.gantt_figure(timelines["static"])
+
+# %% [markdown]
+# **3. The KV cache, paged** (lesson 4): blocks taken as sequences grow, returned the step
+# a request ends.
+
+# %%
+widgets.kvmap_figure(timelines["continuous"])
+
+# %% [markdown]
+# **4. Latency** (lessons 6–7): TTFT and inter-token latency, per policy.
+
+# %%
+widgets.latency_cdfs_figure(timelines)
+
+# %% [markdown]
+# **5. The same on a GPU** (simulated, Llama-3-8B on an H100), with long prompts
+# arriving among short requests (lesson 6): the same picture every time, on any laptop. Edit the model and device names to show another.
+
+# %%
+from minilm.simulator import simulated_engine
+
+def simulate(policy, **kw):
+    engine = simulated_engine("llama-3-8b", "h100", policy=policy, max_num_seqs=32, max_model_len=8192, **kw)
+    engine.add_workload(make_workload("long-prompt", num_requests=64, seed=0, rate=30.0, max_model_len=8192,
+                                      vocab_size=128256))
+    return engine.run()
+
+simulated = {"static": simulate("static"), "continuous": simulate("continuous"),
+             "chunked (budget 512)": simulate("chunked", max_num_batched_tokens=512)}
+widgets.compare_figure(simulated)
+
+# %%
+widgets.metrics_table(simulated).round(3)
