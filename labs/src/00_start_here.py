@@ -38,10 +38,11 @@ print("CUDA GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() els
 # %% [markdown]
 # ## 2. Generate text
 #
-# An `Engine` holds a model, a KV cache and a scheduler. You add requests (prompt token
-# ids or text, how many tokens to generate) and run it. The `tiny` model has random
-# weights, so what it writes is gibberish; the `docstrings` checkpoint, when it is
-# installed, is a small trained model that writes Python-docstring-like English.
+# An `Engine` holds a model, a KV cache and a scheduler. You give it requests (a prompt,
+# how many tokens to generate) and it runs them, batched. `docstrings` is a small model
+# shipped with the lab, trained on the docstrings of Python's standard library, so it
+# writes docstring-like English; until it is installed, the `tiny` model (random
+# weights) stands in and writes gibberish.
 
 # %%
 from minilm import Engine
@@ -49,25 +50,28 @@ from minilm.loader import CHECKPOINTS_DIR
 
 MODEL = "docstrings" if (CHECKPOINTS_DIR / "docstrings" / "config.json").exists() else "tiny"
 engine = Engine(MODEL)
-engine.add_request("hello", prompt="def add(a, b):\n    \"\"\"", max_tokens=40)
-timeline = engine.run()
-print(f"model: {MODEL}")
-print(repr(engine.text("hello")))
+prompts = ["Return the", "Open a file and", "A Mapping is a"]
+for prompt, text in zip(prompts, engine.generate(prompts, max_tokens=40)):
+    print(f"{prompt!r} -> {text!r}")
+print(f"({MODEL} model, {engine.model_config.num_params / 1e6:.1f} M parameters)")
 
 # %% [markdown]
 # ## 3. What the engine did
 #
-# `engine.run()` returned a **timeline**: one record per engine step. The first step
-# computed the whole prompt at once (*prefill*); every later step computed one new token
-# (*decode*). Lesson 1 is about why these two kinds of step cost so differently.
+# The engine recorded a **timeline**: one record per engine step. The first step
+# computed the three prompts at once (*prefill*); every later step computed one new
+# token for each request still running (*decode*), until each one stopped — at its
+# end-of-text token or at `max_tokens`. Lesson 1 is about why these two kinds of step
+# cost so differently.
 
 # %%
-steps = timeline.steps_df()
-steps[["step", "duration", "prefill_tokens", "decode_tokens", "kv_blocks_used"]].head(6)
+steps = engine.timeline.steps_df()
+steps[["step", "duration", "prefill_tokens", "decode_tokens", "batch_size", "kv_blocks_used"]].head(6)
 
 # %% [markdown]
-# The same run with `ignore_eos=True` and a token-id prompt is fully deterministic in
-# its steps: one prefill step of 12 tokens, then one decode step per new token.
+# The same with the `tiny` model, a token-id prompt and `ignore_eos=True` is fully
+# deterministic in its steps: one prefill step of 12 tokens, then one decode step per
+# new token (each line: kind, tokens, context length after the step).
 
 # %%
 # NBVAL_CHECK_OUTPUT
