@@ -59,3 +59,17 @@ def test_solution_passes_checks(path):
         for source in code_cells(path):
             exec(compile(source, path.name, "exec"), namespace)
     assert "passed:" in out.getvalue(), f"{path.name}: no check reported success"
+
+
+def test_notebooks_match_their_sources():
+    """Every notebook is built from labs/src/ by labs/build_notebooks.py: edit the source, rebuild."""
+    from labs import build_notebooks as b
+
+    sources = sorted(b.SRC.glob("*.py"))
+    assert sources
+    for src in sources:
+        cells = b.split_cells(src.read_text())
+        for path, variant in b.targets(src):
+            want = [c.source for c in b.make_notebook(cells, variant).cells]
+            have = [c.source for c in nbformat.read(path, as_version=4).cells]
+            assert have == want, f"{path.relative_to(LABS)} is stale: run .venv/bin/python labs/build_notebooks.py"

@@ -5,7 +5,7 @@
 # work: a 256-token prompt chunk, a 1-token decode with 900 tokens of context, another
 # decode with 40... How does one attention call serve them all?
 #
-# * **Padding + masking** (the classic way, and TensorRT-LLM's for some paths): make a
+# * **Padding + masking** (the classic way, as in a padded `generate` call): make a
 #   dense `[batch, max_query_len, max_context]` problem, pad every sequence to the
 #   longest, and mask the padding away. Simple, but the padded positions are computed.
 # * **Ragged** (vLLM's and SGLang's Triton backends, FlashAttention's varlen API):

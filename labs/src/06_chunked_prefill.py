@@ -129,10 +129,11 @@ widgets.sweep_figure(sweep, latency="itl_max")
 # %% [markdown]
 # Read the table from the top: the smallest budgets spend so many steps on each prompt
 # that TTFT and throughput collapse. From a few hundred tokens on, the worst ITL grows
-# with the budget while TTFT p99 falls. In this run the mid-size budgets also give *more*
-# throughput than no chunking: the decodes keep running while long prompts are
-# prefilled, instead of waiting for them — Sarathi-Serve's *piggybacking* of decodes on
-# prefill chunks. Where to set the budget depends on what you promise users (lesson 7).
+# with the budget while TTFT p99 mostly falls. In this run the mid-size budgets also
+# give *more* throughput than no chunking: the decodes keep running while long prompts
+# are prefilled, instead of waiting for them (the Sarathi papers call this
+# *piggybacking* decodes on prefill chunks). Where to set the budget depends on what you
+# promise users (lesson 7).
 # vLLM's documentation suggests a budget near 2048 for low inter-token latency and above
 # 8192 for throughput. Sarathi-Serve reports up to 2.6x the serving capacity of vLLM for
 # Mistral-7B on one A100 under latency SLOs, and DeepSpeed-FastGen up to 2.3x the
