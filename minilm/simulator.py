@@ -49,6 +49,7 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     if policy is not None:
         base["policy"] = policy
     config = EngineConfig(**{**base, **knobs})
+    config.validate()  # bad knobs raise ValueError here, before the KV capacity uses them
     if config.num_blocks is None and config.kv_cache_bytes is None:
         config.num_blocks = cost.kv_num_blocks(config.block_size, gpu_memory_utilization)
     config.dtype, config.device = cost.dtype, "cpu"  # no tensors are made; device is for the meta below

@@ -213,3 +213,12 @@ def test_cli_compare_simulate(capsys):
     assert all(r["clock"] == "simulated" for r in rows)
     assert rows[0]["padding_fraction"] > 0 == rows[1]["padding_fraction"]
     assert main(["compare", "--simulate", "--model", "llama-3-70b", "--device", "h100", "--json"]) == 2
+
+
+def test_bad_knobs_raise_value_error():
+    with pytest.raises(ValueError, match="block_size"):
+        simulated_engine("llama-3-8b", "h100", "chunked", block_size=0)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        simulated_engine("llama-3-8b", "h100", "chunked", gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="policy"):
+        simulated_engine("llama-3-8b", "h100", "fastest")
