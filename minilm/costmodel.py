@@ -1,7 +1,7 @@
 """A roofline cost model: how long one engine step takes for a model on a device.
 
 The simulator (simulator.py) runs the real scheduler and asks this model for each
-step's duration, so a laptop can show a Llama-3-8B serving run on an H100 (lesson 7).
+step's duration, so a laptop can show a Llama-3-8B serving run on an H100.
 
 One step computes `q_i` new tokens for each sequence i of its batch, and sequence i's
 context after the step is `c_i` (cached tokens + its new ones). With
@@ -36,7 +36,8 @@ A step is compute-bound when its arithmetic intensity (FLOPs / byte) exceeds the
 device's ridge point, peak / bandwidth (H100 SXM: 989e12 / 3.35e12 = 295 FLOP/byte).
 A decode step at batch 1 does ~2 FLOPs per 2-byte weight, 1 FLOP/byte: far below the
 ridge, memory-bound. A prefill of N tokens does ~N FLOP/byte, so it becomes
-compute-bound near N = ridge * b / 2 tokens (about 300 on an H100).
+compute-bound near N = ridge * b / 2 tokens (on an H100 with the efficiencies below,
+258 FLOP/byte: the model crosses at N = 278).
 
 `overhead` is what a step costs besides the roofline: launching kernels, scheduling,
 sampling. On a GPU it is a fixed time per step (an assumption; the datasheets do not
