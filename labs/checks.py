@@ -12,7 +12,7 @@ import random
 
 import torch
 
-from minilm import Engine, make_workload, run_workload, summarize
+from minilm import Engine, RequestSpec, make_workload, run_workload, summarize
 from minilm.attention.reference import paged_attention
 from minilm.kv_cache import cdiv
 from minilm.model import AttentionMetadata
@@ -122,7 +122,29 @@ def check_allocator(make_allocator) -> None:
             p = rng.randrange(n)
             assert a.slot(r, p) == a.tables[r][p // block_size] * block_size + p % block_size, \
                 f"slot({r!r}, {p}) is wrong"
-    ok("300 random allocate/release calls: no block shared, none lost, failed allocations change nothing")
+    steps = check_allocator_in_engine(make_allocator)
+    ok("300 random allocate/release calls: no block shared, none lost, failed allocations change nothing; "
+       f"the engine ran {steps} steps on your allocator with the same tokens")
+
+
+def check_allocator_in_engine(make_allocator) -> int:
+    """Run the real engine on the learner's allocator, with a cache small enough to preempt."""
+    rng = random.Random(44)
+    specs = [RequestSpec(f"r{i}", [rng.randrange(256) for _ in range(rng.randrange(5, 30))],
+                         max_tokens=rng.randrange(5, 30)) for i in range(8)]
+
+    def run(allocator_factory):
+        engine = Engine("tiny", policy="continuous", max_num_seqs=4, block_size=4, num_blocks=24, max_model_len=64)
+        if allocator_factory is not None:  # the engine, its scheduler and its runner share one allocator
+            engine.allocator = engine.scheduler.allocator = engine.executor.allocator = allocator_factory(24, 4)
+        engine.add_workload(specs, ignore_eos=True)
+        return engine.run()
+
+    mine, ref = run(make_allocator), run(None)
+    assert [r.output_ids for r in mine.requests] == [r.output_ids for r in ref.requests], \
+        "the engine generated different tokens on your allocator: some K/V went to the wrong block"
+    assert summarize(mine)["preemptions"] == summarize(ref)["preemptions"] > 0
+    return len(mine.steps)
 
 
 # ---- exercise 5: the ragged batch's metadata ---------------------------------------------

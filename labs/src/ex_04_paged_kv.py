@@ -12,7 +12,10 @@
 # * `slot(rid, position)`: the flat cache slot of token `position`:
 #   `block * block_size + offset`.
 #
-# The check drives it with 300 random calls and checks the invariants after each.
+# (`num_free`, `num_used` and `can_allocate` are given.) The check drives it with 300
+# random calls and checks the invariants after each, then runs the real engine on your
+# allocator — with a cache small enough to force preemptions — and compares the tokens
+# it generates with the engine's own allocator.
 
 # %%
 from labs import checks
@@ -27,6 +30,13 @@ class MyBlockAllocator:
     @property
     def num_free(self) -> int:
         return len(self.free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    def can_allocate(self, rid: str, num_tokens: int) -> bool:
+        return self.blocks_needed(rid, num_tokens) <= len(self.free)
 
     def blocks_needed(self, rid: str, num_tokens: int) -> int:
         # BEGIN SOLUTION
