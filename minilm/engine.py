@@ -74,6 +74,7 @@ class Engine:
         self.clock = clock or MeasuredClock(config.device)
         self.scheduler = Scheduler(config, self.allocator, self.policy)
         self.requests: dict[str, Request] = {}
+        self._table_copies: dict[str, list[int]] = {}
         self.timeline = Timeline(meta=self.describe())
 
     @staticmethod
@@ -181,7 +182,16 @@ class Engine:
         stored = sum(ends.get(rid, self.requests[rid].num_computed_tokens) for rid in a.tables)
         return dict(num_running=len(s.running), num_waiting=len(s.waiting), kv_blocks_used=a.num_used,
                     kv_blocks_total=a.num_blocks, num_preempted=len(plan.preempted), kv_tokens_stored=stored,
-                    kv_blocks={rid: list(t) for rid, t in a.tables.items()} if self.config.record_kv_blocks else None)
+                    kv_blocks=self.copy_block_tables() if self.config.record_kv_blocks else None)
+
+    def copy_block_tables(self) -> dict[str, list[int]]:
+        """This step's block tables. Most do not change from one step to the next, so a copy
+        that still equals the table is shared between step records instead of copied again."""
+        copies = self._table_copies
+        for rid, table in self.allocator.tables.items():
+            if copies.get(rid) != table:
+                copies[rid] = list(table)
+        return {rid: copies[rid] for rid in self.allocator.tables}
 
     @staticmethod
     def step_items(plan: StepPlan) -> list[StepItem]:

@@ -32,6 +32,7 @@ def schedule_decodes(s: Scheduler, budget: int, work: list[SeqWork]) -> int:
 
 class StaticPolicy(Policy):
     name = "static"
+    check_plans = False
     frees_on_finish = False
 
     def __init__(self) -> None:
@@ -88,6 +89,7 @@ class ContinuousPolicy(Policy):
     admits prompts runs only prompts, pausing every decode for that step."""
 
     name = "continuous"
+    check_plans = False
 
     def __init__(self, prefill_only_steps: bool = False) -> None:
         self.prefill_only_steps = prefill_only_steps
@@ -119,6 +121,7 @@ class ContinuousPolicy(Policy):
 
 class ChunkedPolicy(Policy):
     name = "chunked"
+    check_plans = False
 
     def schedule(self, s: Scheduler) -> list[SeqWork]:
         budget = s.config.token_budget()

@@ -38,7 +38,7 @@ class SamplingParams:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     request_id: str
     prompt_ids: list[int]

@@ -16,7 +16,7 @@ import pandas as pd
 ITEM_KINDS = ("prefill", "decode", "padding")
 
 
-@dataclass
+@dataclass(slots=True)
 class StepItem:
     request_id: str
     kind: str          # prefill | decode | padding

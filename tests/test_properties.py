@@ -58,6 +58,7 @@ def test_every_request_finishes_exactly_once(reqs, policy, max_num_seqs, block_s
                        max_num_batched_tokens=budget, max_model_len=128, kv_mode=kv_mode)
     e = Engine(None, cfg, executor=CountingExecutor(eos_every), clock=SimulatedClock(lambda plan: 0.001),
                model_config=CFG)
+    e.policy.check_plans = True  # the scheduler's own plan checks, on top of the ones below
     for i, (p, m, t) in enumerate(reqs):
         e.add_request(f"r{i}", [3] * p, max_tokens=m, arrival=t)
     finished_ids = []
