@@ -12,7 +12,8 @@ from plotly.subplots import make_subplots
 from minilm.metrics import summarize
 from minilm.timeline import Timeline
 
-from .gantt import (MS, SEGMENT_KINDS, check_step, gantt_segments, highlight_trace, request_order,
+from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, check_step, gantt_segments, highlight_trace,
+                    request_order,
                     segment_trace)
 
 TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("output_tok_per_s", "{:.0f}"),
@@ -33,8 +34,9 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
     step = step or {}
     names = list(timelines)
     rows = len(names)
+    finish = {n: finish_time(tl) for n, tl in timelines.items()}
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 / rows,
-                        subplot_titles=[f"{n}: finished at {finish_time(timelines[n]) * MS:.1f} ms" for n in names])
+                        subplot_titles=[f"{n}: finished at {finish[n] * MS:.1f} ms" for n in names])
     for row, name in enumerate(names, start=1):
         tl = timelines[name]
         check_step(tl, step.get(name))
@@ -45,14 +47,28 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
         order = request_order(tl)
         fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
                          showticklabels=len(order) <= 30, row=row, col=1)
-        fig.add_vline(x=finish_time(tl) * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
+        fig.add_vline(x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
     clock = " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in timelines.values()) else ""
     fig.update_xaxes(title_text=f"time (ms){clock}", row=rows, col=1)
     most = max(len(t.requests) for t in timelines.values())
     fig.update_layout(barmode="overlay", bargap=0.1, height=100 + rows * min(450, max(200, 60 + 10 * most)),
-                      title=f"one workload, {rows} policies", legend=dict(orientation="h", y=-0.05),
+                      title=f"one workload, {rows} policies", legend=dict(LEGEND_ON_TOP, y=1.02),
                       margin=dict(l=70, r=20, t=60, b=40))
     return fig
+
+
+def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[str, int | None]) -> None:
+    """Move the highlighted step of some rows of `compare_figure`, in place (only those traces change)."""
+    names = list(timelines)
+    with fig.batch_update():
+        for name, k in step.items():
+            tl = timelines[name]
+            check_step(tl, k)
+            yaxis = "y" if names.index(name) == 0 else f"y{names.index(name) + 1}"
+            trace = next(t for t in fig.data if t.name == HIGHLIGHT_NAME and (t.yaxis or "y") == yaxis)
+            new = highlight_trace(tl, k)
+            trace.update(base=new.base, x=new.x, y=new.y, customdata=new.customdata,
+                         hovertemplate=new.hovertemplate)
 
 
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:

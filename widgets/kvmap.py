@@ -27,20 +27,23 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 RESERVED_COLOR = "#bdbdbd"
 
 
-def kv_cells(tl: Timeline, max_steps: int = 600):
+def kv_cells(tl: Timeline, max_steps: int = 600, max_cells: int = 300_000):
     """(steps shown, owner [blocks x steps] request index or -1, reserved [blocks x steps] bool).
 
-    Long runs show every k-th step so the heatmap stays small (at most `max_steps` columns)."""
+    Rows are the blocks 0..highest block id ever handed out: the allocator hands out low ids
+    first, so on a big simulated GPU (tens of thousands of blocks) the never-used rest is
+    left out. Long runs show every k-th step, so the map stays small (at most `max_steps`
+    columns and about `max_cells` cells)."""
     if any(s.kv_blocks is None for s in tl.steps):
         raise ValueError("this timeline has no block tables: run the engine with record_kv_blocks=True")
     order = {rid: i for i, rid in enumerate(request_order(tl))}
-    num_blocks = max((s.kv_blocks_total for s in tl.steps), default=0)
+    rows = 1 + max((max(t) for s in tl.steps for t in s.kv_blocks.values() if t), default=-1)
     block_size = tl.meta.get("block_size", 16)
-    stride = max(1, math.ceil(len(tl.steps) / max_steps))
+    stride = max(1, math.ceil(len(tl.steps) / max_steps), math.ceil(len(tl.steps) * rows / max_cells))
     stored = stored_tokens(tl)
     shown = list(range(0, len(tl.steps), stride))
-    owner = np.full((num_blocks, len(shown)), -1, dtype=int)
-    reserved = np.zeros((num_blocks, len(shown)), dtype=bool)
+    owner = np.full((rows, len(shown)), -1, dtype=int)
+    reserved = np.zeros((rows, len(shown)), dtype=bool)
     for col, k in enumerate(shown):
         for rid, table in tl.steps[k].kv_blocks.items():
             filled = cdiv(stored[k].get(rid, 0), block_size)
@@ -66,8 +69,9 @@ def kvmap_figure(tl: Timeline, step: int | None = None, title: str | None = None
     shown, owner, reserved = kv_cells(tl, max_steps)
     ids = np.array(request_order(tl) + [""], dtype=object)   # index -1 -> ""
     n = len(PALETTE)
-    used = np.where((owner >= 0) & ~reserved, owner % n + 0.5, np.nan)  # + 0.5: the middle of a colour band
-    spare = np.where(reserved, 1.0, np.nan)
+    # empty cells are None, not NaN: a FigureWidget sends its data as strict JSON, which has no NaN
+    used = np.where((owner >= 0) & ~reserved, owner % n + 0.5, None)  # + 0.5: the middle of a colour band
+    spare = np.where(reserved, 1.0, None)
     state = np.where(owner < 0, "free", np.where(reserved, "reserved, no token yet", "holds tokens"))
     custom = np.dstack([ids[owner], state])
     scale = [[(i + j) / n, c] for i, c in enumerate(PALETTE) for j in (0, 1)]  # one flat band per colour
@@ -80,8 +84,10 @@ def kvmap_figure(tl: Timeline, step: int | None = None, title: str | None = None
                    hoverongaps=False),
     ])
     mode = tl.meta.get("kv_mode", "paged")
+    total = max((s.kv_blocks_total for s in tl.steps), default=0)
+    unused = f"; blocks {owner.shape[0]}–{total - 1} never used" if owner.shape[0] < total else ""
     fig.update_layout(title=title or f"{tl.meta.get('policy', '?')}: KV blocks over steps ({mode} mode; "
-                                     f"grey = owned but empty)",
+                                     f"grey = owned but empty{unused})",
                       xaxis=dict(title="step"), yaxis=dict(title="block id", autorange="reversed"),
                       plot_bgcolor="white", height=min(700, max(300, 100 + 6 * owner.shape[0])),
                       shapes=kv_step_marker(step), margin=dict(l=60, r=20, t=50, b=40))

@@ -45,7 +45,8 @@ def simulator_options() -> tuple[list[str], list[str]]:
 
 
 class ControlPanel:
-    def __init__(self, run_now: bool = True):
+    def __init__(self, run_now: bool = True, **initial):
+        """`initial` sets controls by name, e.g. `ControlPanel(policy="chunked", num_requests=50)`."""
         self.timeline: Timeline | None = None
         self.policy = W.Dropdown(options=POLICIES, value="continuous", description="policy")
         self.max_num_seqs = W.IntText(4, description="max_num_seqs", style=WIDE)
@@ -78,6 +79,11 @@ class ControlPanel:
         self.save_button.on_click(self.on_save_trace)
         self.step_slider.observe(self.on_step, names="value")
         self.widget = self.layout()
+        for name, value in initial.items():
+            control = getattr(self, name, None)
+            if not isinstance(control, W.ValueWidget):
+                raise ValueError(f"{name}={value!r}: no such control; controls: {', '.join(self.control_names())}")
+            control.value = value
         if run_now:
             self.on_run()
 
@@ -89,6 +95,9 @@ class ControlPanel:
         return W.VBox([knobs, W.HBox([self.run_button, self.progress]), self.message,
                        W.HBox([self.play, self.step_slider]), self.gantt, self.steps, self.kv,
                        W.HBox([self.trace_path, self.save_button])])
+
+    def control_names(self) -> list[str]:
+        return [k for k, v in vars(self).items() if isinstance(v, W.ValueWidget) and k not in ("message", "progress")]
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)

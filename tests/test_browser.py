@@ -1,0 +1,161 @@
+"""The control panel in a real browser: JupyterLab + headless Debian Chromium (Playwright).
+
+Starts JupyterLab on a free port (no token, a temporary root dir, its own JUPYTER_* dirs),
+opens a copy of a notebook that builds the panel, runs all cells, and checks that the
+Plotly Gantt chart rendered and that moving the step slider changed its SVG.
+Needs `apt-get install -y chromium`; skipped, saying so, where /usr/bin/chromium is absent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_MS = 60_000
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")
+
+PANEL_CELL = """\
+from widgets.panel import SIMULATED, ControlPanel
+
+panel = ControlPanel(engine_kind=SIMULATED, sim_model="llama-3-8b", sim_device="h100",
+                     policy="chunked", num_requests=8, max_num_seqs=3)
+panel"""
+
+
+def write_notebook(path: Path) -> None:
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
+             for src in ("import plotly; plotly.__version__", PANEL_CELL)]
+    nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    path.write_text(json.dumps(nb))
+
+
+def write_lab_settings(settings: Path) -> None:
+    """Do not pop up the "fetch Jupyter news?" toast over the page."""
+    path = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"fetchNews": "false"}))
+
+
+def start_kernel_session(base: str, notebook: str, deadline_s: float = 60) -> None:
+    """Start the notebook's kernel through the REST API before the page opens. Left to the
+    page, JupyterLab asks "Select Kernel" when its kernel-spec list is not loaded yet (a
+    race on a busy machine); the page then joins this session."""
+    body = json.dumps({"path": notebook, "type": "notebook", "name": notebook,
+                       "kernel": {"name": "python3"}}).encode()
+    req = urllib.request.Request(f"{base}/api/sessions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=deadline_s) as r:
+        assert r.status == 201, r.read()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_server(url: str, proc: subprocess.Popen, log: Path, deadline_s: float = 90) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.25)  # polling interval, not a wait for something to happen
+    raise TimeoutError(f"JupyterLab did not answer {url} within {deadline_s}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """A JupyterLab server on a free port serving tmp_path/root; yields its base URL."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(root / "panel.ipynb")
+    write_lab_settings(tmp_path / "settings")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_PREFER_ENV_PATH": "0",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "OMP_NUM_THREADS": "1"}
+    port = free_port()
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+           "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+           f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = tmp_path / "jupyterlab.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_server(f"{base}/api/status", proc, log)
+        start_kernel_session(base, "panel.ipynb")
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and the kernels it started
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+GANTT_SVG = """() => {
+  const plot = document.querySelector('.js-plotly-plot');
+  return plot ? Array.from(plot.querySelectorAll('.trace')).map(t => t.outerHTML).join('') : '';
+}"""
+
+
+def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                                     timeout=TIMEOUT_MS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{jupyterlab}/lab/tree/panel.ipynb")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+            # the Gantt chart (the panel's first Plotly figure) draws its bars as SVG paths
+            page.wait_for_selector(".js-plotly-plot .trace.bars path")
+            assert "chunked" in page.locator(".js-plotly-plot .gtitle").first.text_content()
+            stderr = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
+            assert stderr.count() == 0, stderr.first.text_content()  # no warning, no traceback
+            before = page.evaluate(GANTT_SVG)
+            assert before.count("<path") > 8
+
+            handle = page.locator(".widget-slider .noUi-handle").first
+            handle.focus()
+            for _ in range(3):
+                handle.press("ArrowRight")
+            page.wait_for_function(f"before => ({GANTT_SVG})() !== before", arg=before, timeout=TIMEOUT_MS)
+            assert page.locator(".widget-slider .widget-readout").first.inner_text().strip() == "3"
+            page.screenshot(path=str(tmp_path / "panel.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)  # what the browser showed
+            raise
+        finally:
+            browser.close()
+    assert (tmp_path / "panel.png").stat().st_size > 10_000

@@ -1,0 +1,304 @@
+"""The figures show what the timeline recorded, and the panel's callbacks update them in place."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from helpers import engine as make_engine
+from minilm import RequestSpec
+from minilm.__main__ import main as cli_main
+from minilm.metrics import itls, ttfts
+from minilm.timeline import Timeline
+from widgets.compare import compare_figure, metrics_table
+from widgets.gantt import HIGHLIGHT_NAME, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
+from widgets.kvmap import PALETTE, kv_cells, kvmap_figure
+from widgets.latency import latency_cdfs_figure
+from widgets.panel import SIMULATED, ControlPanel, simulator_options
+from widgets.report import write_report
+from widgets.steps import steps_figure
+from widgets.trace import save_trace
+
+# prompt, max_tokens, arrival: mixed lengths and two late arrivals, so there is queueing
+REQUESTS = [(30, 6, 0.0), (5, 9, 0.0), (17, 3, 0.0), (44, 5, 0.0), (9, 7, 0.0), (12, 4, 0.02), (26, 8, 0.03)]
+
+
+def small_run(policy: str, **knobs) -> Timeline:
+    """A real (micro-model) run of REQUESTS; 3 sequences at a time, so some must wait."""
+    knobs = {"max_num_seqs": 3, "max_model_len": 64, **knobs}
+    e = make_engine(policy, **knobs)
+    e.add_workload([RequestSpec(f"r{i}", [(7 * i + j) % 90 + 1 for j in range(p)], m, a)
+                    for i, (p, m, a) in enumerate(REQUESTS)], ignore_eos=True)
+    return e.run()
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Timeline]:
+    return {"static": small_run("static"), "continuous": small_run("continuous"),
+            # 8 blocks of 8 slots for up to 3 sequences of up to 49 tokens: chunked must preempt
+            "chunked": small_run("chunked", max_num_batched_tokens=16, block_size=8, num_blocks=8)}
+
+
+def bars(fig, name: str, yaxis: str = "y") -> list[tuple[str, float, float, object]]:
+    """(request, start ms, length ms, customdata) of every bar of the trace `name`."""
+    t = next(t for t in fig.data if t.name == name and (t.yaxis or "y") == yaxis)
+    return [(y, b, x, c) for y, b, x, c in zip(t.y, t.base, t.x, t.customdata if t.customdata is not None
+                                                 else [None] * len(t.y))]
+
+
+def items(tl: Timeline, kind: str):
+    return [(s, it) for s in tl.steps for it in s.items if it.kind == kind]
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])
+def test_prefill_bars_are_the_recorded_prefill_items(runs, policy):
+    tl = runs[policy]
+    fig = gantt_figure(tl)
+    drawn = Counter((y, round(b, 9), round(x, 9)) for name in ("prefill", "recompute")
+                    for y, b, x, _ in bars(fig, name))
+    recorded = Counter((it.request_id, round(s.t_start * 1e3, 9), round(s.duration * 1e3, 9))
+                       for s, it in items(tl, "prefill"))
+    assert drawn == recorded and sum(recorded.values()) == len(items(tl, "prefill"))
+    # hover: (request id is y) first and last step, tokens, context length of the chunk, end ms
+    for y, b, x, c in bars(fig, "prefill"):
+        s = next(s for s in tl.steps if abs(s.t_start * 1e3 - b) < 1e-9)
+        it = next(i for i in s.items if i.request_id == y and i.kind == "prefill")
+        assert list(c) == pytest.approx([s.step, s.step, it.num_tokens, it.context_len, s.t_end * 1e3])
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])
+def test_decode_bars_cover_each_contiguous_run_of_decode_steps(runs, policy):
+    tl = runs[policy]
+    fig = gantt_figure(tl)
+    steps_of = {}
+    for s, it in items(tl, "decode"):
+        steps_of.setdefault(it.request_id, []).append(s.step)
+    expected = []  # (request, start ms, end ms, tokens) of each stretch of consecutive steps
+    for rid, steps in steps_of.items():
+        runs_ = np.split(np.array(steps), np.where(np.diff(steps) != 1)[0] + 1)
+        expected += [(rid, round(tl.steps[r[0]].t_start * 1e3, 6), round(tl.steps[r[-1]].t_end * 1e3, 6), len(r))
+                     for r in runs_]
+    drawn = [(y, round(b, 6), round(b + x, 6), c[2]) for y, b, x, c in bars(fig, "decode")]
+    assert sorted(drawn) == sorted(expected)
+    assert sum(d[3] for d in drawn) == len(items(tl, "decode"))
+    if policy != "chunked":  # nothing preempted: one bar per request
+        assert len(drawn) == len(tl.requests)
+
+
+def test_padding_only_for_static_and_equal_to_recorded_padding(runs):
+    for policy, tl in runs.items():
+        padding = bars(gantt_figure(tl), "padding")
+        recorded = items(tl, "padding")
+        assert (len(padding) > 0) == (policy == "static") == (len(recorded) > 0)
+        assert sum(c[2] for *_, c in padding) == sum(it.num_tokens for _, it in recorded)
+
+
+def test_queued_and_preempted_segments(runs):
+    for policy, tl in runs.items():
+        fig = gantt_figure(tl)
+        queued = {y: (b, x) for y, b, x, _ in bars(fig, "queued")}
+        waited = {r.request_id: r for r in tl.requests if r.t_scheduled > r.arrival}
+        assert set(queued) == set(waited) and waited
+        for rid, (b, x) in queued.items():
+            assert (b, b + x) == pytest.approx((waited[rid].arrival * 1e3, waited[rid].t_scheduled * 1e3))
+        preempted = bars(fig, "preempted")
+        assert len(preempted) == sum(r.preemptions for r in tl.requests)
+        assert (len(preempted) > 0) == (policy == "chunked")
+        assert (len(bars(fig, "recompute")) > 0) == (policy == "chunked")
+
+
+def test_gantt_axes_numeric_ms_and_request_0_on_top(runs):
+    fig = gantt_figure(runs["continuous"])
+    assert fig.layout.xaxis.type == "linear" and "ms" in fig.layout.xaxis.title.text
+    assert fig.layout.yaxis.autorange == "reversed"
+    assert list(fig.layout.yaxis.categoryarray) == [f"r{i}" for i in range(len(REQUESTS))]
+    assert all(t.orientation == "h" for t in fig.data)
+
+
+def test_step_highlight_marks_that_steps_batch(runs):
+    tl = runs["continuous"]
+    fig = gantt_figure(tl, step=2)
+    for k in (2, 5):
+        set_gantt_step(fig, tl, k)
+        hl = next(t for t in fig.data if t.name == HIGHLIGHT_NAME)
+        assert list(hl.y) == [it.request_id for it in tl.steps[k].items]
+        assert fig.layout.shapes[0].x0 == pytest.approx(tl.steps[k].t_start * 1e3)
+    with pytest.raises(ValueError, match="step=999"):
+        set_gantt_step(fig, tl, 999)
+
+
+@pytest.mark.parametrize("policy", ["static", "chunked"])
+def test_kv_map_cells_equal_the_block_tables(runs, policy):
+    tl = runs[policy]
+    shown, owner, reserved = kv_cells(tl)
+    order = request_order(tl)
+    fig = kvmap_figure(tl)
+    z = np.array(fig.data[0].z, dtype=float)
+    assert shown == list(range(len(tl.steps)))
+    for col, s in enumerate(tl.steps):
+        expected = np.full(s.kv_blocks_total, -1)
+        for rid, table in s.kv_blocks.items():
+            expected[table] = order.index(rid)
+        rows = owner.shape[0]  # blocks past the highest id ever used are left out
+        assert (expected[rows:] == -1).all() and (owner[:, col] == expected[:rows]).all()
+        assert (owner[:, col] < 0).sum() == rows - s.kv_blocks_used  # free blocks
+        held = ~reserved[:, col] & (owner[:, col] >= 0)
+        assert np.array_equal(z[held, col], owner[held, col] % len(PALETTE) + 0.5)
+        assert np.isnan(z[~held, col]).all()
+    # static batching reserves the padded length up front; paged chunked never holds an empty block
+    assert reserved.any() == (policy == "static")
+
+
+def test_kv_map_reserved_mode_shows_reserved_but_unused_blocks():
+    tl = small_run("continuous", kv_mode="reserved")
+    _, owner, reserved = kv_cells(tl)
+    first = tl.steps[0]
+    # each request got blocks for prompt + max_tokens; after its prefill only the prompt's are filled
+    expect = sum(len(t) - -(-it.context_len // 16) for rid, t in first.kv_blocks.items()
+                 for it in first.items if it.request_id == rid)
+    assert reserved[:, 0].sum() == expect > 0
+
+
+def test_steps_figure_stacks_tokens_by_kind_against_the_budget(runs):
+    tl = runs["static"]
+    fig = steps_figure(tl)
+    for kind in ("prefill", "decode", "padding"):
+        trace = next(t for t in fig.data if t.name == f"{kind} tokens")
+        assert list(trace.y) == [s.tokens(kind) for s in tl.steps]
+    budget = next(t for t in fig.data if t.name == "token budget")
+    assert set(budget.y) == {tl.meta["max_num_batched_tokens"]}
+    step_time = next(t for t in fig.data if t.name == "step time")
+    assert list(step_time.y) == pytest.approx([s.duration * 1e3 for s in tl.steps])
+    blocks = next(t for t in fig.data if t.name == "KV blocks used")
+    assert list(blocks.y) == [s.kv_blocks_used for s in tl.steps]
+
+
+def test_latency_cdfs_are_the_metrics_values(runs):
+    fig = latency_cdfs_figure(runs)
+    ttft = [t for t in fig.data if t.xaxis == "x"]
+    itl = [t for t in fig.data if t.xaxis == "x2"]
+    for trace, tl in zip(ttft, runs.values()):
+        assert list(trace.x) == pytest.approx(sorted(v * 1e3 for v in ttfts(tl)))
+        assert trace.y[-1] == 1.0
+    for trace, tl in zip(itl, runs.values()):
+        assert len(trace.x) == len(itls(tl))
+
+
+def test_compare_stacks_gantts_on_one_time_axis(runs):
+    fig = compare_figure(runs)
+    assert fig.layout.xaxis.matches == fig.layout.xaxis2.matches == "x3"  # one time axis, at the bottom
+    for row, (name, tl) in enumerate(runs.items(), start=1):
+        yaxis = "y" if row == 1 else f"y{row}"
+        drawn = bars(fig, "prefill", yaxis) + bars(fig, "recompute", yaxis)
+        assert len(drawn) == len(items(tl, "prefill"))
+        assert f"{max(s.t_end for s in tl.steps) * 1e3:.1f} ms" in fig.layout.annotations[row - 1].text
+    table = metrics_table(runs)
+    assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
+
+
+def test_save_trace_and_html_report(runs, tmp_path):
+    path = save_trace(runs["chunked"], tmp_path / "t.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["name"] == "prefill" for e in events) == len(items(runs["chunked"], "prefill"))
+    with pytest.raises(ValueError, match="must end in .json"):
+        save_trace(runs["chunked"], tmp_path / "t.txt")
+    report = write_report(runs, tmp_path / "r.html").read_text()
+    assert report.count("Plotly.newPlot") == 2 + len(runs) and "static" in report
+
+
+def test_cli_compare_writes_html_report(tmp_path):
+    out = tmp_path / "report.html"
+    assert cli_main(["compare", "--simulate", "--model", "llama-3-8b", "--device", "h100", "--num-requests", "6",
+                     "--json", "--html", str(out)]) == 0
+    text = out.read_text()
+    assert "<html" in text and "plotly" in text.lower() and "chunked" in text and "simulated" in text
+
+
+# ---- the control panel ------------------------------------------------------------------
+
+@pytest.fixture
+def panel() -> ControlPanel:
+    """A panel on the simulator (fast, reproducible): 10 requests, 3 sequences at a time."""
+    if not simulator_options()[0]:
+        pytest.skip("minilm.simulator is not there: the panel's simulated engine is not offered")
+    return ControlPanel(engine_kind=SIMULATED, sim_model="llama-3-8b", sim_device="h100", num_requests=10,
+                        max_num_seqs=3)
+
+
+def prefill_bases(fig) -> list[float]:
+    return list(next(t for t in fig.data if t.name == "prefill").base)
+
+
+def test_run_button_updates_figures_in_place(panel):
+    gantt, first = panel.gantt, panel.timeline
+    assert len(first.requests) == 10 and panel.progress.value == 10 and "10 requests" in panel.message.value
+    before = prefill_bases(gantt)
+    panel.max_num_seqs.value = 6
+    panel.policy.value = "chunked"
+    panel.run_button.click()
+    tl = panel.timeline
+    assert panel.gantt is gantt and tl is not first and tl.meta["policy"] == "chunked"
+    assert prefill_bases(gantt) != before
+    assert sorted(prefill_bases(gantt)) == pytest.approx(sorted(s.t_start * 1e3 for s, _ in items(tl, "prefill")))
+    assert list(panel.steps.data[0].y) == [s.tokens("prefill") for s in tl.steps]
+    assert panel.step_slider.max == len(tl.steps) - 1 == panel.play.max
+
+
+def test_slider_moves_the_highlight(panel):
+    tl = panel.timeline
+    for k in (3, 7):
+        panel.step_slider.value = k
+        hl = next(t for t in panel.gantt.data if t.name == HIGHLIGHT_NAME)
+        assert list(hl.y) == [it.request_id for it in tl.steps[k].items]
+        assert panel.gantt.layout.shapes[0].x0 == pytest.approx(tl.steps[k].t_start * 1e3)
+        assert panel.kv.layout.shapes[0].x0 == k - 0.5 and panel.steps.layout.shapes[0].x0 == k - 0.5
+
+
+@pytest.mark.parametrize("knob,value,says", [("max_num_seqs", -1, "max_num_seqs=-1"),
+                                              ("num_requests", 0, "num_requests=0"),
+                                              ("rate", -2.0, "rate=-2.0"),
+                                              ("max_model_len", 0, "max_model_len=0")])
+def test_bad_value_shows_a_message_and_keeps_the_figures(panel, knob, value, says):
+    tl, before = panel.timeline, prefill_bases(panel.gantt)
+    kv_before = np.array(panel.kv.data[0].z, dtype=float)
+    getattr(panel, knob).value = value
+    panel.run_button.click()
+    assert says in panel.message.value and "ValueError" in panel.message.value
+    assert "Traceback" not in panel.message.value
+    assert panel.timeline is tl and prefill_bases(panel.gantt) == before
+    assert np.array_equal(np.array(panel.kv.data[0].z, dtype=float), kv_before, equal_nan=True)
+
+
+def test_save_trace_button(panel, tmp_path):
+    panel.trace_path.value = str(tmp_path / "run.json")
+    panel.save_button.click()
+    assert "saved" in panel.message.value and (tmp_path / "run.json").exists()
+    panel.trace_path.value = str(tmp_path / "run.txt")
+    panel.save_button.click()
+    assert "must end in .json" in panel.message.value
+
+
+def test_unknown_initial_control_is_an_error():
+    with pytest.raises(ValueError, match="max_batch"):
+        ControlPanel(run_now=False, max_batch=3)
+
+
+@pytest.fixture
+def one_thread():
+    """The tiny model is fastest on one thread; more only fight other processes on a shared CPU."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_measured_panel_run_of_the_tiny_model(one_thread):
+    """The default engine: the tiny model really runs on this machine (measured time)."""
+    p = ControlPanel(num_requests=3, max_num_seqs=2, workload="uniform", max_model_len=300)
+    assert p.timeline is not None, p.message.value
+    assert p.timeline.meta["clock"] == "measured" and len(p.timeline.requests) == 3
+    assert len(prefill_bases(p.gantt)) == len(items(p.timeline, "prefill"))
