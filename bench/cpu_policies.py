@@ -25,8 +25,8 @@ SCENARIOS = {
 CHUNK_BUDGET = 192
 
 
-def run(preset: str, n: int, policy: str, knobs: dict, seed: int) -> dict:
-    cfg = EngineConfig(policy=policy, **knobs)
+def run(preset: str, n: int, policy: str, knobs: dict, seed: int, threads: int) -> dict:
+    cfg = EngineConfig(policy=policy, cpu_threads=threads, **knobs)
     if policy == "chunked":
         cfg.max_num_batched_tokens = CHUNK_BUDGET
     engine = Engine("tiny", cfg)
@@ -43,18 +43,17 @@ def run(preset: str, n: int, policy: str, knobs: dict, seed: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/cpu_policies.json")
-    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (EngineConfig.cpu_threads)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    run("uniform", 4, "continuous", dict(max_num_seqs=4), 0)  # warm up kernels and allocator
+    run("uniform", 4, "continuous", dict(max_num_seqs=4), 0, args.threads)  # warm up kernels and allocator
     results = {}
     print(f"tiny model, {args.threads} threads, {platform.processor() or platform.machine()}, torch {torch.__version__}")
     print(f"{'workload':12} {'policy':10} {'out tok/s':>9} {'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} "
           f"{'itl p99':>8} {'batch':>5} {'padding':>7} {'steps':>5}")
     for name, (preset, n, knobs) in SCENARIOS.items():
         for policy in ("static", "continuous", "chunked"):
-            m = run(preset, n, policy, knobs, args.seed)
+            m = run(preset, n, policy, knobs, args.seed, args.threads)
             results[f"{name}/{policy}"] = m
             print(f"{name:12} {policy:10} {m['output_tok_per_s']:9.0f} {m['ttft_p50']:9.3f} {m['ttft_p99']:9.3f} "
                   f"{m['itl_p50'] * 1e3:6.1f}ms {m['itl_p99'] * 1e3:6.1f}ms {m['mean_batch_size']:5.1f} "

@@ -38,6 +38,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
     p.add_argument("--attention-backend", default=None, choices=["reference", "triton"])
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
@@ -47,6 +48,7 @@ def engine_config(args, policy: str) -> EngineConfig:
                         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
                         attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
+                        cpu_threads=args.cpu_threads,
                         seed=args.seed)
 
 
@@ -74,6 +76,12 @@ def run_one(args, policy: str) -> tuple[Engine, dict]:
     return engine, summarize(timeline)
 
 
+def describe_run(meta: dict) -> str:
+    """One line saying what the numbers are: simulated ones must say so."""
+    times = "SIMULATED times (roofline cost model)" if meta.get("clock") == "simulated" else "measured times"
+    return f"model {meta['model']} on {meta['device']} ({meta['dtype']}), {times}"
+
+
 def print_table(rows: list[dict]) -> None:
     header = [c for c, _ in TABLE_COLUMNS]
     cells = [[fmt.format(r[c]) for c, fmt in TABLE_COLUMNS] for r in rows]
@@ -92,6 +100,7 @@ def cmd_compare(args) -> None:
         if args.json:
             print(json.dumps(m))
     if not args.json:
+        print(describe_run(engine.timeline.meta))
         print_table(rows)
     if args.html:
         from widgets.report import write_report  # plotly only when a report is asked for
@@ -111,6 +120,7 @@ def cmd_run(args) -> None:
         return
     for rid in list(engine.requests)[: args.show]:
         print(f"[{rid}] {engine.text(rid)!r}")
+    print(describe_run(engine.timeline.meta))
     print_table([m])
 
 

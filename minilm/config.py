@@ -113,11 +113,14 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
+    # Intra-op threads for CPU runs. The tiny model's ops are too small to gain from a second
+    # thread, and on a busy 2-core laptop OpenMP's spin-waiting made steps 10-50x slower.
+    cpu_threads: int = 1
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        for name in ("max_num_seqs", "block_size", "max_model_len"):
+        for name in ("max_num_seqs", "block_size", "max_model_len", "cpu_threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
         for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens"):

@@ -63,6 +63,8 @@ class Engine:
         num_blocks = self.resolve_num_blocks(config, model_config)
         self.allocator = BlockAllocator(num_blocks, config.block_size)
         if executor is None:
+            if torch.device(config.device).type == "cpu":
+                torch.set_num_threads(config.cpu_threads)
             backend = config.attention_backend or default_backend(config.device)
             kv = allocate_kv_tensor(model_config, num_blocks, config.block_size,
                                     resolve_dtype(config.dtype), config.device)
