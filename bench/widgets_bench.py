@@ -49,9 +49,6 @@ def make_timeline(policy: str, num_requests: int, seed: int) -> Timeline:
                               max_model_len=KNOBS["max_model_len"])
         engine.add_workload(specs, ignore_eos=True)
         return engine.run()
-    import torch
-
-    torch.set_num_threads(1)  # the tiny model is fastest on one thread; more only fight on a shared CPU
     specs = make_workload("mixed", num_requests, seed, vocab_size=512, max_model_len=KNOBS["max_model_len"])
     return run_workload(specs, policy=policy, sampling={"ignore_eos": True}, progress=True, **KNOBS)
 
@@ -85,6 +82,7 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/minilm_widgets_bench"))
+    ap.add_argument("--out", type=Path, help="also write the JSON result here (e.g. bench/results/widgets_bench.json)")
     args = ap.parse_args()
     tls = load_timelines(args.num_requests, args.seed, args.cache)
     rotated = dict(zip(POLICIES, [tls[p] for p in POLICIES[1:] + POLICIES[:1]]))  # new data in every row
@@ -113,6 +111,8 @@ def main() -> None:
         print(f"{what:<14}{result[key][0]:>10.3f}{result[key][1]:>10.3f}")
     print(f"{result['items']} step items -> {result['bars']} bars; figure JSON {result['json_bytes']:,} bytes")
     print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -285,20 +285,34 @@ def test_unknown_initial_control_is_an_error():
         ControlPanel(run_now=False, max_batch=3)
 
 
-@pytest.fixture
-def one_thread():
-    """The tiny model is fastest on one thread; more only fight other processes on a shared CPU."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def test_measured_panel_run_of_the_tiny_model(one_thread):
+def test_measured_panel_run_of_the_tiny_model():
     """The default engine: the tiny model really runs on this machine (measured time)."""
     p = ControlPanel(num_requests=3, max_num_seqs=2, workload="uniform", max_model_len=300)
     assert p.timeline is not None, p.message.value
     assert p.timeline.meta["clock"] == "measured" and len(p.timeline.requests) == 3
     assert len(prefill_bases(p.gantt)) == len(items(p.timeline, "prefill"))
+
+
+def test_sweep_figure_has_one_point_per_run():
+    from minilm import make_workload
+    from minilm.simulator import simulated_engine
+    from widgets.latency import sweep, sweep_figure
+
+    specs = make_workload("mixed", 12, seed=1, vocab_size=1000, max_model_len=512)
+
+    def run(**knobs) -> Timeline:
+        e = simulated_engine("llama-3-8b", "h100", max_model_len=512, **knobs)
+        e.add_workload(specs)
+        return e.run()
+
+    df = sweep(run, ["continuous", "chunked"], "max_num_seqs", [2, 8])
+    fig = sweep_figure(df, "ttft_p99")
+    assert [t.name for t in fig.data] == ["continuous", "chunked"]
+    for trace in fig.data:
+        part = df[df["policy"] == trace.name]
+        assert list(trace.x) == list(part["output_tok_per_s"])
+        assert list(trace.y) == pytest.approx(list(part["ttft_p99"] * 1e3))
+        assert list(trace.text) == ["max_num_seqs=2", "max_num_seqs=8"]
+    assert "simulated" in fig.layout.title.text
+    with pytest.raises(ValueError, match="latency='ttft'"):
+        sweep_figure(df, "ttft")

@@ -50,7 +50,7 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
     One pass over the steps. A segment is a list in SEGMENT_COLUMNS order (lists, not
     dicts: a 1,000-request run has ~500k step items and this loop is the figure's cost)."""
     rows: list[list] = []
-    runs: dict[tuple[str, str], list] = {}   # open decode/padding stretch of each request
+    runs: dict[str, dict[str, list]] = {"decode": {}, "padding": {}}  # open stretch of each request
     last_end: dict[str, float] = {}          # t_end of each request's latest item
     recomputing: set[str] = set()
     for s in tl.steps:
@@ -64,13 +64,13 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
                 shown = "recompute" if rid in recomputing else "prefill"
                 rows.append([rid, shown, t0, t1, k, k, it.num_tokens, it.context_len])
             else:
-                if kind == "decode":
+                if recomputing and kind == "decode":
                     recomputing.discard(rid)
-                run = runs.get((rid, kind))
+                run = runs[kind].get(rid)
                 if run is not None and run[5] == k - 1:   # the stretch goes on: extend its bar
                     run[3], run[5], run[6], run[7] = t1, k, run[6] + it.num_tokens, it.context_len
                 else:
-                    run = runs[(rid, kind)] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len]
+                    run = runs[kind][rid] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len]
                     rows.append(run)
             last_end[rid] = t1
     starts = [s.t_start for s in tl.steps]
