@@ -30,6 +30,7 @@ import inspect
 import io
 import json
 import math
+import os
 import pkgutil
 import platform
 import sys
@@ -248,13 +249,13 @@ def build_model(args, tok) -> LlamaModel:
     return LlamaModel(cfg).init_random(args.seed)
 
 
-def plan_steps(args, step_seconds: float, elapsed: float) -> int:
-    """Total steps: `--steps`, or as many as fit in the time budget at the measured speed
-    (90% of it: evaluations and a busy machine take their share)."""
+def plan_steps(args, step_seconds: float, elapsed: float, done: int) -> int:
+    """Total steps: `--steps`, fewer if they would not fit in the time budget at the measured
+    speed (90% of it: evaluations and a busy machine take their share)."""
     if args.time_budget_min is None:
         return args.steps
     left = args.time_budget_min * 60 - elapsed
-    return max(1, int(0.9 * left / step_seconds))
+    return min(args.steps, done + max(1, int(0.9 * left / step_seconds)))
 
 
 def train(args) -> dict:
@@ -306,7 +307,7 @@ def train(args) -> dict:
         opt.step()
         step += 1
         if step == args.measure_steps and args.time_budget_min is not None:
-            total_steps = plan_steps(args, (time.time() - t_train) / step, time.time() - t0) + step
+            total_steps = plan_steps(args, (time.time() - t_train) / step, time.time() - t0, step)
             print(f"measured {(time.time() - t_train) / step:.2f} s/step: planning {total_steps} steps", flush=True)
         if step % args.eval_every == 0 or step == total_steps:
             ev = evaluate(model, held, args.seq_len, byte_lengths, args.device, args.eval_rows)
@@ -322,6 +323,7 @@ def train(args) -> dict:
         if args.time_budget_min is not None and time.time() - t0 > args.time_budget_min * 60:
             print(f"time budget of {args.time_budget_min} min reached at step {step}", flush=True)
             break
+    args.planned_steps = total_steps
     stats = finish(args, out, tok, held, byte_lengths, best, history, step, num_train_tokens,
                    len(docs), len(train_docs), len(heldout_docs), time.time() - t_train)
     return stats
@@ -353,7 +355,7 @@ def finish(args, out: Path, tok, held: TokenRows, byte_lengths, best, history, s
     heldout_docs = json.loads((out / "heldout.json").read_text())
     samples = sample_completions(out, heldout_docs, args.num_samples, args.sample_tokens)
     stats = {"heldout_loss": ev.loss, "bits_per_byte": ev.bits_per_byte, "heldout_tokens": ev.tokens,
-             "best_step": best["step"], "steps": steps,
+             "best_step": best["step"], "steps": steps, "planned_steps": args.planned_steps,
              "tokens_seen": best["step"] * args.batch_size * args.seq_len, "train_tokens": num_train_tokens,
              "train_seconds": train_seconds, "num_params": shipped.config.num_params,
              "docs": num_docs, "train_docs": num_train_docs, "heldout_docs": num_heldout_docs}
@@ -366,17 +368,28 @@ def finish(args, out: Path, tok, held: TokenRows, byte_lengths, best, history, s
     return stats
 
 
-def reproduce_command(args) -> str:
-    flags = [f"--out {args.out}"]
-    for name in ("time_budget_min", "steps", "seed", "device", "vocab_size", "hidden_size", "intermediate_size",
-                 "num_layers", "num_heads", "num_kv_heads", "seq_len", "batch_size", "lr", "threads"):
-        flags.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
+def reproduce_command(args, steps: int) -> str:
+    """The run's flags with the steps it planned, not its time budget: the same command
+    then trains the same model on any machine (with the same Python, for the same corpus)."""
+    defaults = vars(build_parser().parse_args([]))
+    flags = [f"--out {args.out}", f"--steps {steps}"]
+    flags += [f"--{k.replace('_', '-')} {getattr(args, k)}" for k, v in defaults.items()
+              if k not in ("out", "steps", "smoke", "time_budget_min", "measure_steps") and getattr(args, k) != v]
     return "python -m minilm.train " + " ".join(flags)
 
 
+def machine_name(device: str) -> str:
+    if device != "cpu":
+        return torch.cuda.get_device_name()
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
+             if ln.startswith("model name")] if cpuinfo.exists() else []
+    return (f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"torch threads {torch.get_num_threads()}")
+
+
 def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None:
-    machine = f"{platform.machine()} CPU, {args.threads or torch.get_num_threads()} threads" if args.device == "cpu" \
-        else torch.cuda.get_device_name()
+    machine = machine_name(args.device)
     lines = [
         "# docstrings: a small Llama-family model trained on the Python standard library's docstrings",
         "",
@@ -401,11 +414,11 @@ def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None
         f"| held-out loss | {s['heldout_loss']:.3f} nats/token over {s['heldout_tokens']:,} tokens "
         f"(random weights: ln {vocab_size} = {math.log(vocab_size):.2f}) |",
         f"| bits per byte | {s['bits_per_byte']:.3f} |",
-        f"| training time | {s['train_seconds'] / 60:.1f} min on {machine} ({platform.processor() or 'unknown cpu'}) |",
+        f"| training time | {s['train_seconds'] / 60:.1f} min on {machine} |",
         "",
         "Reproduce (the corpus depends on the Python version, so numbers move a little on another one):",
         "",
-        "```", reproduce_command(args), "```",
+        "```", reproduce_command(args, s["planned_steps"]), "```",
         "",
         "Use it: `python -m minilm run --model docstrings --workload docstrings`, or "
         "`Engine(\"docstrings\", ...)` / `load_model(\"docstrings\")`.",
@@ -426,7 +439,7 @@ SMOKE = dict(limit_modules=12, vocab_size=512, hidden_size=64, intermediate_size
              num_samples=2, sample_tokens=8, time_budget_min=None)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minilm.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=None, help="checkpoint directory (default: a temp dir with --smoke)")
@@ -444,9 +457,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-kv-heads", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=2000, help="total steps (ignored with --time-budget-min)")
+    p.add_argument("--steps", type=int, default=2000, help="total steps (the cosine schedule's length)")
     p.add_argument("--time-budget-min", type=float, default=None,
-                   help="fit the run in this many minutes: steps from the speed of the first --measure-steps")
+                   help="fewer steps if --steps would not fit in this many minutes at the speed of the "
+                        "first --measure-steps")
     p.add_argument("--measure-steps", type=int, default=50)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100)
@@ -457,6 +471,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--num-samples", type=int, default=6)
     p.add_argument("--sample-tokens", type=int, default=96)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.smoke:
         for k, v in SMOKE.items():
