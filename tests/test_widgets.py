@@ -168,7 +168,9 @@ def test_steps_figure_stacks_tokens_by_kind_against_the_budget(runs):
         trace = next(t for t in fig.data if t.name == f"{kind} tokens")
         assert list(trace.y) == [s.tokens(kind) for s in tl.steps]
     budget = next(t for t in fig.data if t.name == "token budget")
-    assert set(budget.y) == {tl.meta["max_num_batched_tokens"]}
+    assert len(budget.y) == 0  # static batching has no token budget
+    budget = next(t for t in steps_figure(runs["chunked"]).data if t.name == "token budget")
+    assert set(budget.y) == {runs["chunked"].meta["max_num_batched_tokens"]} == {16}
     step_time = next(t for t in fig.data if t.name == "step time")
     assert list(step_time.y) == pytest.approx([s.duration * 1e3 for s in tl.steps])
     blocks = next(t for t in fig.data if t.name == "KV blocks used")
@@ -194,6 +196,8 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
         drawn = bars(fig, "prefill", yaxis) + bars(fig, "recompute", yaxis)
         assert len(drawn) == len(items(tl, "prefill"))
         assert f"{max(s.t_end for s in tl.steps) * 1e3:.1f} ms" in fig.layout.annotations[row - 1].text
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert sorted(legend) == sorted(SEGMENT_KINDS + (HIGHLIGHT_NAME,))  # chunked brings recompute, preempted
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
 

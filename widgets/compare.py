@@ -37,12 +37,15 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
     finish = {n: finish_time(tl) for n, tl in timelines.items()}
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 / rows,
                         subplot_titles=[f"{n}: finished at {finish[n] * MS:.1f} ms" for n in names])
+    in_legend: set[str] = set()
     for row, name in enumerate(names, start=1):
         tl = timelines[name]
         check_step(tl, step.get(name))
         seg = gantt_segments(tl)
-        for kind in SEGMENT_KINDS:
-            fig.add_trace(segment_trace(seg, kind, showlegend=row == 1), row=row, col=1)
+        for kind in SEGMENT_KINDS:  # each kind in the legend once, from the first row that has it
+            first = kind not in in_legend and (seg["kind"] == kind).any()
+            in_legend |= {kind} if first else set()
+            fig.add_trace(segment_trace(seg, kind, showlegend=bool(first)), row=row, col=1)
         fig.add_trace(highlight_trace(tl, step.get(name), showlegend=row == 1), row=row, col=1)
         order = request_order(tl)
         fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
