@@ -287,6 +287,8 @@ def test_save_trace_button(panel, tmp_path):
 def test_unknown_initial_control_is_an_error():
     with pytest.raises(ValueError, match="max_batch"):
         ControlPanel(run_now=False, max_batch=3)
+    with pytest.raises(ValueError, match="policy='fifo'"):
+        ControlPanel(run_now=False, policy="fifo")
 
 
 def test_measured_panel_run_of_the_tiny_model():

@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as W
 import plotly.graph_objects as go
+from traitlets import TraitError
 
 from minilm.config import POLICIES
 from minilm.engine import Engine
@@ -83,7 +84,10 @@ class ControlPanel:
             control = getattr(self, name, None)
             if not isinstance(control, W.ValueWidget):
                 raise ValueError(f"{name}={value!r}: no such control; controls: {', '.join(self.control_names())}")
-            control.value = value
+            try:
+                control.value = value
+            except TraitError as e:  # e.g. a policy that is not in the dropdown
+                raise ValueError(f"{name}={value!r}: {e}") from None
         if run_now:
             self.on_run()
 
