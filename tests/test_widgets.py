@@ -263,7 +263,8 @@ def test_slider_moves_the_highlight(panel):
 @pytest.mark.parametrize("knob,value,says", [("max_num_seqs", -1, "max_num_seqs=-1"),
                                               ("num_requests", 0, "num_requests=0"),
                                               ("rate", -2.0, "rate=-2.0"),
-                                              ("max_model_len", 0, "max_model_len=0")])
+                                              ("max_model_len", 0, "max_model_len=0"),
+                                              ("block_size", 0, "block_size=0")])
 def test_bad_value_shows_a_message_and_keeps_the_figures(panel, knob, value, says):
     tl, before = panel.timeline, prefill_bases(panel.gantt)
     kv_before = np.array(panel.kv.data[0].z, dtype=float)
