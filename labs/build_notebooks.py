@@ -5,7 +5,7 @@
 
 Sources use the "percent" format: a line `# %%` starts a code cell, `# %% [markdown]`
 a markdown cell whose lines start with `# `. Every notebook gets the same setup cell
-first (find the repo root, one CPU thread); `# %% [with setup]` puts the setup at the
+first (find the repository root); `# %% [with setup]` puts the setup at the
 top of that cell instead (the lecture demo, whose first cell must do everything).
 
 Exercise sources (`src/ex_NN_*.py`) give two notebooks: `exercises/NN_*.ipynb`, where
@@ -33,13 +33,12 @@ LABS = Path(__file__).resolve().parent
 SRC = LABS / "src"
 
 SETUP = '''\
-# Setup: put the repository root on the path so `import minilm` works from any folder,
-# and use one CPU thread: the tiny model is fastest that way, even on a shared machine.
+# Setup: put the repository root on the path, so that `import minilm` and the
+# exercises' `from labs import checks` work from any folder.
 import pathlib, sys
 ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "minilm").is_dir())
 sys.path.insert(0, str(ROOT))
-import torch
-torch.set_num_threads(1)'''
+import torch'''
 
 SOLUTION = re.compile(r"^([ \t]*)# BEGIN SOLUTION\n.*?^[ \t]*# END SOLUTION\n", re.M | re.S)
 CHECK_MARK = "# exercise check"

@@ -28,7 +28,7 @@ def code_cells(path: Path) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def keep_torch_threads():
-    n = torch.get_num_threads()  # the notebooks' setup cell pins one thread
+    n = torch.get_num_threads()  # an Engine on CPU sets the thread count (EngineConfig.cpu_threads)
     yield
     torch.set_num_threads(n)
 

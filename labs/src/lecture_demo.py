@@ -13,6 +13,7 @@ from IPython.display import display
 
 import widgets
 from minilm import make_workload, run_workload
+from widgets.compare import set_compare_step
 from widgets.panel import ControlPanel
 
 specs = make_workload("mixed", num_requests=16, seed=0, max_model_len=512)
@@ -31,8 +32,8 @@ comparison = go.FigureWidget(widgets.compare_figure(timelines))
 end_ms = max(max(s.t_end for s in tl.steps) for tl in timelines.values()) * 1e3
 clock = W.FloatSlider(0.0, min=0.0, max=end_ms, step=end_ms / 200, description="time (ms)",
                       readout_format=".0f", layout=W.Layout(width="70%"))
-clock.observe(lambda change: widgets.update_figure(comparison, widgets.compare_figure(
-    timelines, step={name: step_at(tl, change["new"] / 1e3) for name, tl in timelines.items()})), names="value")
+clock.observe(lambda change: set_compare_step(
+    comparison, timelines, {name: step_at(tl, change["new"] / 1e3) for name, tl in timelines.items()}), names="value")
 panel = ControlPanel(policy="chunked", max_num_batched_tokens=64, num_requests=16, max_num_seqs=6)
 display(W.VBox([clock, comparison]), widgets.metrics_table(timelines).round(3), panel)
 
