@@ -45,10 +45,13 @@ def write_notebook(path: Path) -> None:
 
 
 def write_lab_settings(settings: Path) -> None:
-    """Do not pop up the "fetch Jupyter news?" toast over the page."""
-    path = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"fetchNews": "false"}))
+    """No "fetch Jupyter news?" toast over the page, and start the notebook's own kernel
+    without asking (the "Select Kernel" dialog)."""
+    for name, value in (("apputils-extension/notification", {"fetchNews": "false"}),
+                        ("notebook-extension/tracker", {"autoStartDefaultKernel": True})):
+        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
 
 
 def start_kernel_session(base: str, notebook: str, deadline_s: float = 60) -> None:
@@ -124,6 +127,27 @@ GANTT_SVG = """() => {
 }"""
 
 
+def wait_accepting_kernel_dialog(page, selector: str) -> None:
+    """Wait for `selector`; meanwhile accept JupyterLab's "Select Kernel" dialog whenever it shows.
+
+    JupyterLab 4.6 sometimes asks for a kernel even though the notebook's session is running
+    (it races the kernel-spec list). The dialog's default is the notebook's own python3 kernel."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    while True:
+        left_ms = (deadline - time.monotonic()) * 1000
+        if left_ms <= 0:
+            raise TimeoutError(f"{selector} did not appear within {TIMEOUT_MS} ms")
+        page.wait_for_selector(f"{selector}, .jp-Dialog", timeout=left_ms)
+        if accept.count():
+            button = accept.first.element_handle()
+            button.click()
+            button.wait_for_element_state("hidden", timeout=max(1.0, left_ms))  # this dialog closed
+            continue
+        if page.locator(selector).count():
+            return
+
+
 def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -134,12 +158,12 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(f"{jupyterlab}/lab/tree/panel.ipynb")
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            wait_accepting_kernel_dialog(page, ".jp-Notebook-ExecutionIndicator[data-status='idle']")
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
             # the Gantt chart (the panel's first Plotly figure) draws its bars as SVG paths
-            page.wait_for_selector(".js-plotly-plot .trace.bars path")
+            wait_accepting_kernel_dialog(page, ".js-plotly-plot .trace.bars path")
             assert "chunked" in page.locator(".js-plotly-plot .gtitle").first.text_content()
             stderr = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
             assert stderr.count() == 0, stderr.first.text_content()  # no warning, no traceback
