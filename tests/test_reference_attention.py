@@ -21,6 +21,9 @@ def test_mixed_batch_against_dense_attention():
         context_lens=torch.tensor([c for _, c in seqs], dtype=torch.int32),
         block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
         slot_mapping=torch.zeros(0, dtype=torch.int64))
+    for (n, ctx), table in zip(seqs, tables):  # garbage past each context must not leak in
+        kc[table[-1], ctx % bs or bs:] = float("nan")
+        vc[table[-1], ctx % bs or bs:] = float("nan")
     q = torch.randn(sum(n for n, _ in seqs), hq, d, generator=g)
     out = paged_attention(q, kc, vc, meta, 0.3)
     start = 0

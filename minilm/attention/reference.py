@@ -67,6 +67,7 @@ def attend_decodes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     scores = torch.einsum("bhgd,blhd->bhgl", qg, k) * scale
     pad = torch.arange(k.shape[1], device=q.device)[None, :] >= context_lens[:, None]  # [B, L]
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
+    v = v.masked_fill(pad[:, :, None, None], 0.0)  # slots past the context may hold anything, even NaN
     out = torch.einsum("bhgl,blhd->bhgd", scores.softmax(-1), v)
     return out.reshape(bsz, num_q_heads, d)
 
