@@ -378,18 +378,18 @@ def reproduce_command(args, steps: int) -> str:
     return "python -m minilm.train " + " ".join(flags)
 
 
-def machine_name(device: str) -> str:
+def machine_name(device: str, threads: int | None) -> str:
     if device != "cpu":
         return torch.cuda.get_device_name()
     cpuinfo = Path("/proc/cpuinfo")
     names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
              if ln.startswith("model name")] if cpuinfo.exists() else []
     return (f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"torch threads {torch.get_num_threads()}")
+            f"torch threads {threads or torch.get_num_threads()}")
 
 
 def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None:
-    machine = machine_name(args.device)
+    machine = machine_name(args.device, args.threads)
     lines = [
         "# docstrings: a small Llama-family model trained on the Python standard library's docstrings",
         "",
