@@ -11,7 +11,7 @@ decode token (n_i = 1 sees everything). Lesson 5 walks through it.
 Sequences with several queries are computed one at a time (`attend_sequence`). The
 single-token decodes, usually most of a batch, are computed together
 (`attend_decodes`): one gather of their blocks, padded to the longest context and
-masked. Doing them one by one would cost a few Python-dispatched ops per sequence
+masked, in groups of similar length (`group_by_length`). Doing them one by one would cost a few Python-dispatched ops per sequence
 per layer, which on a CPU is most of a decode step.
 """
 from __future__ import annotations
@@ -72,6 +72,16 @@ def attend_decodes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     return out.reshape(bsz, num_q_heads, d)
 
 
+def group_by_length(context_lens: torch.Tensor, block_size: int) -> list[torch.Tensor]:
+    """Indices of sequences whose block counts share a power-of-two bucket (1, 2, 3-4, 5-8, ...).
+
+    Decodes padded together all pay for the longest context among them; bucketing keeps
+    one long sequence from making every short one as slow as itself."""
+    blocks = (context_lens + block_size - 1) // block_size
+    buckets = torch.log2(blocks.clamp(min=1).float()).ceil().long()
+    return [torch.nonzero(buckets == b).flatten() for b in buckets.unique().tolist()]
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens; fp32 math."""
@@ -79,10 +89,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     cu = meta.cu_seqlens_q
     q_lens = cu[1:] - cu[:-1]
     decode = torch.nonzero(q_lens == 1).flatten()
-    if len(decode):
-        rows = cu[decode].long()
-        out[rows] = attend_decodes(q[rows], k_cache, v_cache, meta.block_tables[decode],
-                                   meta.context_lens[decode].long(), scale).to(q.dtype)
+    for group in group_by_length(meta.context_lens[decode].long(), k_cache.shape[1]):
+        seqs = decode[group]
+        rows = cu[seqs].long()
+        out[rows] = attend_decodes(q[rows], k_cache, v_cache, meta.block_tables[seqs],
+                                   meta.context_lens[seqs].long(), scale).to(q.dtype)
     cu_list, ctx_list = cu.tolist(), meta.context_lens.tolist()
     for i in torch.nonzero(q_lens > 1).flatten().tolist():
         start, end = cu_list[i], cu_list[i + 1]
