@@ -41,14 +41,14 @@ print("CUDA GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() els
 # An `Engine` holds a model, a KV cache and a scheduler. You give it requests (a prompt,
 # how many tokens to generate) and it runs them, batched. `docstrings` is a small model
 # shipped with the lab, trained on the docstrings of Python's standard library, so it
-# writes docstring-like English; until it is installed, the `tiny` model (random
-# weights) stands in and writes gibberish.
+# writes docstring-like English and stops at its end-of-text token (its model card is
+# `minilm/checkpoints/docstrings/README.md`). The `tiny` model has random weights: it
+# writes noise, and serves the benchmarks.
 
 # %%
 from minilm import Engine
-from minilm.loader import CHECKPOINTS_DIR
 
-MODEL = "docstrings" if (CHECKPOINTS_DIR / "docstrings" / "config.json").exists() else "tiny"
+MODEL = "docstrings"
 engine = Engine(MODEL)
 prompts = ["Return the", "Open a file and", "A Mapping is a"]
 for prompt, text in zip(prompts, engine.generate(prompts, max_tokens=40)):
