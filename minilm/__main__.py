@@ -119,7 +119,9 @@ def cmd_run(args) -> None:
         print(json.dumps(m))
         return
     for rid in list(engine.requests)[: args.show]:
-        print(f"[{rid}] {engine.text(rid)!r}")
+        req = engine.requests[rid]
+        prompt = engine.tokenizer.decode(req.prompt_ids)
+        print(f"[{rid}] {prompt!r} -> {engine.text(rid)!r} ({req.finish_reason}, {len(req.output_ids)} tokens)")
     print(describe_run(engine.timeline.meta))
     print_table([m])
 
