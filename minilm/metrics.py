@@ -50,9 +50,17 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     span = (max(s.t_end for s in steps) - min(r.arrival for r in tl.requests)) if steps else 0.0
     out_tokens = sum(r.output_len for r in tl.requests)
     prompt_tokens = sum(r.prompt_len for r in tl.requests)
-    computed = sum(s.tokens() for s in steps)
-    padding = sum(s.tokens("padding") for s in steps)
-    batch_sizes = [len({i.request_id for i in s.items if i.kind != "padding"}) for s in steps]
+    computed = padding = 0
+    batch_sizes = []  # requests doing real (non-padding) work in each step
+    for s in steps:
+        real = set()
+        for i in s.items:
+            computed += i.num_tokens
+            if i.kind == "padding":
+                padding += i.num_tokens
+            else:
+                real.add(i.request_id)
+        batch_sizes.append(len(real))
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
