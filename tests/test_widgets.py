@@ -16,7 +16,7 @@ from widgets.compare import compare_figure, metrics_table
 from widgets.gantt import HIGHLIGHT_NAME, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
 from widgets.kvmap import PALETTE, kv_cells, kvmap_figure
 from widgets.latency import latency_cdfs_figure
-from widgets.panel import SIMULATED, ControlPanel, simulator_options
+from widgets.panel import SIMULATED, ControlPanel
 from widgets.report import write_report
 from widgets.steps import steps_figure
 from widgets.trace import save_trace
@@ -225,8 +225,6 @@ def test_cli_compare_writes_html_report(tmp_path):
 @pytest.fixture
 def panel() -> ControlPanel:
     """A panel on the simulator (fast, reproducible): 10 requests, 3 sequences at a time."""
-    if not simulator_options()[0]:
-        pytest.skip("minilm.simulator is not there: the panel's simulated engine is not offered")
     return ControlPanel(engine_kind=SIMULATED, sim_model="llama-3-8b", sim_device="h100", num_requests=10,
                         max_num_seqs=3)
 

@@ -13,15 +13,16 @@ leaves the previous figures as they were. The figures read only the timeline.
 from __future__ import annotations
 
 import html
-import importlib.util
 from typing import Any
 
 import ipywidgets as W
 import plotly.graph_objects as go
 from traitlets import TraitError
 
+from minilm import costmodel
 from minilm.config import POLICIES
 from minilm.engine import Engine
+from minilm.simulator import simulated_engine
 from minilm.timeline import Timeline
 from minilm.workload import PRESETS, make_workload
 
@@ -34,15 +35,6 @@ from .trace import save_trace
 MEASURED = "measured: tiny model on this machine"
 SIMULATED = "simulated: cost model, no model run"
 WIDE = {"description_width": "initial"}
-
-
-def simulator_options() -> tuple[list[str], list[str]]:
-    """(model names, device names) of the simulator (minilm.simulator), or empty lists before it exists."""
-    if importlib.util.find_spec("minilm.simulator") is None:
-        return [], []
-    from minilm import costmodel
-
-    return list(costmodel.MODEL_SPECS), list(costmodel.DEVICE_NAMES)
 
 
 class ControlPanel:
@@ -59,12 +51,11 @@ class ControlPanel:
         self.rate = W.FloatText(0.0, description="arrival rate req/s (0: all at t=0)", style=WIDE)
         self.seed = W.IntText(0, description="seed")
         self.max_model_len = W.IntText(512, description="max_model_len", style=WIDE)
-        models, devices = simulator_options()
-        shown = W.Layout(display=None if models else "none")  # the selectors appear once the simulator exists
         self.engine_kind = W.Dropdown(options=[MEASURED, SIMULATED], value=MEASURED, description="engine",
-                                      style=WIDE, layout=shown)
-        self.sim_model = W.Dropdown(options=models, description="simulated model", style=WIDE, layout=shown)
-        self.sim_device = W.Dropdown(options=devices, description="simulated device", style=WIDE, layout=shown)
+                                      style=WIDE)
+        self.sim_model = W.Dropdown(options=list(costmodel.MODEL_SPECS), description="simulated model", style=WIDE)
+        self.sim_device = W.Dropdown(options=list(costmodel.DEVICE_NAMES), description="simulated device",
+                                     style=WIDE)
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="requests done", style=WIDE)
         self.message = W.HTML()
@@ -123,8 +114,6 @@ class ControlPanel:
     def build_engine(self) -> Engine:
         if self.engine_kind.value == MEASURED:
             return Engine("tiny", seed=self.seed.value, **self.knobs())
-        from minilm.simulator import simulated_engine  # only offered when it exists
-
         return simulated_engine(model=self.sim_model.value, device=self.sim_device.value, **self.knobs())
 
     def run_engine(self) -> Timeline:
