@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Create .venv and install the lab (CPU build of torch; see README "On a GPU").
+# Create .venv and install the lab (CPU build of torch here; see README "On a GPU").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+pip_install() {  # quiet, minus this machine's warnings about missing local package folders
+  .venv/bin/python -m pip install -q "$@" 2>&1 | { grep -v "is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"
+}
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -r requirements.txt
-.venv/bin/python -m pip install -q --no-deps -e .
+pip_install --upgrade pip >/dev/null || true
+pip_install -r requirements.txt
+.venv/bin/python -m pip show -q minilm-lab >/dev/null 2>&1 || pip_install --no-deps -e . >/dev/null
