@@ -12,4 +12,4 @@ pip_install() {  # quiet, minus this machine's warnings about missing local pack
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_install --upgrade pip >/dev/null || true
 pip_install -r requirements.txt
-.venv/bin/python -m pip show -q minilm-lab >/dev/null 2>&1 || pip_install --no-deps -e . >/dev/null
+.venv/bin/python -m pip show -q minilm-lab >/dev/null 2>&1 || pip_install --no-deps -e .
