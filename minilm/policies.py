@@ -15,6 +15,11 @@ from .kv_cache import cdiv
 from .scheduler import Policy, Scheduler, SeqWork
 
 
+def padded_len(rows) -> int:
+    """Length of a static batch's padded rows: the longest prompt plus the most new tokens."""
+    return max(r.prompt_len for r in rows) + max(r.params.max_tokens for r in rows)
+
+
 def schedule_decodes(s: Scheduler, budget: int, work: list[SeqWork]) -> int:
     """One token for every running request that has finished its prompt; returns the budget left."""
     protected = {id(w.request) for w in work}
@@ -53,29 +58,23 @@ class StaticPolicy(Policy):
         return work
 
     def start_batch(self, s: Scheduler) -> list[SeqWork]:
-        rows = []
-        while s.waiting and len(rows) < s.config.max_num_seqs:
-            cand = rows + [s.waiting[len(rows)]] if len(rows) < len(s.waiting) else None
-            if cand is None or s.allocator.num_free < len(cand) * self.blocks_per_row(cand, s):
+        """Take waiting requests in order while the batch has room and KV for every row."""
+        rows: list = []
+        for req in s.waiting:
+            grown = rows + [req]
+            need = len(grown) * cdiv(padded_len(grown), s.allocator.block_size)
+            if len(grown) > s.config.max_num_seqs or need > s.allocator.num_free:
                 break
-            rows = cand
+            rows = grown
         if not rows:
             return []
-        padded_len = self.padded_len(rows, s)
         prompt_len = max(r.prompt_len for r in rows)
         for req in rows:
             # every row of a padded [batch, prompt + max_new] tensor holds the same slots
             s.admit(req, 0)
-            s.allocator.allocate(req.request_id, padded_len)
+            s.allocator.allocate(req.request_id, padded_len(rows))
         self.batch = rows
         return [SeqWork(r, r.prompt_len, num_padding=prompt_len - r.prompt_len) for r in rows]
-
-    @staticmethod
-    def padded_len(rows, s: Scheduler) -> int:
-        return max(r.prompt_len for r in rows) + max(r.params.max_tokens for r in rows)
-
-    def blocks_per_row(self, rows, s: Scheduler) -> int:
-        return cdiv(self.padded_len(rows, s), s.allocator.block_size)
 
     def on_step_end(self, s: Scheduler) -> None:
         if self.batch and all(r.finished for r in self.batch):

@@ -13,6 +13,7 @@ bookkeeping stays in one place. Lesson 3's exercise writes one.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -65,8 +66,8 @@ class StepPlan:
         return sum(w.num_tokens for w in self.work)
 
 
-class Policy:
-    """Base class of scheduling policies. Override `schedule`."""
+class Policy(ABC):
+    """Base class of scheduling policies: a subclass defines `schedule`."""
 
     name = "policy"
     frees_on_finish = True  # static batching keeps a finished row's KV until its batch ends
@@ -74,8 +75,9 @@ class Policy:
     # KV cache silently); the built-in ones turn it off for speed, the property tests cover them.
     check_plans = True
 
+    @abstractmethod
     def schedule(self, s: "Scheduler") -> list[SeqWork]:
-        raise NotImplementedError
+        """The step's work: which requests run and how many tokens each."""
 
     def on_step_end(self, s: "Scheduler") -> None:
         pass
