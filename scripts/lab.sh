@@ -7,4 +7,6 @@ bash scripts/setup.sh
 if [ "${1:-}" = "--demo" ]; then
   exec .venv/bin/python -m minilm compare --workload mixed --policies static,continuous,chunked --ignore-eos
 fi
-exec .venv/bin/jupyter lab labs/00_start_here.ipynb "$@"
+extra=()
+[ "$(id -u)" = 0 ] && extra+=(--allow-root)  # containers and VMs often run as root
+exec .venv/bin/jupyter lab labs/00_start_here.ipynb "${extra[@]}" "$@"
