@@ -86,7 +86,9 @@ def copy_bandwidth(setup: Setup, nbytes: int) -> float:
 def new_cache(setup: Setup, num_seqs: int, max_context: int, gen: torch.Generator):
     """Random K and V caches for `num_seqs` sequences of up to `max_context` tokens, and a
     shuffled order of their blocks."""
-    num_blocks = num_seqs * -(-max_context // setup.block_size)
+    from minilm.kv_cache import cdiv
+
+    num_blocks = num_seqs * cdiv(max_context, setup.block_size)
     shape = (num_blocks, setup.block_size, setup.num_kv_heads, setup.head_dim)
     k = torch.randn(shape, generator=gen, device=setup.device, dtype=setup.dtype)
     v = torch.randn(shape, generator=gen, device=setup.device, dtype=setup.dtype)
@@ -96,9 +98,10 @@ def new_cache(setup: Setup, num_seqs: int, max_context: int, gen: torch.Generato
 
 def metadata(q_lens: list[int], ctx_lens: list[int], order: torch.Tensor, block_size: int):
     """Sequence i takes the next blocks of the shuffled `order`: scrambled, never shared."""
+    from minilm.kv_cache import cdiv
     from minilm.model import AttentionMetadata
 
-    need = [-(-c // block_size) for c in ctx_lens]
+    need = [cdiv(c, block_size) for c in ctx_lens]
     width, device = max(need), order.device
     tables = torch.zeros(len(ctx_lens), width, dtype=torch.int32, device=device)
     used = 0

@@ -43,6 +43,11 @@ def lognormal_lengths(rng: np.random.Generator, n: int, median: float, sigma: fl
     return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), lo, hi).astype(int)
 
 
+def num_long_prompts(n: int) -> int:
+    """How many of `long-prompt`'s requests are the long ones (the last of the list)."""
+    return max(1, n // 16)
+
+
 def preset_lengths(name: str, n: int, rng: np.random.Generator, max_model_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(prompt lengths, output lengths) of a preset."""
     if name == "uniform":
@@ -54,11 +59,16 @@ def preset_lengths(name: str, n: int, rng: np.random.Generator, max_model_len: i
     if name == "long-prompt":
         prompts = rng.integers(16, 65, n)
         outputs = rng.integers(96, 161, n)
-        num_long = max(1, n // 16)
+        num_long = num_long_prompts(n)
         prompts[-num_long:] = rng.integers(max_model_len // 2, max_model_len * 3 // 4, num_long)
         outputs[-num_long:] = rng.integers(16, 33, num_long)
         return prompts, outputs
     raise ValueError(f"workload preset {name!r}; allowed: {', '.join(PRESETS)} (or a JSON file)")
+
+
+def poisson_arrivals(rng: np.random.Generator, rate: float | None, n: int) -> np.ndarray:
+    """Arrival times of a Poisson process at `rate` requests/s, or all at t=0 for None."""
+    return np.cumsum(rng.exponential(1.0 / rate, n)) if rate is not None else np.zeros(n)
 
 
 def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vocab_size: int = 256,
@@ -75,13 +85,10 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     if name == "docstrings":
         return docstring_workload(num_requests, rng, rate, max_model_len)
     prompts, outputs = preset_lengths(name, num_requests, rng, max_model_len)
-    if rate is not None:
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, num_requests))
-    else:
-        arrivals = np.zeros(num_requests)
-        if name == "long-prompt":
-            num_long = max(1, num_requests // 16)
-            arrivals[-num_long:] = long_prompt_delay * (1 + np.arange(num_long))
+    arrivals = poisson_arrivals(rng, rate, num_requests)
+    if rate is None and name == "long-prompt":
+        num_long = num_long_prompts(num_requests)
+        arrivals[-num_long:] = long_prompt_delay * (1 + np.arange(num_long))
     return [RequestSpec(id=f"r{i}", prompt_ids=rng.integers(0, vocab_size, int(p)).tolist(),
                         max_tokens=int(o), arrival=float(a))
             for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))]
@@ -104,7 +111,7 @@ def docstring_workload(num_requests: int, rng: np.random.Generator, rate: float 
     docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
     picks = rng.choice(len(docs), num_requests, replace=num_requests > len(docs))
     max_tokens = min(DOCSTRINGS_MAX_TOKENS, max_model_len // 2)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, num_requests)) if rate is not None else np.zeros(num_requests)
+    arrivals = poisson_arrivals(rng, rate, num_requests)
     return [RequestSpec(id=f"r{i}", prompt_ids=None, prompt=docstring_prompt(docs[k]), max_tokens=max_tokens,
                         arrival=float(a)) for i, (k, a) in enumerate(zip(picks, arrivals))]
 
