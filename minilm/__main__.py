@@ -8,12 +8,18 @@ import sys
 from .config import EngineConfig
 from .engine import Engine
 from .metrics import summarize
+from .simulator import simulated_engine
 from .workload import get_workload
 
-TABLE_COLUMNS = [("policy", "{}"), ("requests", "{}"), ("output_tokens", "{}"), ("wall_s", "{:.2f}"),
-                 ("output_tok_per_s", "{:.0f}"), ("ttft_p50", "{:.3f}"), ("ttft_p99", "{:.3f}"),
-                 ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"), ("mean_batch_size", "{:.1f}"),
-                 ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"), ("preemptions", "{}")]
+# (summary key, header with its unit, scale, format)
+TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None, "{}"),
+                 ("output_tokens", "out tokens", None, "{}"), ("wall_s", "time (s)", 1, "{:.2f}"),
+                 ("output_tok_per_s", "out tok/s", 1, "{:.0f}"),
+                 ("ttft_p50", "TTFT p50 (ms)", 1e3, "{:.1f}"), ("ttft_p99", "TTFT p99 (ms)", 1e3, "{:.1f}"),
+                 ("itl_p50", "ITL p50 (ms)", 1e3, "{:.1f}"), ("itl_p99", "ITL p99 (ms)", 1e3, "{:.1f}"),
+                 ("itl_max", "ITL max (ms)", 1e3, "{:.1f}"), ("mean_batch_size", "batch", 1, "{:.1f}"),
+                 ("padding_fraction", "padding", 1, "{:.2f}"), ("peak_kv_blocks", "peak KV blocks", None, "{}"),
+                 ("preemptions", "preempted", None, "{}")]
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -28,7 +34,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int, default=None)
-    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
     p.add_argument("--kv-mode", default="paged", choices=["paged", "reserved"])
     p.add_argument("--device", default="cpu", help="torch device; with --simulate a device spec "
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)")
@@ -47,20 +53,17 @@ def engine_config(args, policy: str) -> EngineConfig:
     return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
+                        gpu_memory_utilization=args.gpu_memory_utilization,
                         attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
-                        cpu_threads=args.cpu_threads,
-                        seed=args.seed)
+                        cpu_threads=args.cpu_threads, seed=args.seed)
 
 
 def build_engine(args, policy: str) -> Engine:
     if args.simulate:
-        from .simulator import simulated_engine
-
-        config = engine_config(args, policy)
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
-        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp,
-                                gpu_memory_utilization=args.gpu_memory_utilization)
+        return simulated_engine(args.model, args.device, config=engine_config(args, policy), dtype=dtype,
+                                tp=args.tp)
     return Engine(args.model, engine_config(args, policy))
 
 
@@ -68,7 +71,7 @@ def run_one(args, policy: str) -> tuple[Engine, dict]:
     engine = build_engine(args, policy)
     specs = get_workload(args.workload, num_requests=args.num_requests, seed=args.seed,
                          vocab_size=engine.model_config.vocab_size, rate=args.rate,
-                         max_model_len=args.max_model_len)
+                         max_model_len=engine.config.max_model_len)
     sampling = {"ignore_eos": args.ignore_eos, "temperature": args.temperature,
                 "seed": args.seed if args.temperature > 0 else None}
     engine.add_workload(specs, **sampling)
@@ -83,8 +86,8 @@ def describe_run(meta: dict) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    header = [c for c, _ in TABLE_COLUMNS]
-    cells = [[fmt.format(r[c]) for c, fmt in TABLE_COLUMNS] for r in rows]
+    header = [h for _, h, _, _ in TABLE_COLUMNS]
+    cells = [[fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in TABLE_COLUMNS] for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for row in cells:

@@ -1,12 +1,17 @@
-"""Clocks: how an engine step gets its duration.
+"""Clocks: how an engine step gets its start, its duration and its model's share.
 
 MeasuredClock  the step's wall time (CUDA synchronised): what this machine really took.
 SimulatedClock a cost model's prediction of the step on some other device (costmodel.py);
                bit-for-bit reproducible, so lessons can print it and nbval can check it.
 
 Both skip idle time: when nothing can run, the clock jumps to the next arrival instead
-of sleeping, so an online workload does not make the learner wait. Step durations are
+of sleeping, so an offline workload does not make the learner wait. Step durations are
 never skipped.
+
+A step's time is the engine's own work — scheduling, the model, sampling, updating
+the requests — as a client would feel it; the model's share is timed apart, so the
+rest (the engine's overhead) can be seen. Recording the step on the timeline happens
+after the clock stops.
 """
 from __future__ import annotations
 
@@ -24,16 +29,26 @@ class MeasuredClock:
         self.cuda = torch.device(device).type == "cuda"
         self._t0 = 0.0
 
-    def start_step(self) -> None:
+    def _sync(self) -> float:
         if self.cuda:
             torch.cuda.synchronize()
-        self._t0 = time.perf_counter()
+        return time.perf_counter()
 
-    def end_step(self, plan) -> float:
-        """Seconds since `start_step`; the engine adds them to `now`."""
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - self._t0
+    def start_step(self) -> float:
+        """Start timing a step; returns its start time on the engine's clock."""
+        self._t0 = self._sync()
+        return self.now
+
+    def run_model(self, execute: Callable, plan) -> tuple[dict[str, int], float]:
+        """`execute(plan)` and the seconds it took."""
+        t = self._sync()
+        out = execute(plan)
+        return out, self._sync() - t
+
+    def end_step(self) -> float:
+        """Stop timing; returns the step's end time."""
+        self.now += self._sync() - self._t0
+        return self.now
 
     def wait_until(self, t: float) -> None:
         self.now = max(self.now, t)
@@ -45,9 +60,15 @@ class SimulatedClock(MeasuredClock):
     def __init__(self, step_time: Callable[[object], float]):
         super().__init__("cpu")
         self.step_time = step_time  # plan -> seconds
+        self._dt = 0.0
 
-    def start_step(self) -> None:
-        pass
+    def start_step(self) -> float:
+        return self.now
 
-    def end_step(self, plan) -> float:
-        return float(self.step_time(plan))
+    def run_model(self, execute: Callable, plan) -> tuple[dict[str, int], float]:
+        self._dt = float(self.step_time(plan))
+        return execute(plan), self._dt
+
+    def end_step(self) -> float:
+        self.now += self._dt
+        return self.now

@@ -6,7 +6,7 @@ Knob names follow vLLM (`max_num_seqs`, `max_num_batched_tokens`, `block_size`,
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -88,26 +88,28 @@ class ModelConfig:
 # 2-core laptop runs hundreds of engine steps a second, big enough that a long
 # prefill costs visibly more than a decode step (lesson 1).
 MODEL_PRESETS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(),
+    "tiny": ModelConfig(max_position_embeddings=2048),
     "small": ModelConfig(hidden_size=256, intermediate_size=768, num_hidden_layers=6,
-                         num_attention_heads=8, num_key_value_heads=2),
+                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048),
 }
 
-POLICIES = ("static", "continuous", "chunked")
 KV_MODES = ("paged", "reserved")
 
 
 @dataclass
 class EngineConfig:
-    """The engine's knobs. `None` budgets get policy-specific defaults in `resolved()`."""
+    """The engine's knobs, as the user gives them. `None` means "the default", which the
+    engine resolves against its model and policy (builder.py); `engine.config` holds the
+    resolved values."""
 
-    policy: str = "continuous"
+    policy: Any = "continuous"  # a name (static, continuous, chunked) or a Policy object
     max_num_seqs: int = 16
-    max_num_batched_tokens: int | None = None  # None: max_model_len (continuous), 256 (chunked)
+    max_num_batched_tokens: int | None = None  # None: the policy's default (policies.py)
     block_size: int = 16
-    num_blocks: int | None = None  # None: from kv_cache_bytes, or enough for max_num_seqs full sequences
+    num_blocks: int | None = None  # None: from kv_cache_bytes, the device's memory, or max_num_seqs full sequences
     kv_cache_bytes: int | None = None
-    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.9  # simulated GPUs: the share of memory for weights + KV (vLLM's knob)
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
     kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
     attention_backend: str | None = None  # None: "triton" on CUDA, "reference" on CPU
     device: str = "cpu"
@@ -117,22 +119,23 @@ class EngineConfig:
     # thread, and on a busy 2-core laptop OpenMP's spin-waiting made steps 10-50x slower.
     cpu_threads: int = 1
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        for name in ("max_num_seqs", "block_size", "max_model_len", "cpu_threads"):
+        """Each knob on its own; checks against the model and policy happen in builder.py."""
+        for name in ("max_num_seqs", "block_size", "cpu_threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
-        for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens"):
+        for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name}={v!r} must be a positive integer (or None for the default)")
-        if isinstance(self.policy, str) and self.policy not in POLICIES:
-            raise ValueError(f"policy={self.policy!r}; allowed: {', '.join(POLICIES)} or a Policy object")
         if self.kv_mode not in KV_MODES:
             raise ValueError(f"kv_mode={self.kv_mode!r}; allowed: {', '.join(KV_MODES)}")
-
-    def token_budget(self) -> int:
-        if self.max_num_batched_tokens is not None:
-            return self.max_num_batched_tokens
-        return 256 if self.policy == "chunked" else self.max_model_len
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        budget = self.max_num_batched_tokens
+        if budget is not None and budget < self.max_num_seqs:
+            # vLLM's rule too: with fewer tokens a step than running requests, some decodes
+            # would wait every step, the same ones each time.
+            raise ValueError(f"max_num_batched_tokens={budget} < max_num_seqs={self.max_num_seqs}: a step must "
+                             f"have room for one decode token of every running request")

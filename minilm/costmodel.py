@@ -157,6 +157,11 @@ MODEL_SPECS: dict[str, ModelConfig] = {
                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
                               rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
                               torch_dtype="bfloat16"),
+    # Llama 3.1 8B: Llama 3's sizes, trained to 128k positions (its RoPE scaling changes no cost)
+    "llama-3.1-8b": ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+                                torch_dtype="bfloat16"),
     "llama-3-70b": ModelConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                                num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
                                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
@@ -270,6 +275,7 @@ class CostModel:
     def __init__(self, model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                  dtype: str | None = None, tp: int = 1):
         self.model = get_model_spec(model)
+        self.name = model if isinstance(model, str) else "custom"
         self.device = get_device(device)
         self.dtype = dtype or self.device.dtype
         if not isinstance(tp, int) or tp < 1:

@@ -5,14 +5,20 @@ vLLM's idea (PagedAttention, SOSP'23): instead of reserving one contiguous regio
 and give them back the moment it ends. Only a sequence's last block can have unused
 slots. `reserved` mode does it the pre-paging way — a request gets blocks for its
 whole maximum length when admitted — so lesson 4 can measure what paging saves.
+
+Two parts, as in vLLM v1:
+    BlockPool        the free list: hands out block ids and takes them back
+                     (exercise 4 writes one)
+    KVCacheManager   the only owner of KV state: the pool, every request's block
+                     table, reserved mode; the scheduler asks it `allocate_slots`
+                     and `free`
 """
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import torch
 
 from .config import ModelConfig
+from .request import Request
 
 
 def cdiv(a: int, b: int) -> int:
@@ -39,52 +45,91 @@ def allocate_kv_tensor(model: ModelConfig, num_blocks: int, block_size: int,
                        model.num_key_value_heads, model.head_dim, dtype=dtype, device=device)
 
 
-@dataclass
-class BlockAllocator:
-    """Hands out block ids from a free list and keeps each request's block table."""
+def slot_mapping(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                 block_size: int) -> torch.Tensor:
+    """Flat cache slot of each new token: block * block_size + offset.
 
-    num_blocks: int
-    block_size: int
-    free: list[int] = field(default_factory=list)
-    tables: dict[str, list[int]] = field(default_factory=dict)
+    Token t belongs to the sequence in row `rows[t]` of `block_tables [B, max_blocks]`
+    and sits at `positions[t]` of that sequence."""
+    blocks = block_tables[rows, positions // block_size].long()
+    return blocks * block_size + positions % block_size
 
-    def __post_init__(self) -> None:
-        if self.num_blocks < 1 or self.block_size < 1:
-            raise ValueError(f"num_blocks={self.num_blocks} and block_size={self.block_size} must be >= 1")
-        # popped from the end: block 0 is handed out first
-        self.free = list(range(self.num_blocks - 1, -1, -1))
+
+class BlockPool:
+    """A free list of block ids. Block 0 is handed out first, and a freed block is the
+    next one handed out again (a stack), which keeps the KV map readable."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.free = list(range(num_blocks - 1, -1, -1))
 
     @property
-    def num_free(self) -> int:
+    def num_free_blocks(self) -> int:
         return len(self.free)
 
+    def get_new_blocks(self, n: int) -> list[int]:
+        if n > len(self.free):
+            raise RuntimeError(f"asked for {n} KV blocks, {len(self.free)} free")
+        return [self.free.pop() for _ in range(n)]
+
+    def free_blocks(self, blocks: list[int]) -> None:
+        """Give blocks back; the first of `blocks` is the first handed out again."""
+        self.free.extend(reversed(blocks))
+
+
+class KVCacheManager:
+    """Every request's block table, and the pool its blocks come from.
+
+    A block table is replaced, never changed in place, when it grows: a step that
+    keeps a reference to a table (the runner, the timeline's KV map) sees it as it was.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must be >= 1")
+        self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
+        self.pool = pool if pool is not None else BlockPool(num_blocks)
+        self.block_tables: dict[str, list[int]] = {}
+
     @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self.free)
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
 
-    def blocks_needed(self, request_id: str, num_tokens: int) -> int:
-        """Extra blocks `request_id` needs so that its table covers `num_tokens` slots."""
-        have = len(self.tables.get(request_id, ()))
-        return max(0, cdiv(num_tokens, self.block_size) - have)
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.pool.num_free_blocks
 
-    def can_allocate(self, request_id: str, num_tokens: int) -> bool:
-        return self.blocks_needed(request_id, num_tokens) <= len(self.free)
+    @property
+    def usage(self) -> float:
+        """Share of blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
+        return self.num_used_blocks / self.num_blocks
 
-    def allocate(self, request_id: str, num_tokens: int) -> None:
-        """Grow `request_id`'s table to cover `num_tokens` slots; all or nothing."""
-        need = self.blocks_needed(request_id, num_tokens)
-        if need > len(self.free):
-            raise RuntimeError(f"out of KV blocks: {request_id} needs {need}, {len(self.free)} free")
-        table = self.tables.setdefault(request_id, [])
-        table.extend(self.free.pop() for _ in range(need))
+    def blocks_needed(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> int:
+        """Blocks `request` must still get so its table covers its computed tokens plus
+        `num_new_tokens` (and at least `reserve_tokens` slots; all of `max_len` in reserved mode)."""
+        slots = max(request.num_computed_tokens + num_new_tokens, reserve_tokens)
+        if self.reserved:
+            slots = max(slots, request.max_len)
+        return max(0, cdiv(slots, self.block_size) - len(self.block_tables.get(request.request_id, ())))
 
-    def release(self, request_id: str) -> int:
-        """Return all of `request_id`'s blocks to the free list; returns how many."""
-        table = self.tables.pop(request_id, [])
-        self.free.extend(reversed(table))
-        return len(table)
+    def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> bool:
+        return self.blocks_needed(request, num_new_tokens, reserve_tokens) <= self.pool.num_free_blocks
 
-    def slot(self, request_id: str, position: int) -> int:
-        """Flat cache slot of token `position` of a request: block * block_size + offset."""
-        table = self.tables[request_id]
-        return table[position // self.block_size] * self.block_size + position % self.block_size
+    def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> list[int] | None:
+        """Grow the request's table for `num_new_tokens` more tokens; its table, or None
+        (and nothing changed) when there are not enough free blocks."""
+        need = self.blocks_needed(request, num_new_tokens, reserve_tokens)
+        table = self.block_tables.get(request.request_id, [])
+        if need == 0:
+            return table
+        if need > self.pool.num_free_blocks:
+            return None
+        table = table + self.pool.get_new_blocks(need)
+        self.block_tables[request.request_id] = table
+        return table
+
+    def free(self, request: Request) -> None:
+        """Return all of the request's blocks to the pool (a finished or preempted request)."""
+        table = self.block_tables.pop(request.request_id, None)
+        if table:
+            self.pool.free_blocks(table)

@@ -1,7 +1,9 @@
 """Serving metrics, computed from a timeline alone.
 
 TTFT   time to first token: first token's time - arrival (includes queueing)
-ITL    inter-token latency: gaps between consecutive tokens of one request
+ITL    inter-token latency: gaps between consecutive tokens of one request; `itl_max` is
+       the longest gap of the run and `itl_worst_p99` the p99 over requests of each one's
+       longest gap: a prefill that stalls the decodes shows there, however rare
 TPOT   time per output token after the first: (finish - first token) / (output - 1)
 e2e    finish - arrival
 goodput  requests per second that met both SLO limits (DistServe's definition)
@@ -25,6 +27,12 @@ def ttfts(tl: Timeline) -> list[float]:
 
 def itls(tl: Timeline) -> list[float]:
     return [b - a for r in tl.requests for a, b in zip(r.token_times, r.token_times[1:])]
+
+
+def worst_itls(tl: Timeline) -> list[float]:
+    """Each request's longest gap between two of its tokens."""
+    return [max(b - a for a, b in zip(r.token_times, r.token_times[1:])) for r in tl.requests
+            if len(r.token_times) > 1]
 
 
 def tpots(tl: Timeline) -> list[float]:
@@ -82,6 +90,9 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     for name, values in (("ttft", ttfts(tl)), ("itl", itls(tl)), ("tpot", tpots(tl)), ("e2e", e2e_latencies(tl))):
         for q in (50, 90, 99):
             m[f"{name}_p{q}"] = percentile(values, q)
+    worst = worst_itls(tl)
+    m["itl_max"] = max(worst, default=float("nan"))
+    m["itl_worst_p99"] = percentile(worst, 99)
     if ttft_slo is not None or tpot_slo is not None:
         good = sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests)
         m["slo_attainment"] = good / len(tl.requests) if tl.requests else 0.0

@@ -1,4 +1,7 @@
-"""The three batching policies of DESIGN.md, each one `schedule` method.
+"""The three batching policies of DESIGN.md. A policy is a small class: `schedule(s)`
+decides the step's work by calling the scheduler's verbs (scheduler.py), and the
+class carries its own rules: which requests it can ever run (`check_request`) and
+its default token budget (`default_token_budget`).
 
 static      a batch is formed only when the previous one has fully finished; prompts are
             padded to the longest; finished rows keep computing padding until the longest
@@ -11,76 +14,107 @@ chunked     Sarathi-Serve / SplitFuse: decodes first, then prompt chunks fill wh
 """
 from __future__ import annotations
 
-from .kv_cache import cdiv
-from .scheduler import Policy, Scheduler, SeqWork
+from abc import ABC, abstractmethod
+
+from .config import EngineConfig
+from .request import Request
+from .scheduler import Scheduler
 
 
-def padded_len(rows) -> int:
-    """Length of a static batch's padded rows: the longest prompt plus the most new tokens."""
-    return max(r.prompt_len for r in rows) + max(r.params.max_tokens for r in rows)
+class Policy(ABC):
+    """Base class of scheduling policies: a subclass defines `schedule`.
+
+    The defaults suit a policy that runs each prompt whole in one step (as yours in
+    exercise 3 does): a step has room for the longest sequence, and a request whose
+    prompt (or whole preempted sequence) could never fit one step is refused up front.
+    """
+
+    name = "policy"
+
+    @abstractmethod
+    def schedule(self, s: Scheduler) -> None:
+        """Decide the step's work with `s`'s verbs: schedule_running, admit, schedule_padding."""
+
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        """max_num_batched_tokens when the user gives none (None: the policy has no budget)."""
+        return max(config.max_model_len, config.max_num_seqs)
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        """Raise ValueError for a request this policy could never run."""
+        if req.max_len - 1 > config.max_num_batched_tokens:
+            raise ValueError(
+                f"request {req.request_id!r}: prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} "
+                f"tokens > max_num_batched_tokens={config.max_num_batched_tokens}; policy {self.name!r} runs a "
+                f"whole prompt (or a whole preempted sequence) in one step; raise the budget or use "
+                f"policy='chunked'")
 
 
-def schedule_decodes(s: Scheduler, budget: int, work: list[SeqWork]) -> int:
-    """One token for every running request that has finished its prompt; returns the budget left."""
-    protected = {id(w.request) for w in work}
-    for req in list(s.running):
-        if budget <= 0:
+# ---- the two loops the in-flight policies share ------------------------------------
+def schedule_decodes(s: Scheduler) -> None:
+    """Check: one decode token for every running request whose prompt is done, oldest
+    first (the budget always has room: max_num_batched_tokens >= max_num_seqs)."""
+    for req in s.unscheduled_running():
+        if req.num_remaining == 1:
+            s.schedule_running(req, 1)
+
+
+def admit_prompts(s: Scheduler, chunked: bool) -> int:
+    """Fill: admit requests from the head of the queue while a batch slot, KV blocks and
+    budget allow; each runs its whole prompt, or with `chunked` as much of it as the
+    budget has left. Returns how many were admitted."""
+    admitted = 0
+    while s.waiting:
+        req = s.waiting[0]
+        n = min(req.num_remaining, s.budget) if chunked else req.num_remaining
+        if n == 0 or not s.can_admit(req, n):
             break
-        if req.num_remaining != 1 or id(req) in protected or req not in s.running:
-            continue
-        if s.make_room(req, 1, protected):
-            work.append(SeqWork(req, 1))
-            protected.add(id(req))
-            budget -= 1
-    return budget
+        s.admit(req, n)
+        admitted += 1
+    return admitted
 
 
 class StaticPolicy(Policy):
     name = "static"
-    check_plans = False
-    frees_on_finish = False
 
     def __init__(self) -> None:
-        self.batch = []
-        self.pad_pos: dict[str, int] = {}  # next padding position of each finished row
+        self.batch: list[Request] = []
 
-    def schedule(self, s: Scheduler) -> list[SeqWork]:
-        if not self.batch:
-            return self.start_batch(s)
-        work = []
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        return None  # a batch's padded prefill runs whole, however long
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        pass  # no budget; the engine checks that a request's KV fits alone
+
+    def schedule(self, s: Scheduler) -> None:
+        if all(r.finished for r in self.batch):
+            self.batch = self.start_batch(s)
+            return
         for req in self.batch:
             if req.finished:  # a dead row: the padded tensor still computes it
-                pos = self.pad_pos.setdefault(req.request_id, req.num_computed_tokens)
-                work.append(SeqWork(req, 0, num_padding=1, start=pos))
-                self.pad_pos[req.request_id] = pos + 1
+                s.schedule_padding(req, 1)
             else:
-                work.append(SeqWork(req, 1))
-        return work
+                s.schedule_running(req, 1)
 
-    def start_batch(self, s: Scheduler) -> list[SeqWork]:
-        """Take waiting requests in order while the batch has room and KV for every row."""
-        rows: list = []
+    def start_batch(self, s: Scheduler) -> list[Request]:
+        """The longest run of waiting requests whose padded rows fit the batch and the KV
+        cache together; every row gets a padded prefill and KV for the padded length."""
+        rows: list[Request] = []
         for req in s.waiting:
             grown = rows + [req]
-            need = len(grown) * cdiv(padded_len(grown), s.allocator.block_size)
-            if len(grown) > s.config.max_num_seqs or need > s.allocator.num_free:
+            need = len(grown) * s.kv_cache.blocks_needed(req, 0, padded_len(grown))
+            if len(grown) > s.config.max_num_seqs or need > s.kv_cache.num_free_blocks:
                 break
             rows = grown
-        if not rows:
-            return []
-        prompt_len = max(r.prompt_len for r in rows)
+        prompt_len, reserve = max((r.prompt_len for r in rows), default=0), padded_len(rows)
         for req in rows:
-            # every row of a padded [batch, prompt + max_new] tensor holds the same slots
-            s.admit(req, 0)
-            s.allocator.allocate(req.request_id, padded_len(rows))
-        self.batch = rows
-        return [SeqWork(r, r.prompt_len, num_padding=prompt_len - r.prompt_len) for r in rows]
+            s.admit(req, req.prompt_len, num_padding=prompt_len - req.prompt_len,
+                    reserve_tokens=reserve, hold_kv=True)
+        return rows
 
-    def on_step_end(self, s: Scheduler) -> None:
-        if self.batch and all(r.finished for r in self.batch):
-            for r in self.batch:
-                s.allocator.release(r.request_id)
-            self.batch, self.pad_pos = [], {}
+
+def padded_len(rows: list[Request]) -> int:
+    """Length of a static batch's padded rows: the longest prompt plus the most new tokens."""
+    return max(r.prompt_len for r in rows) + max(r.params.max_tokens for r in rows) if rows else 0
 
 
 class ContinuousPolicy(Policy):
@@ -88,73 +122,42 @@ class ContinuousPolicy(Policy):
     admits prompts runs only prompts, pausing every decode for that step."""
 
     name = "continuous"
-    check_plans = False
 
     def __init__(self, prefill_only_steps: bool = False) -> None:
         self.prefill_only_steps = prefill_only_steps
 
-    def schedule(self, s: Scheduler) -> list[SeqWork]:
-        budget = s.config.token_budget()
-        work: list[SeqWork] = []
-        if self.prefill_only_steps:
-            self.admit_prompts(s, budget, work)
-            if work:
-                return work
-        budget = schedule_decodes(s, budget, work)
-        self.admit_prompts(s, budget, work)
-        return work
-
-    @staticmethod
-    def admit_prompts(s: Scheduler, budget: int, work: list[SeqWork]) -> int:
-        """Admit whole prompts (or whole preempted sequences) while slots, KV and budget allow."""
-        while s.waiting and not s.preempted_this_step:
-            req = s.waiting[0]
-            n = req.num_remaining
-            if n > budget or not s.can_admit(req, n):
-                break
-            s.admit(req, n)
-            work.append(SeqWork(req, n))
-            budget -= n
-        return budget
+    def schedule(self, s: Scheduler) -> None:
+        if self.prefill_only_steps and admit_prompts(s, chunked=False):
+            return
+        schedule_decodes(s)
+        admit_prompts(s, chunked=False)
 
 
 class ChunkedPolicy(Policy):
     name = "chunked"
-    check_plans = False
 
-    def schedule(self, s: Scheduler) -> list[SeqWork]:
-        budget = s.config.token_budget()
-        work: list[SeqWork] = []
-        budget = schedule_decodes(s, budget, work)
-        # running prompts that are part-way through their prefill, oldest first
-        protected = {id(w.request) for w in work}
-        for req in list(s.running):
-            if budget <= 0:
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        return max(256, config.max_num_seqs)
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        pass  # any prompt fits: it is cut into chunks
+
+    def schedule(self, s: Scheduler) -> None:
+        schedule_decodes(s)
+        for req in s.unscheduled_running():  # prompts part-way through their prefill, oldest first
+            if s.budget == 0:
                 break
-            if id(req) in protected or req not in s.running:
-                continue
-            n = min(req.num_remaining, budget)
-            if s.make_room(req, n, protected):
-                work.append(SeqWork(req, n))
-                protected.add(id(req))
-                budget -= n
-        # then new prompts, chunked to fit what is left
-        while s.waiting and budget > 0 and not s.preempted_this_step:
-            req = s.waiting[0]
-            n = min(req.num_remaining, budget)
-            if not s.can_admit(req, n):
-                break
-            s.admit(req, n)
-            work.append(SeqWork(req, n))
-            budget -= n
-        return work
+            s.schedule_running(req, min(req.num_remaining, s.budget))
+        admit_prompts(s, chunked=True)
+
+
+POLICIES = {"static": StaticPolicy, "continuous": ContinuousPolicy, "chunked": ChunkedPolicy}
 
 
 def make_policy(policy) -> Policy:
     """A policy object from a name, or the user's own `Policy` instance unchanged."""
     if isinstance(policy, Policy):
         return policy
-    table = {"static": StaticPolicy, "continuous": ContinuousPolicy, "chunked": ChunkedPolicy}
-    if policy not in table:
-        raise ValueError(f"policy={policy!r}; allowed: {', '.join(table)} or a Policy instance")
-    return table[policy]()
+    if policy not in POLICIES:
+        raise ValueError(f"policy={policy!r}; allowed: {', '.join(POLICIES)} or a Policy instance")
+    return POLICIES[policy]()

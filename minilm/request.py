@@ -79,8 +79,13 @@ class Request:
         return self.status is Status.FINISHED
 
     def token_ids(self, start: int, n: int) -> list[int]:
-        seq = self.prompt_ids + self.output_ids
-        return seq[start:start + n]
+        """Tokens `start : start + n` of prompt + output (without building the whole sequence)."""
+        p = len(self.prompt_ids)
+        if start + n <= p:
+            return self.prompt_ids[start:start + n]
+        if start >= p:
+            return self.output_ids[start - p:start - p + n]
+        return self.prompt_ids[start:] + self.output_ids[:start + n - p]
 
     def append_token(self, token: int) -> None:
         """Add a sampled token and apply the stop rules: EOS, stop ids, max_tokens."""

@@ -1,4 +1,4 @@
-"""From a step plan to tensors, and through the model.
+"""The model runner: from a step plan to tensors, through the model, to sampled tokens.
 
 `build_step_inputs` flattens a plan into one ragged batch (DESIGN.md "One engine
 step"): token ids and positions of every new token, `cu_seqlens_q`, each sequence's
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import get_backend
-from .kv_cache import BlockAllocator
+from .kv_cache import slot_mapping
 from .model import AttentionMetadata, LlamaModel
 from .sampling import sample
 from .scheduler import StepPlan
@@ -21,75 +21,80 @@ from .scheduler import StepPlan
 
 @dataclass
 class StepInputs:
-    input_ids: torch.Tensor   # [T]
-    positions: torch.Tensor   # [T]
+    input_ids: torch.Tensor    # [T]
+    positions: torch.Tensor    # [T]
     meta: AttentionMetadata
     sample_rows: torch.Tensor  # [S] index in the flat batch of each sampling sequence's last token
-    sample_ids: list[str]      # request id of each of those rows
+    sample_work: list          # the SeqWork of each of those rows
 
 
-def build_step_inputs(plan: StepPlan, allocator: BlockAllocator, pad_token_id: int,
+def build_step_inputs(plan: StepPlan, block_size: int, pad_token_id: int,
                       device: str | torch.device = "cpu") -> StepInputs:
-    ids, positions, slots, cu, ctx, tables, sample_rows, sample_ids = [], [], [], [0], [], [], [], []
-    bs = allocator.block_size
+    ids, starts, lens, ctx, tables, sample_rows, sample_work = [], [], [], [], [], [], []
+    num_tokens = 0
     for w in plan.work:
-        rid = w.request.request_id
-        table = allocator.tables[rid]
-        ids += w.request.token_ids(w.start, w.num_tokens) + [pad_token_id] * w.num_padding
-        pos = range(w.start, w.end)
-        positions += pos
-        slots += [table[p // bs] * bs + p % bs for p in pos]
+        ids += w.request.token_ids(w.start, w.num_tokens)
+        ids += [pad_token_id] * w.num_padding
+        n = w.num_tokens + w.num_padding
         if w.samples:
-            sample_rows.append(cu[-1] + w.num_tokens - 1)
-            sample_ids.append(rid)
-        cu.append(cu[-1] + w.num_tokens + w.num_padding)
+            sample_rows.append(num_tokens + w.num_tokens - 1)
+            sample_work.append(w)
+        starts.append(w.start)
+        lens.append(n)
         ctx.append(w.end)
-        tables.append(table)
-    width = max((len(t) for t in tables), default=0)
-    block_tables = [t + [0] * (width - len(t)) for t in tables]
+        tables.append(w.block_table)
+        num_tokens += n
+    width = max(len(t) for t in tables)
+    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+    q_lens = torch.tensor(lens)
+    # each token's row (sequence) and its position in that sequence
+    rows = torch.repeat_interleave(torch.arange(len(lens)), q_lens)
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int64)
+    torch.cumsum(q_lens, 0, out=cu[1:])
+    positions = torch.tensor(starts)[rows] + torch.arange(num_tokens) - cu[rows]
+    meta = AttentionMetadata(cu_seqlens_q=cu.to(device, torch.int32),
+                             context_lens=torch.tensor(ctx, dtype=torch.int32, device=device),
+                             block_tables=block_tables.to(device),
+                             slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device))
+    return StepInputs(torch.tensor(ids, device=device), positions.to(device), meta,
+                      torch.tensor(sample_rows, device=device), sample_work)
 
-    def i32(x):
-        return torch.tensor(x, dtype=torch.int32, device=device)
 
-    meta = AttentionMetadata(cu_seqlens_q=i32(cu), context_lens=i32(ctx),
-                             block_tables=i32(block_tables).reshape(len(tables), width),
-                             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device))
-    return StepInputs(torch.tensor(ids, dtype=torch.int64, device=device),
-                      torch.tensor(positions, dtype=torch.int64, device=device),
-                      meta, torch.tensor(sample_rows, dtype=torch.int64, device=device), sample_ids)
-
-
-class ModelExecutor:
+class ModelRunner:
     """Runs the real model on a plan and samples; owns the KV cache tensor."""
 
     kind = "model"
 
-    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, allocator: BlockAllocator,
-                 attention_backend: str, pad_token_id: int = 0):
-        self.model = model
-        self.kv_cache = kv_cache
-        self.allocator = allocator
+    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, block_size: int, attention_backend: str,
+                 name: str, pad_token_id: int = 0):
+        self.model, self.model_config = model, model.config
+        self.kv_cache, self.block_size = kv_cache, block_size
+        self.backend = attention_backend
         self.attention, self.write_kv = get_backend(attention_backend)
-        self.pad_token_id = pad_token_id
+        self.name, self.pad_token_id = name, pad_token_id
         self.device = kv_cache.device
         self.generators: dict[str, torch.Generator | None] = {}
 
+    def describe(self) -> dict:
+        return {"model": self.name, "backend": self.backend, "device": str(self.device),
+                "dtype": str(self.kv_cache.dtype).removeprefix("torch.")}
+
     def execute(self, plan: StepPlan) -> dict[str, int]:
-        if not plan.work:
-            return {}
-        inp = build_step_inputs(plan, self.allocator, self.pad_token_id, self.device)
+        """The next token of every sequence that samples in this step."""
+        inp = build_step_inputs(plan, self.block_size, self.pad_token_id, self.device)
         with torch.inference_mode():
             hidden = self.model(inp.input_ids, inp.positions, self.kv_cache, inp.meta,
                                 self.attention, self.write_kv)
-            if not inp.sample_ids:
+            if not inp.sample_work:
                 return {}
             logits = self.model.logits(hidden[inp.sample_rows])
-        reqs = {w.request.request_id: w.request for w in plan.work}
-        params = [reqs[rid].params for rid in inp.sample_ids]
-        gens = [self.generator(reqs[rid]) for rid in inp.sample_ids]
-        return dict(zip(inp.sample_ids, sample(logits, params, gens)))
+        reqs = [w.request for w in inp.sample_work]
+        tokens = sample(logits, [r.params for r in reqs], [self.generator(r) for r in reqs])
+        return {r.request_id: t for r, t in zip(reqs, tokens)}
 
     def generator(self, req) -> torch.Generator | None:
+        """A seeded request samples from its own generator: what it draws does not depend
+        on which other requests shared its batch."""
         rid = req.request_id
         if rid not in self.generators:
             seed = req.params.seed

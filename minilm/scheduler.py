@@ -1,214 +1,237 @@
 """The scheduler: which requests run in the next step, and how many tokens each.
 
-Each step is planned as a list of `SeqWork`: request r computes `num_tokens` new
-tokens starting at position `start` (a whole prompt, a prompt chunk, or 1 decode
-token), plus `num_padding` dummy tokens that static batching computes and throws
-away. A request samples its next token when its work reaches the end of its
-sequence (vLLM V1's view: prefill and decode are the same thing, a request just has
+A step is planned as a list of `SeqWork`: request r computes `num_tokens` new tokens
+starting at position `start` (a whole prompt, a prompt chunk, or 1 decode token),
+plus `num_padding` dummy tokens that static batching computes and throws away. A
+request samples its next token when its work reaches the end of its sequence (vLLM
+V1's view: prefill and decode are the same thing, a request just has
 `num_tokens - num_computed_tokens` tokens left to compute).
 
-A policy is a small class with one method, `schedule(scheduler) -> list[SeqWork]`,
-that uses the scheduler's helpers (`admit`, `make_room`, `preempt`) so the block
-bookkeeping stays in one place. Lesson 3's exercise writes one.
+The policy decides; the scheduler keeps the books. A policy (policies.py) calls the
+scheduler's verbs — `schedule_running`, `admit`, `schedule_padding` — and each verb
+checks its request, asks the KV cache manager for slots, preempts when blocks run
+out, and charges the step's token budget. So a policy cannot schedule a request
+twice, overrun the budget or touch a block it does not own: the verb refuses with
+an error that names the mistake (which helps exercise 3).
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from .config import EngineConfig
-from .kv_cache import BlockAllocator
+from .kv_cache import KVCacheManager
 from .request import Request, Status
 
 
 @dataclass(slots=True)
 class SeqWork:
+    """One request's share of a step. Fixed when scheduled: the runner and the timeline
+    read it after the step has changed the request."""
+
     request: Request
     num_tokens: int          # real tokens: the request's sequence[start : start + num_tokens]
-    num_padding: int = 0     # dummy tokens after them, computed and discarded (static batching)
-    start: int = -1          # position of the first new token; -1: request.num_computed_tokens
-
-    def __post_init__(self) -> None:
-        if self.start < 0:
-            self.start = self.request.num_computed_tokens
+    num_padding: int         # dummy tokens after them, computed and discarded (static batching)
+    start: int               # position of the first new token
+    block_table: list[int]   # the request's KV blocks for this step
+    kind: str                # decode | prefill (a prompt, a chunk, or recomputing a preempted sequence)
+    samples: bool            # this step computes the sequence's last token, so it samples the next
 
     @property
     def end(self) -> int:
         """Context length after this step (real and padding tokens)."""
         return self.start + self.num_tokens + self.num_padding
 
-    @property
-    def samples(self) -> bool:
-        """True when this step computes the request's last known token, so it samples the next."""
-        r = self.request
-        return self.num_tokens > 0 and not r.finished and self.start + self.num_tokens == r.num_tokens
-
-    @property
-    def kind(self) -> str:
-        r = self.request
-        if self.num_tokens == 1 and self.start >= r.prompt_len and self.start == r.num_tokens - 1:
-            return "decode"
-        return "prefill"  # a prompt, a prompt chunk, or recomputing a preempted sequence
-
 
 @dataclass
 class StepPlan:
+    """What the scheduler decided for one step, and the state it left as the step runs."""
+
     work: list[SeqWork]
-    preempted: list[Request] = field(default_factory=list)
+    preempted: list[Request]
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
 
     @property
     def num_tokens(self) -> int:
         return sum(w.num_tokens + w.num_padding for w in self.work)
 
-    @property
-    def num_real_tokens(self) -> int:
-        return sum(w.num_tokens for w in self.work)
-
-
-class Policy(ABC):
-    """Base class of scheduling policies: a subclass defines `schedule`."""
-
-    name = "policy"
-    frees_on_finish = True  # static batching keeps a finished row's KV until its batch ends
-    # The scheduler checks every plan of a policy you write (a wrong plan would corrupt the
-    # KV cache silently); the built-in ones turn it off for speed, the property tests cover them.
-    check_plans = True
-
-    @abstractmethod
-    def schedule(self, s: "Scheduler") -> list[SeqWork]:
-        """The step's work: which requests run and how many tokens each."""
-
-    def on_step_end(self, s: "Scheduler") -> None:
-        pass
-
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, allocator: BlockAllocator, policy: Policy):
-        self.config = config
-        self.allocator = allocator
+    def __init__(self, config: EngineConfig, kv_cache: KVCacheManager, policy):
+        self.config = config  # resolved: every knob has a value (builder.py)
+        self.kv_cache = kv_cache
         self.policy = policy
         self.pending: list[Request] = []   # not arrived yet, sorted by arrival
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []   # in admission order: the last is the newest
-        self._preempted: list[Request] = []
+        # Static batching holds a batch's KV until its last row ends (`admit(hold_kv=True)`).
+        self.held: list[list[Request]] = []
+        self._new_batch = False
+        # this step
+        self.now = 0.0
+        self.budget = 0
+        self.work: list[SeqWork] = []
+        self.preempted: list[Request] = []
+        self.scheduled: set[str] = set()
 
     # ---- queues -------------------------------------------------------------
     def add(self, req: Request) -> None:
         req.status = Status.PENDING
-        i = len(self.pending)
-        while i > 0 and self.pending[i - 1].arrival > req.arrival:
-            i -= 1
-        self.pending.insert(i, req)
+        self.pending.insert(bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req)
 
     def admit_arrivals(self, now: float) -> None:
-        while self.pending and self.pending[0].arrival <= now:
-            req = self.pending.pop(0)
+        arrived = bisect.bisect_right(self.pending, now, key=lambda r: r.arrival)
+        for req in self.pending[:arrived]:
             req.status = Status.WAITING
             self.waiting.append(req)
+        del self.pending[:arrived]
 
-    def next_arrival(self) -> float | None:
-        return self.pending[0].arrival if self.pending else None
-
-    @property
-    def preempted_this_step(self) -> bool:
-        """Policies admit nobody in a step that had to preempt (as vLLM does): no thrashing."""
-        return bool(self._preempted)
+    def next_arrival(self) -> float:
+        return self.pending[0].arrival
 
     def has_unfinished(self) -> bool:
         return bool(self.pending or self.waiting or self.running)
 
-    # ---- helpers for policies ----------------------------------------------
-    @property
-    def reserved_kv(self) -> bool:
-        return self.config.kv_mode == "reserved"
+    # ---- one step -------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan:
+        self.admit_arrivals(now)
+        budget = self.config.max_num_batched_tokens
+        self.now, self.budget = now, budget if budget is not None else 1 << 62  # static: no budget
+        self.work, self.preempted, self.scheduled = [], [], set()
+        self._new_batch = True
+        self.policy.schedule(self)
+        return StepPlan(self.work, self.preempted, len(self.running), len(self.waiting),
+                        self.kv_cache.num_used_blocks)
 
-    def can_admit(self, req: Request, num_tokens: int) -> bool:
-        """A free slot in the batch and KV for `num_tokens` (all of `max_len` in reserved mode)."""
-        need = req.max_len if self.reserved_kv else req.num_computed_tokens + num_tokens
-        return len(self.running) < self.config.max_num_seqs and self.allocator.can_allocate(req.request_id, need)
+    def update_from_output(self, plan: StepPlan, sampled: dict[str, int]) -> list[Request]:
+        """Advance computed tokens, append sampled tokens, retire finished requests and
+        free their KV (a held static batch: when its last row ends)."""
+        finished = []
+        for w in plan.work:
+            req = w.request
+            req.num_computed_tokens = w.start + w.num_tokens if w.num_tokens else w.end
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.append_token(token)
+            if req.finished:
+                finished.append(req)
+                self.running.remove(req)
+                if not self.is_held(req):
+                    self.kv_cache.free(req)
+        for batch in [b for b in self.held if all(r.finished for r in b)]:
+            self.held.remove(batch)
+            for req in batch:
+                self.kv_cache.free(req)
+        return finished
 
-    def admit(self, req: Request, num_tokens: int, now: float | None = None) -> None:
-        """Move the head of the queue into the running batch and give it KV blocks."""
-        assert self.waiting and self.waiting[0] is req, "admit() takes the head of the waiting queue"
+    # ---- the verbs policies use -------------------------------------------------
+    def unscheduled_running(self) -> Iterator[Request]:
+        """Running requests not yet scheduled this step, oldest first. A request that is
+        preempted while the policy walks this list is skipped."""
+        for req in list(self.running):
+            if req.status is Status.RUNNING and req.request_id not in self.scheduled:
+                yield req
+
+    def schedule_running(self, req: Request, num_tokens: int) -> bool:
+        """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
+        preempt the newest running request not yet scheduled this step, until the blocks
+        fit; False when that was `req` itself (it went back to the queue)."""
+        self._check(req, num_tokens, Status.RUNNING)
+        self._check_budget(num_tokens)
+        while (table := self.kv_cache.allocate_slots(req, num_tokens)) is None:
+            victim = next(r for r in reversed(self.running) if r.request_id not in self.scheduled)
+            self.preempt(victim)
+            if victim is req:
+                return False
+        self._add_work(req, num_tokens, 0, req.num_computed_tokens, table)
+        return True
+
+    def can_admit(self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0) -> bool:
+        """Whether `admit` would succeed: a free slot in the batch, budget and KV blocks,
+        and no preemption this step (as vLLM: nobody is admitted into a step that had to
+        evict someone, or the two would thrash)."""
+        return (not self.preempted and len(self.running) < self.config.max_num_seqs
+                and num_tokens + num_padding <= self.budget
+                and self.kv_cache.can_allocate(req, num_tokens + num_padding, reserve_tokens))
+
+    def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0,
+              hold_kv: bool = False) -> None:
+        """Move the head of the queue into the running batch and schedule its first
+        `num_tokens` (+ `num_padding`). `reserve_tokens`: KV slots to hold from now on
+        (static batching reserves a padded row). `hold_kv`: keep its KV until every request
+        admitted with it in this step has finished (static batching's dense batch)."""
+        if not self.waiting or self.waiting[0] is not req:
+            raise RuntimeError(f"policy {self.policy.name!r}: admit() takes the head of the waiting queue, "
+                               f"not {req.request_id!r}")
+        self._check(req, num_tokens, Status.WAITING)
+        if not self.can_admit(req, num_tokens, num_padding, reserve_tokens):
+            raise RuntimeError(f"policy {self.policy.name!r}: cannot admit {req.request_id!r} now "
+                               f"(check can_admit first)")
+        table = self.kv_cache.allocate_slots(req, num_tokens + num_padding, reserve_tokens)
         self.waiting.popleft()
-        need = req.max_len if self.reserved_kv else req.num_computed_tokens + num_tokens
-        self.allocator.allocate(req.request_id, need)
         req.status = Status.RUNNING
         if req.t_scheduled is None:
-            req.t_scheduled = self._now if now is None else now
+            req.t_scheduled = self.now
         self.running.append(req)
+        if hold_kv:
+            if self._new_batch:
+                self.held.append([])
+                self._new_batch = False
+            self.held[-1].append(req)
+        self._add_work(req, num_tokens, num_padding, req.num_computed_tokens, table)
+
+    def schedule_padding(self, req: Request, num_padding: int) -> None:
+        """Dummy tokens for a finished row of a held batch: a dense padded batch still
+        computes it until its longest row ends (lesson 2)."""
+        if not (req.finished and self.is_held(req)):
+            raise RuntimeError(f"policy {self.policy.name!r}: padding only for finished rows of a held batch, "
+                               f"not {req.request_id!r}")
+        table = self.kv_cache.block_tables[req.request_id]
+        if req.num_computed_tokens + num_padding > len(table) * self.kv_cache.block_size:
+            raise RuntimeError(f"policy {self.policy.name!r}: {req.request_id!r} has no KV slots for "
+                               f"{num_padding} more padding tokens")
+        self._check_budget(num_padding)
+        self.scheduled.add(req.request_id)
+        self.work.append(SeqWork(req, 0, num_padding, req.num_computed_tokens, table, "padding", False))
 
     def preempt(self, req: Request) -> None:
         """Recompute-style preemption: free its blocks, back to the head of the queue, output kept."""
-        self.allocator.release(req.request_id)
+        self.kv_cache.free(req)
         self.running.remove(req)
         req.status = Status.WAITING
         req.num_computed_tokens = 0
         req.preemptions += 1
         self.waiting.appendleft(req)
-        self._preempted.append(req)
+        self.preempted.append(req)
 
-    def make_room(self, req: Request, num_tokens: int, protected: set[int]) -> bool:
-        """Blocks for `num_tokens` more tokens of a running request, preempting the newest
-        running requests not yet scheduled this step (`protected` holds the ids of those that
-        are). Returns False when `req` itself was the newest and got preempted."""
-        need = req.num_computed_tokens + num_tokens
-        while not self.allocator.can_allocate(req.request_id, need):
-            candidates = [r for r in self.running if id(r) not in protected]
-            victim = candidates[-1]
-            self.preempt(victim)
-            if victim is req:
-                return False
-        self.allocator.allocate(req.request_id, need)
-        return True
+    def is_held(self, req: Request) -> bool:
+        return any(req in batch for batch in self.held)
 
-    # ---- one step -------------------------------------------------------------
-    def schedule(self, now: float) -> StepPlan:
-        self._now = now
-        self._preempted = []
-        self.admit_arrivals(now)
-        work = self.policy.schedule(self)
-        if self.policy.check_plans:
-            self._check_plan(work)
-        return StepPlan(work, self._preempted)
+    # ---- bookkeeping ------------------------------------------------------------
+    def _check(self, req: Request, num_tokens: int, status: Status) -> None:
+        name, rid = self.policy.name, req.request_id
+        if req.status is not status:
+            raise RuntimeError(f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}")
+        if rid in self.scheduled:
+            raise RuntimeError(f"policy {name!r}: {rid!r} is already scheduled in this step")
+        if not 0 < num_tokens <= req.num_remaining:
+            raise RuntimeError(f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
+                               f"{req.num_remaining} left to compute")
 
-    def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Request]:
-        """Advance computed tokens, append sampled tokens, retire finished requests."""
-        finished = []
-        for w in plan.work:
-            req = w.request
-            if w.num_tokens:
-                req.num_computed_tokens = w.start + w.num_tokens
-            if req.request_id in sampled:
-                req.append_token(sampled[req.request_id])
-                if req.finished:
-                    finished.append(req)
-                    self.running.remove(req)
-                    if self.policy.frees_on_finish:
-                        self.allocator.release(req.request_id)
-        self.policy.on_step_end(self)
-        return finished
+    def _check_budget(self, num_tokens: int) -> None:
+        if num_tokens > self.budget:
+            raise RuntimeError(f"policy {self.policy.name!r}: {num_tokens} tokens with {self.budget} left of "
+                               f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
 
-    def _check_plan(self, work: list[SeqWork]) -> None:
-        """Catch a policy's mistakes before they corrupt the cache (helps the exercises)."""
-        name, tables, block_size = self.policy.name, self.allocator.tables, self.allocator.block_size
-        if len({id(w.request) for w in work}) != len(work):
-            raise RuntimeError(f"policy {name!r} scheduled a request twice in one step")
-        for w in work:
-            r = w.request
-            if w.num_tokens < 0 or w.num_padding < 0 or w.num_tokens + w.num_padding == 0:
-                raise RuntimeError(f"policy {name!r}: empty or negative work for {r.request_id}")
-            if w.num_tokens and (r.status is not Status.RUNNING or w.start != r.num_computed_tokens
-                                 or w.start + w.num_tokens > r.num_tokens):
-                raise RuntimeError(
-                    f"policy {name!r}: bad work for {r.request_id} (status {r.status.value}, "
-                    f"start {w.start}, computed {r.num_computed_tokens}, tokens {w.num_tokens}, "
-                    f"sequence length {r.num_tokens})")
-            end = w.start + w.num_tokens + w.num_padding
-            if end > len(tables.get(r.request_id, ())) * block_size:
-                raise RuntimeError(f"policy {name!r}: {r.request_id} needs KV for {end} tokens but holds "
-                                   f"{len(tables.get(r.request_id, ())) * block_size} slots")
-        if len(self.running) > self.config.max_num_seqs:
-            raise RuntimeError(f"policy {name!r}: {len(self.running)} running > "
-                               f"max_num_seqs={self.config.max_num_seqs}")
+    def _add_work(self, req: Request, num_tokens: int, num_padding: int, start: int, table: list[int]) -> None:
+        samples = start + num_tokens == req.num_tokens
+        decode = num_tokens == 1 and start >= req.prompt_len and samples
+        self.work.append(SeqWork(req, num_tokens, num_padding, start, table,
+                                 "decode" if decode else "prefill", samples))
+        self.scheduled.add(req.request_id)
+        self.budget -= num_tokens + num_padding

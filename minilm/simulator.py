@@ -13,10 +13,8 @@ arrival when nothing can run.
 """
 from __future__ import annotations
 
-from .clock import SimulatedClock
 from .config import EngineConfig, ModelConfig
 from .costmodel import CostModel, DeviceSpec
-from .engine import Engine
 from .scheduler import StepPlan
 
 
@@ -25,17 +23,24 @@ class SimulatedExecutor:
 
     kind = "simulated"
 
-    def __init__(self, model_config: ModelConfig):
-        eos = model_config.eos_token_id
+    def __init__(self, cost: CostModel):
+        self.cost, self.model_config = cost, cost.model
+        eos = cost.model.eos_token_id
         self.token_id = 1 if eos == 0 else 0  # any id but EOS: lengths come from max_tokens
+
+    def describe(self) -> dict:
+        return {"model": self.cost.name, "backend": "simulated", "simulated": True, **self.cost.describe()}
 
     def execute(self, plan: StepPlan) -> dict[str, int]:
         return {w.request.request_id: self.token_id for w in plan.work if w.samples}
 
+    def forget(self, request_id: str) -> None:
+        pass
+
 
 def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                      policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, gpu_memory_utilization: float = 0.9, **knobs) -> Engine:
+                     tp: int = 1, **knobs):
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
@@ -44,18 +49,8 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). Other
     keyword arguments are EngineConfig knobs (max_num_seqs, max_num_batched_tokens, ...).
     """
-    cost = CostModel(model, device, dtype=dtype, tp=tp)
-    base = dict(config.__dict__) if config is not None else {}
+    from .engine import Engine  # engine.py builds SimulatedExecutors: import it once both exist
+
     if policy is not None:
-        base["policy"] = policy
-    config = EngineConfig(**{**base, **knobs})
-    config.validate()  # bad knobs raise ValueError here, before the KV capacity uses them
-    if config.num_blocks is None and config.kv_cache_bytes is None:
-        config.num_blocks = cost.kv_num_blocks(config.block_size, gpu_memory_utilization)
-    config.dtype, config.device = cost.dtype, "cpu"  # no tensors are made; device is for the meta below
-    engine = Engine(None, config, executor=SimulatedExecutor(cost.model), clock=SimulatedClock(cost.step_time),
-                    model_config=cost.model, model_name=model if isinstance(model, str) else "custom")
-    engine.cost_model = cost
-    engine.timeline.meta.update(device=cost.device.name, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
-                                simulated=True)
-    return engine
+        knobs["policy"] = policy
+    return Engine(CostModel(model, device, dtype=dtype, tp=tp), config, **knobs)

@@ -37,6 +37,7 @@ class StepRecord:
     num_preempted: int
     kv_tokens_stored: int = 0  # KV slots holding a token; blocks_used*block_size minus this is unused
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
+    model_time: float = 0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
 
     @property
     def duration(self) -> float:

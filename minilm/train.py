@@ -336,10 +336,11 @@ def sample_completions(out: Path, heldout_docs: list[str], n: int, max_tokens: i
     from .engine import Engine
     from .workload import docstring_prompt
 
-    engine = Engine(str(out), max_num_seqs=8, max_model_len=512)
+    engine = Engine(str(out), max_num_seqs=8)  # max_model_len: the context it was trained on
     prompts = [docstring_prompt(d) for d in heldout_docs[:n]]
     for i, p in enumerate(prompts):
-        engine.add_request(f"s{i}", prompt=p, max_tokens=max_tokens)
+        room = engine.config.max_model_len - len(engine.tokenizer.encode(p))
+        engine.add_request(f"s{i}", prompt=p, max_tokens=min(max_tokens, room))
     engine.run()
     return [(p, engine.text(f"s{i}"), engine.requests[f"s{i}"].finish_reason) for i, p in enumerate(prompts)]
 

@@ -19,7 +19,7 @@ def micro_model(seed: int = 0, cfg: ModelConfig = MICRO):
 
 def scramble_free_list(engine: Engine, seed: int = 0) -> None:
     """Hand out KV blocks in a random order, so block tables are non-contiguous."""
-    random.Random(seed).shuffle(engine.allocator.free)
+    random.Random(seed).shuffle(engine.kv_cache.pool.free)
 
 
 def engine(policy: str = "continuous", model=None, scramble: bool = True, **knobs) -> Engine:

@@ -107,7 +107,7 @@ def test_kv_capacity_from_memory_left_after_weights():
         CostModel("llama-3-70b", "h100").kv_num_blocks()
     assert CostModel("llama-3-70b", "h100", tp=4).kv_num_blocks() > 0
     e = simulated_engine("llama-3-8b", "h100", "continuous")
-    assert e.allocator.num_blocks == 26674
+    assert e.kv_cache.num_blocks == 26674
 
 
 def test_tensor_parallel_splits_the_work_and_adds_all_reduces():
@@ -169,8 +169,9 @@ def test_real_and_simulated_executor_make_the_same_scheduling_decisions(policy):
 # ---- the seed's example ----------------------------------------------------------------------
 def long_prompt_while_decoding(policy: str, budget: int) -> dict:
     """60 requests decoding (128-token prompts, 200 new tokens each) on Llama-3-8B / H100;
-    one 8192-token prompt arrives at t = 0.5 s, when all of them decode. Returns the decoders' worst inter-token gap."""
-    e = simulated_engine("llama-3-8b", "h100", policy, max_num_seqs=64, max_model_len=8192 + 64,
+    one 8192-token prompt arrives at t = 0.5 s, when all of them decode. Returns the decoders' worst inter-token gap.
+    (Llama 3.1: Llama 3's sizes, trained to more than 8192 positions, so the prompt and its output fit.)"""
+    e = simulated_engine("llama-3.1-8b", "h100", policy, max_num_seqs=64, max_model_len=8192 + 64,
                          max_num_batched_tokens=budget)
     specs = [RequestSpec(f"d{i}", [7] * 128, 200) for i in range(60)]
     specs.append(RequestSpec("long", [7] * 8192, 16, arrival=0.5))

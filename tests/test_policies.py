@@ -5,6 +5,7 @@ import pytest
 
 from minilm import EngineConfig, make_workload
 from minilm.metrics import summarize
+from minilm.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
 
 from helpers import MICRO, engine, micro_model
 
@@ -102,3 +103,63 @@ def test_reserved_kv_holds_more_blocks_than_paged():
     _, reserved = outputs("continuous", max_num_seqs=6, kv_mode="reserved")
     assert summarize(reserved)["peak_kv_blocks"] > summarize(paged)["peak_kv_blocks"]
     assert summarize(reserved)["kv_unused_slots_mean"] > summarize(paged)["kv_unused_slots_mean"]
+
+
+def test_a_budget_equal_to_the_batch_serves_every_decode_every_step():
+    """max_num_batched_tokens == max_num_seqs: no running request ever skips a step."""
+    _, tl = outputs("chunked", max_num_seqs=6, max_num_batched_tokens=6)
+    for r in tl.requests:
+        decode_steps = [s.step for s in tl.steps for i in s.items
+                        if i.request_id == r.request_id and i.kind == "decode"]
+        assert decode_steps == list(range(decode_steps[0], decode_steps[0] + len(decode_steps)))
+
+
+class WholePrompts(Policy):
+    """A user's policy under another name (like exercise 3's): the rules come from the class."""
+
+    name = "my-continuous"
+
+    def schedule(self, s):
+        schedule_decodes(s)
+        admit_prompts(s, chunked=False)
+
+
+def test_a_users_policy_gets_its_classes_rules():
+    e = engine(WholePrompts(), model=micro_model(), max_model_len=64, max_num_batched_tokens=16)
+    with pytest.raises(ValueError, match="max_num_batched_tokens=16"):
+        e.add_request("long", [1] * 20, max_tokens=2)  # could never run whole in one step
+    e.add_request("short", [1] * 10, max_tokens=2)
+    assert e.run().requests[0].output_len == 2
+
+
+def test_default_budget_comes_from_the_policy_class_not_its_name():
+    by_name = engine("chunked", model=micro_model(), max_model_len=256).config
+    by_object = engine(ChunkedPolicy(), model=micro_model(), max_model_len=256).config
+
+    class Renamed(ChunkedPolicy):
+        name = "renamed"
+
+    renamed = engine(Renamed(), model=micro_model(), max_model_len=256).config
+    assert by_name.max_num_batched_tokens == by_object.max_num_batched_tokens == renamed.max_num_batched_tokens
+    assert engine("static", model=micro_model(), max_model_len=256).config.max_num_batched_tokens is None
+    _, chunked = outputs("chunked", max_num_seqs=8, max_num_batched_tokens=16)
+    _, mine = outputs(Renamed(), max_num_seqs=8, max_num_batched_tokens=16)
+    assert [[(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in mine.steps] == \
+        [[(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in chunked.steps]
+
+
+def test_a_policy_mistake_is_refused_with_its_name():
+    class Greedy(Policy):
+        name = "greedy"
+
+        def schedule(self, s):
+            for req in s.unscheduled_running():
+                s.schedule_running(req, 1)
+                s.schedule_running(req, 1)  # twice in one step
+            admit_prompts(s, chunked=False)
+
+    e = engine(Greedy(), model=micro_model(), max_model_len=64)
+    e.add_request("a", [1, 2, 3], max_tokens=4)
+    e.step()
+    with pytest.raises(RuntimeError, match="policy 'greedy': 'a' is already scheduled in this step"):
+        e.step()

@@ -67,3 +67,24 @@ def test_metrics_from_records(timeline):
     assert m["padding_fraction"] == 0.0 and m["preemptions"] == 0
     span = timeline.steps[-1].t_end
     assert m["output_tok_per_s"] == pytest.approx(20 / span)
+
+
+def test_step_time_is_the_engines_work_not_the_recording(monkeypatch):
+    """The timeline's own bookkeeping runs after the clock stops: make it slow, and no
+    measured step gets longer. The model's share of each step is recorded apart."""
+    import time
+
+    import minilm.engine
+
+    real = minilm.engine.StepItem
+
+    def slow_item(*args):
+        time.sleep(0.05)
+        return real(*args)
+
+    monkeypatch.setattr(minilm.engine, "StepItem", slow_item)
+    e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
+    e.add_request("a", list(range(1, 15)), max_tokens=3, ignore_eos=True)
+    tl = e.run()
+    assert all(s.duration < 0.05 for s in tl.steps), [round(s.duration, 3) for s in tl.steps]
+    assert all(0 < s.model_time <= s.duration for s in tl.steps)

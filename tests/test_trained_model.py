@@ -17,7 +17,7 @@ PROMPTS = [docstring_prompt(d) for d in HELDOUT[:16]]
 
 
 def generate(policy: str = "continuous", max_tokens: int = 128, **knobs) -> dict[str, tuple[list[int], str]]:
-    engine = Engine("docstrings", policy=policy, max_model_len=512, **knobs)
+    engine = Engine("docstrings", policy=policy, max_model_len=256, **knobs)
     for i, prompt in enumerate(PROMPTS):
         engine.add_request(f"p{i}", prompt=prompt, max_tokens=max_tokens)
     tl = engine.run()
@@ -85,10 +85,10 @@ def test_batching_policies_give_the_same_greedy_text(greedy, policy, knobs):
 
 
 def test_docstrings_workload_is_text_and_lengths_come_from_eos():
-    specs = make_workload("docstrings", num_requests=12, seed=1, max_model_len=512)
+    specs = make_workload("docstrings", num_requests=12, seed=1, max_model_len=256)
     assert all(s.prompt and s.prompt_ids is None for s in specs)
-    assert specs == make_workload("docstrings", num_requests=12, seed=1, max_model_len=512)
-    engine = Engine("docstrings", max_model_len=512)
+    assert specs == make_workload("docstrings", num_requests=12, seed=1, max_model_len=256)
+    engine = Engine("docstrings", max_model_len=256)
     engine.add_workload(specs[:6])
     lengths = {r.output_len for r in engine.run().requests}
     assert len(lengths) > 2  # outputs end where the model says, not all at max_tokens
@@ -101,6 +101,7 @@ def test_smoke_training_writes_a_loadable_checkpoint(tmp_path):
     model, tok = load_model(tmp_path), load_tokenizer(tmp_path)
     assert model.config.eos_token_id == tok.eos_token_id == 2
     assert stats["heldout_loss"] < torch.log(torch.tensor(float(model.config.vocab_size))).item()
-    engine = Engine(str(tmp_path), max_model_len=128)
+    engine = Engine(str(tmp_path))
+    assert engine.config.max_model_len == model.config.max_position_embeddings == 64  # the trained context
     engine.add_request("a", prompt="Return the", max_tokens=4)
     assert len(engine.run().requests[0].output_ids) >= 1

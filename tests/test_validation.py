@@ -31,10 +31,10 @@ def e():
     (dict(request_id="x", prompt_ids=[1], arrival=-2.0), "arrival=-2.0"),
 ])
 def test_bad_request_is_rejected_and_engine_carries_on(e, kwargs, match):
-    before = (len(e.requests), list(e.allocator.free), len(e.scheduler.pending))
+    before = (len(e.requests), list(e.kv_cache.pool.free), len(e.scheduler.pending))
     with pytest.raises(ValueError, match=match):
         e.add_request(**kwargs)
-    assert before == (len(e.requests), list(e.allocator.free), len(e.scheduler.pending))
+    assert before == (len(e.requests), list(e.kv_cache.pool.free), len(e.scheduler.pending))
     tl = e.run()
     assert [r.request_id for r in tl.requests] == ["ok"] and tl.requests[0].output_len == 5
 
@@ -96,3 +96,18 @@ def test_bad_checkpoints(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg | {"num_attention_heads": 3}))
     with pytest.raises(ValueError, match="num_attention_heads=3"):
         load_model(path)
+
+
+def test_budget_smaller_than_the_batch_is_rejected():
+    """A step must hold a decode token of every running request; with fewer tokens than
+    max_num_seqs, the newest requests would wait every step (vLLM rejects it too)."""
+    with pytest.raises(ValueError, match="max_num_batched_tokens=4 < max_num_seqs=8"):
+        Engine(micro_model(), EngineConfig(policy="chunked", max_num_seqs=8, max_num_batched_tokens=4))
+    Engine(micro_model(), EngineConfig(policy="chunked", max_num_seqs=8, max_num_batched_tokens=8))
+
+
+def test_max_model_len_is_capped_by_the_model():
+    e = Engine("docstrings")
+    assert e.config.max_model_len == e.model_config.max_position_embeddings == 256  # its trained context
+    with pytest.raises(ValueError, match="max_model_len=257 > the model's max_position_embeddings=256"):
+        Engine("docstrings", max_model_len=257)

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from traitlets import TraitError
 
 from minilm import costmodel
-from minilm.config import POLICIES
+from minilm.policies import POLICIES
 from minilm.engine import Engine
 from minilm.simulator import simulated_engine
 from minilm.timeline import Timeline
@@ -41,7 +41,7 @@ class ControlPanel:
     def __init__(self, run_now: bool = True, **initial):
         """`initial` sets controls by name, e.g. `ControlPanel(policy="chunked", num_requests=50)`."""
         self.timeline: Timeline | None = None
-        self.policy = W.Dropdown(options=POLICIES, value="continuous", description="policy")
+        self.policy = W.Dropdown(options=tuple(POLICIES), value="continuous", description="policy")
         self.max_num_seqs = W.IntText(4, description="max_num_seqs", style=WIDE)
         self.max_num_batched_tokens = W.IntText(0, description="max_num_batched_tokens (0: default)", style=WIDE)
         self.block_size = W.IntText(16, description="block_size", style=WIDE)

@@ -28,8 +28,9 @@ def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None
         col = df[f"{kind}_tokens"] if len(df) else []
         fig.add_trace(go.Bar(x=x, y=col, name=f"{kind} tokens", marker=dict(color=KIND_COLORS[kind], line=dict(width=0)),
                              hovertemplate="step %{x}: %{y} " + kind + " tokens<extra></extra>"), row=1, col=1)
-    # static batching has no per-step token budget: its batch is as wide as its padded prompts
-    budget = [] if tl.meta.get("policy") == "static" else [tl.meta.get("max_num_batched_tokens")] * len(x)
+    # a policy without a per-step token budget (static: its batch is as wide as its padded prompts) has no line
+    limit = tl.meta.get("max_num_batched_tokens")
+    budget = [] if limit is None else [limit] * len(x)
     fig.add_trace(go.Scatter(x=x if budget else [], y=budget, name="token budget", mode="lines",
                              line=dict(color="black", dash="dash")), row=1, col=1)
     fig.add_trace(go.Scatter(x=x, y=df["duration"] * MS if len(df) else [], name="step time", mode="lines",

@@ -32,8 +32,8 @@ engine.add_request("b", prompt_ids=[1] * 3, max_tokens=7, ignore_eos=True)
 engine.add_request("c", prompt_ids=[1] * 9, max_tokens=2, ignore_eos=True)
 while engine.has_unfinished():
     s = engine.step()
-    tables = "  ".join(f"{rid}:{blocks}" for rid, blocks in engine.allocator.tables.items())
-    print(f"step {s.step}: free {engine.allocator.num_free:2d} | {tables}")
+    tables = "  ".join(f"{rid}:{blocks}" for rid, blocks in engine.kv_cache.block_tables.items())
+    print(f"step {s.step}: free {engine.kv_cache.num_free_blocks:2d} | {tables}")
 
 # %% [markdown]
 # Tables are printed after each step, so a request that just finished has already given
@@ -57,14 +57,18 @@ widgets.kvmap_figure(engine.timeline)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.kv_cache import BlockAllocator
+from minilm.kv_cache import KVCacheManager
+from minilm.request import Request, SamplingParams
 
-alloc = BlockAllocator(num_blocks=8, block_size=4)
-alloc.allocate("x", 5)   # 5 tokens: 2 blocks
-alloc.allocate("y", 3)   # 1 block
-alloc.allocate("x", 9)   # x grows to 9 tokens: a 3rd block, after y's
-print("tables:", alloc.tables)
-print("slots of x's tokens:", [alloc.slot("x", p) for p in range(9)])
+kv = KVCacheManager(num_blocks=8, block_size=4)
+x, y = (Request(rid, prompt_ids=[1] * 9, params=SamplingParams(max_tokens=4)) for rid in "xy")
+kv.allocate_slots(x, 5)      # x's first 5 tokens: 2 blocks
+x.num_computed_tokens = 5    # (the scheduler does this after each step)
+kv.allocate_slots(y, 3)      # 1 block
+kv.allocate_slots(x, 4)      # x grows to 9 tokens: a 3rd block, after y's
+table = kv.block_tables["x"]
+print("tables:", kv.block_tables)
+print("slots of x's tokens:", [table[p // 4] * 4 + p % 4 for p in range(9)])
 
 # %% [markdown]
 # ## 3. Reserved vs paged on the same memory

@@ -53,8 +53,8 @@ widgets.latency_cdfs_figure(tls)
 # %% [markdown]
 # ## 2. The seed's example: an 8k prompt against 60 decodes on an H100 (simulated)
 #
-# 60 requests are decoding on Llama-3-8B on an H100 (bfloat16) when one 8,192-token
-# prompt arrives. Without chunking, the step that runs it holds all 8,192 tokens; with a
+# 60 requests are decoding on Llama-3.1-8B (Llama 3's sizes, trained to long contexts, so
+# an 8k prompt and its output fit) on an H100 (bfloat16) when one 8,192-token prompt arrives. Without chunking, the step that runs it holds all 8,192 tokens; with a
 # 512-token budget it is cut into 16 chunks. These are the cost model's predictions.
 
 # %%
@@ -63,7 +63,7 @@ from minilm import RequestSpec
 from minilm.simulator import simulated_engine
 
 def seed_example(policy, **knobs):
-    engine = simulated_engine("llama-3-8b", "h100", policy=policy, max_num_seqs=64, max_model_len=8448, **knobs)
+    engine = simulated_engine("llama-3.1-8b", "h100", policy=policy, max_num_seqs=64, max_model_len=8448, **knobs)
     specs = [RequestSpec(f"d{i}", [1] * 256, max_tokens=400) for i in range(60)]
     specs.append(RequestSpec("long", [1] * 8192, max_tokens=32, arrival=1.0))
     engine.add_workload(specs)

@@ -1,69 +1,61 @@
 # %% [markdown]
 # # Exercise 4 · A block allocator
 #
-# The paged KV cache hands out fixed-size blocks from a free list and keeps one block
-# table per request. Write one:
+# The paged KV cache has two parts (`minilm/kv_cache.py`): a **block pool** that hands
+# out block ids from a free list and takes them back, and a manager that keeps each
+# request's block table and asks the pool for blocks. Write the pool, and the two
+# pieces of arithmetic the manager needs:
 #
-# * `blocks_needed(rid, num_tokens)`: how many *more* blocks `rid` needs so its table
-#   covers `num_tokens` slots;
-# * `allocate(rid, num_tokens)`: grow the table to cover `num_tokens` slots — all or
-#   nothing: if there are not enough free blocks, raise `RuntimeError` and change nothing;
-# * `release(rid)`: give all of `rid`'s blocks back; return how many;
-# * `slot(rid, position)`: the flat cache slot of token `position`:
-#   `block * block_size + offset`.
+# * `get_new_blocks(n)`: `n` block ids, all or nothing: if fewer than `n` are free,
+#   raise `RuntimeError` and change nothing;
+# * `free_blocks(blocks)`: take blocks back;
+# * `blocks_needed(num_tokens, num_held, block_size)`: how many *more* blocks a request
+#   holding `num_held` blocks needs so that its table covers `num_tokens` slots;
+# * `slot(table, position, block_size)`: the flat cache slot of token `position` of a
+#   sequence with block table `table`: `block * block_size + offset`.
 #
-# (`num_free`, `num_used` and `can_allocate` are given.) The check drives it with 300
-# random calls and checks the invariants after each, then runs the real engine on your
-# allocator — with a cache small enough to force preemptions — and compares the tokens
-# it generates with the engine's own allocator.
+# (`num_free_blocks` is given.) The check drives your pool with 300 random calls and
+# checks the invariants after each, checks the arithmetic, then runs the real engine
+# on your pool — with a cache small enough to force preemptions — and compares the
+# tokens it generates with the engine's own pool.
 
 # %%
 from labs import checks
 
 
-class MyBlockAllocator:
-    def __init__(self, num_blocks: int, block_size: int):
-        self.num_blocks, self.block_size = num_blocks, block_size
+class MyBlockPool:
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
         self.free = list(range(num_blocks))
-        self.tables: dict[str, list[int]] = {}
 
     @property
-    def num_free(self) -> int:
+    def num_free_blocks(self) -> int:
         return len(self.free)
 
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self.free)
-
-    def can_allocate(self, rid: str, num_tokens: int) -> bool:
-        return self.blocks_needed(rid, num_tokens) <= len(self.free)
-
-    def blocks_needed(self, rid: str, num_tokens: int) -> int:
+    def get_new_blocks(self, n: int) -> list[int]:
         # BEGIN SOLUTION
-        have = len(self.tables.get(rid, []))
-        return max(0, -(-num_tokens // self.block_size) - have)
+        if n > len(self.free):
+            raise RuntimeError(f"asked for {n} blocks, {len(self.free)} free")
+        return [self.free.pop() for _ in range(n)]
         # END SOLUTION
 
-    def allocate(self, rid: str, num_tokens: int) -> None:
+    def free_blocks(self, blocks: list[int]) -> None:
         # BEGIN SOLUTION
-        need = self.blocks_needed(rid, num_tokens)
-        if need > len(self.free):
-            raise RuntimeError(f"{rid} needs {need} blocks, {len(self.free)} free")
-        self.tables.setdefault(rid, []).extend(self.free.pop() for _ in range(need))
+        self.free.extend(blocks)
         # END SOLUTION
 
-    def release(self, rid: str) -> int:
-        # BEGIN SOLUTION
-        table = self.tables.pop(rid, [])
-        self.free.extend(table)
-        return len(table)
-        # END SOLUTION
 
-    def slot(self, rid: str, position: int) -> int:
-        # BEGIN SOLUTION
-        return self.tables[rid][position // self.block_size] * self.block_size + position % self.block_size
-        # END SOLUTION
+def blocks_needed(num_tokens: int, num_held: int, block_size: int) -> int:
+    # BEGIN SOLUTION
+    return max(0, -(-num_tokens // block_size) - num_held)
+    # END SOLUTION
+
+
+def slot(table: list[int], position: int, block_size: int) -> int:
+    # BEGIN SOLUTION
+    return table[position // block_size] * block_size + position % block_size
+    # END SOLUTION
 
 # %%
 # exercise check
-checks.check_allocator(MyBlockAllocator)
+checks.check_allocator(MyBlockPool, blocks_needed, slot)
