@@ -83,8 +83,11 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
         raise ValueError(f"model={model!r}; allowed: a preset or checkpoint name, a checkpoint directory, "
                          f"a LlamaModel, a CostModel or an Executor")
     config = resolve(config, policy, model_config, model if isinstance(model, CostModel) else None)
+    if block_pool is not None and config.enable_prefix_caching:
+        raise ValueError("block_pool: a pool of your own has no prefix cache; use enable_prefix_caching=False")
     kv_cache = KVCacheManager(config.num_blocks, config.block_size, reserved=config.kv_mode == "reserved",
-                              pool=block_pool(config.num_blocks) if block_pool is not None else None)
+                              pool=block_pool(config.num_blocks) if block_pool is not None else None,
+                              enable_prefix_caching=config.enable_prefix_caching)
     if isinstance(model, LlamaModel):
         executor = model_runner(model, config, name)
     elif isinstance(model, CostModel):

@@ -94,6 +94,7 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 }
 
 KV_MODES = ("paged", "reserved")
+SCHEDULING_POLICIES = ("fcfs", "lpm")
 
 
 @dataclass
@@ -111,6 +112,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # simulated GPUs: the share of memory for weights + KV (vLLM's knob)
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
+    enable_prefix_caching: bool = False  # share cached prompt-prefix blocks (lesson 8; vLLM V1 turns it on)
+    scheduling_policy: str = "fcfs"  # order of the waiting queue: "fcfs", or "lpm" (SGLang's longest prefix match)
     attention_backend: str | None = None  # None: "triton" on CUDA, "reference" on CPU
     device: str = "cpu"
     dtype: str = "float32"
@@ -129,6 +132,8 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name}={v!r} must be a positive integer (or None for the default)")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy={self.scheduling_policy!r}; allowed: {', '.join(SCHEDULING_POLICIES)}")
         if self.kv_mode not in KV_MODES:
             raise ValueError(f"kv_mode={self.kv_mode!r}; allowed: {', '.join(KV_MODES)}")
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -263,6 +263,8 @@ def items_shape(items: Iterable) -> list[tuple[int, int]]:
     """The same from a timeline step's `StepItem`s (a padding item joins its request's row)."""
     rows: dict[str, list[int]] = {}
     for it in items:
+        if it.kind == "cached":  # found in the prefix cache: no compute (its K/V are read as context)
+            continue
         row = rows.setdefault(it.request_id, [0, 0])
         row[0] += it.num_tokens
         row[1] = max(row[1], it.context_len)

@@ -48,7 +48,8 @@ class Engine:
                 **self.executor.describe(),
                 "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
                 "block_size": c.block_size, "num_blocks": c.num_blocks, "max_model_len": c.max_model_len,
-                "kv_mode": c.kv_mode}
+                "kv_mode": c.kv_mode, "enable_prefix_caching": c.enable_prefix_caching,
+                "scheduling_policy": c.scheduling_policy}
 
     # ---- requests --------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int] | None = None, *, prompt: str | None = None,
@@ -136,6 +137,8 @@ class Engine:
         items = []
         for w in plan.work:
             rid = w.request.request_id
+            if w.num_cached:
+                items.append(StepItem(rid, "cached", w.num_cached, w.num_cached))
             if w.num_tokens:
                 items.append(StepItem(rid, w.kind, w.num_tokens, w.start + w.num_tokens))
             if w.num_padding:
@@ -144,9 +147,11 @@ class Engine:
         tables = {**self.kv_cache.block_tables, **{w.request.request_id: w.block_table for w in plan.work}}
         ends = {w.request.request_id: w.end for w in plan.work}
         stored = sum(ends[rid] if rid in ends else self.requests[rid].num_computed_tokens for rid in tables)
+        record_kv = self.config.record_kv_blocks
+        cached_free = self.kv_cache.pool.cached_free_blocks() if record_kv and self.kv_cache.caching else None
         rec = StepRecord(len(self.timeline.steps), t_start, t_end, items, plan.num_running, plan.num_waiting,
                          plan.kv_blocks_used, self.config.num_blocks, len(plan.preempted), stored,
-                         tables if self.config.record_kv_blocks else None, model_time)
+                         tables if record_kv else None, model_time, cached_free)
         self.timeline.steps.append(rec)
         return rec
 
@@ -189,7 +194,7 @@ class Engine:
 def request_record(req: Request) -> RequestRecord:
     return RequestRecord(req.request_id, req.arrival, req.prompt_len, req.params.max_tokens, req.t_scheduled,
                          req.t_first_token, list(req.token_times), req.t_finished, len(req.output_ids),
-                         req.finish_reason, req.preemptions, list(req.output_ids))
+                         req.finish_reason, req.preemptions, list(req.output_ids), req.num_cached_tokens)
 
 
 def run_workload(specs: list[RequestSpec], model="tiny", policy="continuous", progress: bool = False,

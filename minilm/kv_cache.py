@@ -8,16 +8,17 @@ whole maximum length when admitted — so lesson 4 can measure what paging saves
 
 Two parts, as in vLLM v1:
     BlockPool        the free list: hands out block ids and takes them back
-                     (exercise 4 writes one)
+                     (exercise 4 writes one; prefix_cache.py has the caching one)
     KVCacheManager   the only owner of KV state: the pool, every request's block
-                     table, reserved mode; the scheduler asks it `allocate_slots`
-                     and `free`
+                     table, reserved mode, prefix caching; the scheduler asks it
+                     `get_computed_blocks`, `allocate_slots` and `free`
 """
 from __future__ import annotations
 
 import torch
 
 from .config import ModelConfig
+from .prefix_cache import PrefixCachingBlockPool, block_keys
 from .request import Request
 
 
@@ -82,14 +83,22 @@ class KVCacheManager:
 
     A block table is replaced, never changed in place, when it grows: a step that
     keeps a reference to a table (the runner, the timeline's KV map) sees it as it was.
+    With `enable_prefix_caching` the pool is a `PrefixCachingBlockPool` (prefix_cache.py):
+    a request starting out first looks up its longest cached prefix and shares those
+    blocks, and every block that fills up with computed tokens is named for later ones.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None):
+    def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None,
+                 enable_prefix_caching: bool = False):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must be >= 1")
         self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
-        self.pool = pool if pool is not None else BlockPool(num_blocks)
+        self.caching = enable_prefix_caching
+        if pool is None:
+            pool = PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
+        self.pool = pool
         self.block_tables: dict[str, list[int]] = {}
+        self.num_cached_blocks: dict[str, int] = {}  # blocks of each table already named in the cache
 
     @property
     def num_free_blocks(self) -> int:
@@ -104,32 +113,64 @@ class KVCacheManager:
         """Share of blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
         return self.num_used_blocks / self.num_blocks
 
-    def blocks_needed(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> int:
-        """Blocks `request` must still get so its table covers its computed tokens plus
-        `num_new_tokens` (and at least `reserve_tokens` slots; all of `max_len` in reserved mode)."""
-        slots = max(request.num_computed_tokens + num_new_tokens, reserve_tokens)
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        """The cached blocks of the longest cached prefix of a request that holds no blocks
+        yet; never all of its tokens: the last one is recomputed so that it can sample."""
+        if not self.caching or request.request_id in self.block_tables:
+            return []
+        return self.pool.lookup(block_keys(request, self.block_size, (request.num_tokens - 1) // self.block_size))
+
+    def blocks_needed(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                      computed: list[int] = ()) -> int:
+        """Fresh blocks `request` must get so its table covers its computed tokens, the
+        `computed` cached blocks it is about to share and `num_new_tokens` (at least
+        `reserve_tokens` slots; all of `max_len` in reserved mode)."""
+        held = len(self.block_tables.get(request.request_id, ())) + len(computed)
+        slots = max(request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens, reserve_tokens)
         if self.reserved:
             slots = max(slots, request.max_len)
-        return max(0, cdiv(slots, self.block_size) - len(self.block_tables.get(request.request_id, ())))
+        return max(0, cdiv(slots, self.block_size) - held)
 
-    def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> bool:
-        return self.blocks_needed(request, num_new_tokens, reserve_tokens) <= self.pool.num_free_blocks
+    def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                     computed: list[int] = ()) -> bool:
+        free = self.pool.num_free_blocks - (self.pool.num_unheld(computed) if computed else 0)
+        return self.blocks_needed(request, num_new_tokens, reserve_tokens, computed) <= free
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0) -> list[int] | None:
-        """Grow the request's table for `num_new_tokens` more tokens; its table, or None
-        (and nothing changed) when there are not enough free blocks."""
-        need = self.blocks_needed(request, num_new_tokens, reserve_tokens)
-        table = self.block_tables.get(request.request_id, [])
-        if need == 0:
-            return table
-        if need > self.pool.num_free_blocks:
+    def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                       computed: list[int] = ()) -> list[int] | None:
+        """Grow the request's table by the `computed` cached blocks it shares and fresh
+        blocks for `num_new_tokens` more tokens; its table, or None (and nothing changed)
+        when there are not enough free blocks."""
+        if not self.can_allocate(request, num_new_tokens, reserve_tokens, computed):
             return None
-        table = table + self.pool.get_new_blocks(need)
-        self.block_tables[request.request_id] = table
+        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
+        table = self.block_tables.get(request.request_id, [])
+        if need or computed:
+            if computed:
+                self.pool.touch(computed)
+                self.num_cached_blocks[request.request_id] = len(computed)  # named already
+            table = table + list(computed) + self.pool.get_new_blocks(need)
+            self.block_tables[request.request_id] = table
+        if self.caching:
+            full = (request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens) // self.block_size
+            self.cache_blocks(request, table, full)
         return table
 
+    def cache_blocks(self, request: Request, table: list[int], num_full: int) -> None:
+        """Name the request's first `num_full` blocks in the cache: their tokens are known
+        and this step computes (or has computed) their K/V."""
+        done = self.num_cached_blocks.get(request.request_id, 0)
+        if num_full > done:
+            keys = block_keys(request, self.block_size, num_full)
+            for i in range(done, num_full):
+                self.pool.cache(table[i], keys[i])
+            self.num_cached_blocks[request.request_id] = num_full
+
     def free(self, request: Request) -> None:
-        """Return all of the request's blocks to the pool (a finished or preempted request)."""
+        """Return all of the request's blocks to the pool (a finished or preempted request),
+        tail first: with prefix caching a sequence's first blocks, the most shared, are
+        then the last evicted."""
         table = self.block_tables.pop(request.request_id, None)
+        self.num_cached_blocks.pop(request.request_id, None)
         if table:
-            self.pool.free_blocks(table)
+            self.pool.free_blocks(table[::-1])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .timeline import Timeline
+from .timeline import CACHED, Timeline
 
 
 def percentile(values, q: float) -> float:
@@ -63,11 +63,13 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     for s in steps:
         real = set()
         for i in s.items:
-            computed += i.num_tokens
             if i.kind == "padding":
                 padding += i.num_tokens
+            elif i.kind == CACHED:
+                continue
             else:
                 real.add(i.request_id)
+            computed += i.num_tokens
         batch_sizes.append(len(real))
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
@@ -86,6 +88,8 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "kv_unused_slots_mean": float(np.mean([s.kv_blocks_used * tl.meta.get("block_size", 1) - s.kv_tokens_stored
                                                for s in steps])) if steps else 0.0,
         "preemptions": sum(r.preemptions for r in tl.requests),
+        # vLLM's prefix cache hit rate: prompt tokens found cached / prompt tokens
+        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in tl.requests) / prompt_tokens if prompt_tokens else 0.0,
     }
     for name, values in (("ttft", ttfts(tl)), ("itl", itls(tl)), ("tpot", tpots(tl)), ("e2e", e2e_latencies(tl))):
         for q in (50, 90, 99):

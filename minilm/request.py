@@ -54,6 +54,8 @@ class Request:
     t_first_token: float | None = None
     t_finished: float | None = None
     token_times: list[float] = field(default_factory=list)
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
+    block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (prefix_cache.py)
 
     @property
     def prompt_len(self) -> int:

@@ -38,6 +38,7 @@ class SeqWork:
     block_table: list[int]   # the request's KV blocks for this step
     kind: str                # decode | prefill (a prompt, a chunk, or recomputing a preempted sequence)
     samples: bool            # this step computes the sequence's last token, so it samples the next
+    num_cached: int = 0      # tokens before `start` found in the prefix cache when admitted: no compute
 
     @property
     def end(self) -> int:
@@ -99,6 +100,9 @@ class Scheduler:
     # ---- one step -------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan:
         self.admit_arrivals(now)
+        if self.config.scheduling_policy == "lpm" and len(self.waiting) > 1:
+            # SGLang's cache-aware order: the longest cached prefix first (stable: FCFS among equals)
+            self.waiting = deque(sorted(self.waiting, key=lambda r: -len(self.kv_cache.get_computed_blocks(r))))
         budget = self.config.max_num_batched_tokens
         self.now, self.budget = now, budget if budget is not None else 1 << 62  # static: no budget
         self.work, self.preempted, self.scheduled = [], [], set()
@@ -155,16 +159,20 @@ class Scheduler:
         """Whether `admit` would succeed: a free slot in the batch, budget and KV blocks,
         and no preemption this step (as vLLM: nobody is admitted into a step that had to
         evict someone, or the two would thrash)."""
+        computed = self.kv_cache.get_computed_blocks(req)
+        num_tokens = self.uncached(req, num_tokens, computed)
         return (not self.preempted and len(self.running) < self.config.max_num_seqs
                 and num_tokens + num_padding <= self.budget
-                and self.kv_cache.can_allocate(req, num_tokens + num_padding, reserve_tokens))
+                and self.kv_cache.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed))
 
     def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0,
               hold_kv: bool = False) -> None:
         """Move the head of the queue into the running batch and schedule its first
-        `num_tokens` (+ `num_padding`). `reserve_tokens`: KV slots to hold from now on
-        (static batching reserves a padded row). `hold_kv`: keep its KV until every request
-        admitted with it in this step has finished (static batching's dense batch)."""
+        `num_tokens` (+ `num_padding`). With prefix caching, its cached prefix is shared
+        and needs no compute: fewer tokens are scheduled, starting after it.
+        `reserve_tokens`: KV slots to hold from now on (static batching reserves a padded
+        row). `hold_kv`: keep its KV until every request admitted with it in this step
+        has finished (static batching's dense batch)."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(f"policy {self.policy.name!r}: admit() takes the head of the waiting queue, "
                                f"not {req.request_id!r}")
@@ -172,18 +180,25 @@ class Scheduler:
         if not self.can_admit(req, num_tokens, num_padding, reserve_tokens):
             raise RuntimeError(f"policy {self.policy.name!r}: cannot admit {req.request_id!r} now "
                                f"(check can_admit first)")
-        table = self.kv_cache.allocate_slots(req, num_tokens + num_padding, reserve_tokens)
+        computed = self.kv_cache.get_computed_blocks(req)
+        num_tokens = self.uncached(req, num_tokens, computed)
+        table = self.kv_cache.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
         self.waiting.popleft()
         req.status = Status.RUNNING
+        req.num_computed_tokens = num_cached = len(computed) * self.kv_cache.block_size
         if req.t_scheduled is None:
-            req.t_scheduled = self.now
+            req.t_scheduled, req.num_cached_tokens = self.now, num_cached
         self.running.append(req)
         if hold_kv:
             if self._new_batch:
                 self.held.append([])
                 self._new_batch = False
             self.held[-1].append(req)
-        self._add_work(req, num_tokens, num_padding, req.num_computed_tokens, table)
+        self._add_work(req, num_tokens, num_padding, num_cached, table, num_cached)
+
+    def uncached(self, req: Request, num_tokens: int, computed: list[int]) -> int:
+        """Of the `num_tokens` a policy asks for, those left to compute after the cached prefix."""
+        return min(num_tokens, req.num_tokens - len(computed) * self.kv_cache.block_size)
 
     def schedule_padding(self, req: Request, num_padding: int) -> None:
         """Dummy tokens for a finished row of a held batch: a dense padded batch still
@@ -228,10 +243,11 @@ class Scheduler:
             raise RuntimeError(f"policy {self.policy.name!r}: {num_tokens} tokens with {self.budget} left of "
                                f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
 
-    def _add_work(self, req: Request, num_tokens: int, num_padding: int, start: int, table: list[int]) -> None:
+    def _add_work(self, req: Request, num_tokens: int, num_padding: int, start: int, table: list[int],
+                  num_cached: int = 0) -> None:
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
         self.work.append(SeqWork(req, num_tokens, num_padding, start, table,
-                                 "decode" if decode else "prefill", samples))
+                                 "decode" if decode else "prefill", samples, num_cached))
         self.scheduled.add(req.request_id)
         self.budget -= num_tokens + num_padding

@@ -13,13 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-ITEM_KINDS = ("prefill", "decode", "padding")
+ITEM_KINDS = ("prefill", "decode", "padding")  # tokens a step computes
+CACHED = "cached"  # prompt tokens a request found in the prefix cache when admitted: no compute
 
 
 @dataclass(slots=True)
 class StepItem:
     request_id: str
-    kind: str          # prefill | decode | padding
+    kind: str          # prefill | decode | padding | cached
     num_tokens: int
     context_len: int   # the sequence's context after this item
 
@@ -38,13 +39,15 @@ class StepRecord:
     kv_tokens_stored: int = 0  # KV slots holding a token; blocks_used*block_size minus this is unused
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
     model_time: float = 0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
+    kv_cached_free: list[int] | None = None  # blocks nobody holds that keep a cached prefix (prefix caching)
 
     @property
     def duration(self) -> float:
         return self.t_end - self.t_start
 
     def tokens(self, kind: str | None = None) -> int:
-        return sum(i.num_tokens for i in self.items if kind is None or i.kind == kind)
+        """Tokens of one kind, or (None) every token the step computed."""
+        return sum(i.num_tokens for i in self.items if i.kind == kind or (kind is None and i.kind != CACHED))
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RequestRecord:
     finish_reason: str | None
     preemptions: int
     output_ids: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
 
 
 @dataclass
@@ -73,12 +77,12 @@ class Timeline:
     def steps_df(self) -> pd.DataFrame:
         rows = []
         for s in self.steps:
-            row = {k: v for k, v in asdict(s).items() if k not in ("items", "kv_blocks")}
+            row = {k: v for k, v in asdict(s).items() if k not in ("items", "kv_blocks", "kv_cached_free")}
             row["duration"] = s.duration
-            for kind in ITEM_KINDS:
+            for kind in (*ITEM_KINDS, CACHED):
                 row[f"{kind}_tokens"] = s.tokens(kind)
             row["num_tokens"] = s.tokens()
-            row["batch_size"] = len({i.request_id for i in s.items if i.kind != "padding"})
+            row["batch_size"] = len({i.request_id for i in s.items if i.kind in ("prefill", "decode")})
             rows.append(row)
         return pd.DataFrame(rows, columns=None if rows else ["step", "t_start", "t_end"])
 
