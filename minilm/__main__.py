@@ -9,7 +9,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .metrics import summarize
 from .simulator import simulated_engine
-from .workload import get_workload
+from .workload import PRESETS, get_workload
 
 # (summary key, header with its unit, scale, format)
 TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None, "{}"),
@@ -24,7 +24,7 @@ TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
-    p.add_argument("--workload", default="mixed", help="preset (uniform, mixed, long-prompt) or a JSON file of requests")
+    p.add_argument("--workload", default="mixed", help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
     p.add_argument("--seed", type=int, default=0)
@@ -36,6 +36,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
     p.add_argument("--kv-mode", default="paged", choices=["paged", "reserved"])
+    p.add_argument("--enable-prefix-caching", nargs="?", const="on", default="off", choices=["off", "on", "both"],
+                   help="share cached prompt prefixes (vLLM's flag); with compare, 'both' runs each policy off and on")
+    p.add_argument("--scheduling-policy", default="fcfs", choices=["fcfs", "lpm"],
+                   help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)")
     p.add_argument("--device", default="cpu", help="torch device; with --simulate a device spec "
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)")
     p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
@@ -49,8 +53,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
 
-def engine_config(args, policy: str) -> EngineConfig:
-    return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs,
+def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
+    return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs, enable_prefix_caching=prefix_caching,
+                        scheduling_policy=args.scheduling_policy,
                         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
                         gpu_memory_utilization=args.gpu_memory_utilization,
@@ -58,17 +63,17 @@ def engine_config(args, policy: str) -> EngineConfig:
                         cpu_threads=args.cpu_threads, seed=args.seed)
 
 
-def build_engine(args, policy: str) -> Engine:
+def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
     if args.simulate:
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
-        return simulated_engine(args.model, args.device, config=engine_config(args, policy), dtype=dtype,
-                                tp=args.tp)
-    return Engine(args.model, engine_config(args, policy))
+        return simulated_engine(args.model, args.device, config=engine_config(args, policy, prefix_caching),
+                                dtype=dtype, tp=args.tp)
+    return Engine(args.model, engine_config(args, policy, prefix_caching))
 
 
-def run_one(args, policy: str) -> tuple[Engine, dict]:
-    engine = build_engine(args, policy)
+def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
+    engine = build_engine(args, policy, prefix_caching)
     specs = get_workload(args.workload, num_requests=args.num_requests, seed=args.seed,
                          vocab_size=engine.model_config.vocab_size, rate=args.rate,
                          max_model_len=engine.config.max_model_len)
@@ -76,7 +81,10 @@ def run_one(args, policy: str) -> tuple[Engine, dict]:
                 "seed": args.seed if args.temperature > 0 else None}
     engine.add_workload(specs, **sampling)
     timeline = engine.run(progress=not args.json)
-    return engine, summarize(timeline)
+    m = summarize(timeline)
+    if prefix_caching:
+        m["policy"] += " +prefix cache"
+    return engine, m
 
 
 def describe_run(meta: dict) -> str:
@@ -86,8 +94,11 @@ def describe_run(meta: dict) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    header = [h for _, h, _, _ in TABLE_COLUMNS]
-    cells = [[fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in TABLE_COLUMNS] for r in rows]
+    columns = TABLE_COLUMNS
+    if any(r["prefix_cache_hit_rate"] for r in rows):
+        columns = [*columns, ("prefix_cache_hit_rate", "prefix hit", 1, "{:.0%}")]
+    header = [h for _, h, _, _ in columns]
+    cells = [[fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns] for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for row in cells:
@@ -96,12 +107,14 @@ def print_table(rows: list[dict]) -> None:
 
 def cmd_compare(args) -> None:
     rows, timelines = [], {}
+    caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
     for policy in args.policies.split(","):
-        engine, m = run_one(args, policy.strip())
-        rows.append(m)
-        timelines[policy.strip()] = engine.timeline
-        if args.json:
-            print(json.dumps(m))
+        for prefix_caching in caching:
+            engine, m = run_one(args, policy.strip(), prefix_caching)
+            rows.append(m)
+            timelines[m["policy"]] = engine.timeline
+            if args.json:
+                print(json.dumps(m))
     if not args.json:
         print(describe_run(engine.timeline.meta))
         print_table(rows)
@@ -113,7 +126,9 @@ def cmd_compare(args) -> None:
 
 
 def cmd_run(args) -> None:
-    engine, m = run_one(args, args.policy)
+    if args.enable_prefix_caching == "both":
+        raise ValueError("--enable-prefix-caching both compares two runs: use `compare`")
+    engine, m = run_one(args, args.policy, args.enable_prefix_caching == "on")
     if args.timeline:
         engine.timeline.to_json(args.timeline)
     if args.trace:

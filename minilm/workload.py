@@ -10,6 +10,12 @@ long-prompt  many short requests decoding, then a few prompts of thousands of to
 docstrings   real text for the trained `docstrings` model: each prompt is the beginning
              of a held-out docstring, max_tokens is generous, so the model's EOS (not
              max_tokens) decides each output's length, as in real serving traffic
+shared-prefix  a few long system prompts, each in front of many short user turns
+multi-turn   conversations whose every turn resends the whole history (its earlier
+             turns and replies, the conversation's own text as in ShareGPT-style
+             benchmarks, not what the engine answered), a think time between turns
+docstrings-shared-prefix, docstrings-multi-turn   the same two in text for the
+             `docstrings` model, within its 256 trained positions (lesson 8)
 
 `rate` (requests/s) turns any preset into an online workload with Poisson arrivals.
 A JSON file of `{"id", "prompt_ids" or "prompt", "max_tokens", "arrival"}` objects
@@ -23,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-PRESETS = ("uniform", "mixed", "long-prompt", "docstrings")
+PRESETS = ("uniform", "mixed", "long-prompt", "docstrings", "shared-prefix", "multi-turn",
+           "docstrings-shared-prefix", "docstrings-multi-turn")
 DOCSTRINGS_HELDOUT = Path(__file__).parent / "checkpoints" / "docstrings" / "heldout.json"
 # Generous (most docstrings end well before it), and a few-word prompt (at most 18 tokens
 # among the held-out ones) plus this stays within the 256 positions the model was trained on.
@@ -85,6 +92,18 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     rng = np.random.default_rng(seed)
     if name == "docstrings":
         return docstring_workload(num_requests, rng, rate, max_model_len)
+    if name in ("shared-prefix", "multi-turn"):
+        def text(n):  # random token ids: a random-weight model does not care what it reads
+            return rng.integers(0, vocab_size, n).tolist()
+        if name == "shared-prefix":
+            prefixes = [text(int(n)) for n in rng.integers(max_model_len // 8, max_model_len // 4, 4)]
+            turns = [text(int(n)) for n in rng.integers(8, 33, num_requests)]
+            return shared_prefix_workload(prefixes, turns, rng.integers(16, 65, num_requests).tolist(), rng, rate)
+        conversations = [[(text(int(u)), text(int(r))) for u, r in zip(rng.integers(16, 49, 4), rng.integers(16, 65, 4))]
+                         for _ in range(-(-num_requests // 4))]
+        return multi_turn_workload(conversations, num_requests, None, rng, rate)
+    if name.startswith("docstrings-"):
+        return docstring_prefix_workload(name, num_requests, rng, rate)
     prompts, outputs = preset_lengths(name, num_requests, rng, max_model_len)
     arrivals = poisson_arrivals(rng, rate, num_requests)
     if rate is None and name == "long-prompt":
@@ -115,6 +134,56 @@ def docstring_workload(num_requests: int, rng: np.random.Generator, rate: float 
     arrivals = poisson_arrivals(rng, rate, num_requests)
     return [RequestSpec(id=f"r{i}", prompt_ids=None, prompt=docstring_prompt(docs[k]), max_tokens=max_tokens,
                         arrival=float(a)) for i, (k, a) in enumerate(zip(picks, arrivals))]
+
+
+def spec(rid: str, prompt: list[int] | str, max_tokens: int, arrival: float) -> RequestSpec:
+    """A request from token ids or from text (which the engine's tokenizer encodes)."""
+    if isinstance(prompt, str):
+        return RequestSpec(rid, None, int(max_tokens), float(arrival), prompt=prompt)
+    return RequestSpec(rid, prompt, int(max_tokens), float(arrival))
+
+
+def shared_prefix_workload(prefixes: list, turns: list, max_tokens: list[int], rng: np.random.Generator,
+                           rate: float | None) -> list[RequestSpec]:
+    """Each user turn behind one of a few shared system prompts (picked at random)."""
+    picks = rng.integers(0, len(prefixes), len(turns))
+    arrivals = poisson_arrivals(rng, rate, len(turns))
+    return [spec(f"r{i}", prefixes[k] + turn, m, a)
+            for i, (k, turn, m, a) in enumerate(zip(picks, turns, max_tokens, arrivals))]
+
+
+def multi_turn_workload(conversations: list[list[tuple]], num_requests: int, max_tokens: int | None,
+                        rng: np.random.Generator, rate: float | None, think_time: float = 1.0) -> list[RequestSpec]:
+    """Every turn's prompt is the conversation so far (turns and replies) plus a new turn.
+    Conversations start at `rate / turns` a second (all at t=0 for None), and a turn
+    follows the previous one after an exponential think time (mean `think_time` seconds).
+    A turn's `max_tokens` is its reply's length, or `max_tokens` for text."""
+    turns = len(conversations[0])
+    starts = poisson_arrivals(rng, rate / turns if rate else None, len(conversations))
+    specs = []
+    for c, (conversation, t) in enumerate(zip(conversations, starts)):
+        history = conversation[0][0][:0]  # empty, of the conversation's type (ids or text)
+        for k, (user, reply) in enumerate(conversation):
+            specs.append(spec(f"c{c}-t{k}", history + user, max_tokens or len(reply), t))
+            history += user + reply
+            t += rng.exponential(think_time)
+    return sorted(specs, key=lambda r: r.arrival)[:num_requests]
+
+
+def docstring_prefix_workload(name: str, num_requests: int, rng: np.random.Generator,
+                              rate: float | None) -> list[RequestSpec]:
+    """The shared-prefix and multi-turn shapes in text for the `docstrings` model: system
+    prompts are held-out docstrings, turns their beginnings, replies their first lines;
+    every request fits the model's 256 positions (tests/test_workloads.py checks)."""
+    docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
+    pick = lambda n: [docs[k] for k in rng.choice(len(docs), n, replace=n > len(docs))]  # noqa: E731
+    if name == "docstrings-shared-prefix":
+        prefixes = [d[:360].rsplit(" ", 1)[0] + "\n\n" for d in pick(3)]
+        return shared_prefix_workload(prefixes, [docstring_prompt(d) for d in pick(num_requests)],
+                                      [64] * num_requests, rng, rate)
+    conversations = [[(docstring_prompt(d), d.split("\n", 1)[0][len(docstring_prompt(d)):160] + "\n\n")
+                      for d in pick(3)] for _ in range(-(-num_requests // 3))]
+    return multi_turn_workload(conversations, num_requests, 48, rng, rate)
 
 
 def load_workload(path: str | Path) -> list[RequestSpec]:

@@ -132,7 +132,8 @@ def test_step_highlight_marks_that_steps_batch(runs):
 @pytest.mark.parametrize("policy", ["static", "chunked"])
 def test_kv_map_cells_equal_the_block_tables(runs, policy):
     tl = runs[policy]
-    shown, owner, reserved = kv_cells(tl)
+    shown, owner, reserved, holders, cached = kv_cells(tl)
+    assert holders.max() <= 1 and not cached.any()  # no prefix caching: nothing shared or kept
     order = request_order(tl)
     fig = kvmap_figure(tl)
     z = np.array(fig.data[0].z, dtype=float)
@@ -153,12 +154,34 @@ def test_kv_map_cells_equal_the_block_tables(runs, policy):
 
 def test_kv_map_reserved_mode_shows_reserved_but_unused_blocks():
     tl = small_run("continuous", kv_mode="reserved")
-    _, owner, reserved = kv_cells(tl)
+    _, owner, reserved, _, _ = kv_cells(tl)
     first = tl.steps[0]
     # each request got blocks for prompt + max_tokens; after its prefill only the prompt's are filled
     expect = sum(len(t) - -(-it.context_len // 16) for rid, t in first.kv_blocks.items()
                  for it in first.items if it.request_id == rid)
     assert reserved[:, 0].sum() == expect > 0
+
+
+def test_prefix_caching_views_show_cached_shared_and_kept_blocks():
+    """Two long shared prefixes, a tight cache: the Gantt stripes each request's cached
+    prompt tokens; the KV map counts each block's holders and marks cached free blocks."""
+    e = make_engine("continuous", max_num_seqs=3, max_model_len=64, block_size=4, num_blocks=24,
+                    enable_prefix_caching=True)
+    prefixes = [[(3 * j) % 90 + 1 for j in range(20)], [(5 * j) % 90 + 2 for j in range(16)]]
+    e.add_workload([RequestSpec(f"r{i}", prefixes[i % 2] + [i + 1] * (i % 3 + 1), 4, 0.001 * i) for i in range(9)],
+                   ignore_eos=True)
+    tl = e.run()
+    cached = bars(gantt_figure(tl), "cached")
+    recorded = items(tl, "cached")
+    assert len(cached) == len(recorded) > 0
+    assert sorted(c[2] for *_, c in cached) == sorted(it.num_tokens for _, it in recorded)
+    shown, owner, reserved, holders, kept = kv_cells(tl)
+    for col, s in enumerate(tl.steps):
+        count = Counter(b for t in s.kv_blocks.values() for b in t)
+        assert all(holders[b, col] == n for b, n in count.items())
+        assert sorted(np.flatnonzero(kept[:, col])) == sorted(s.kv_cached_free)
+    assert holders.max() > 1 and kept.any()
+    kvmap_figure(tl)  # draws
 
 
 def test_steps_figure_stacks_tokens_by_kind_against_the_budget(runs):
@@ -197,7 +220,8 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
         assert len(drawn) == len(items(tl, "prefill"))
         assert f"{max(s.t_end for s in tl.steps) * 1e3:.1f} ms" in fig.layout.annotations[row - 1].text
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    assert sorted(legend) == sorted(SEGMENT_KINDS + (HIGHLIGHT_NAME,))  # chunked brings recompute, preempted
+    # chunked brings recompute, preempted; nothing is cached without prefix caching
+    assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached"} | {HIGHLIGHT_NAME})
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
 

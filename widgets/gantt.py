@@ -10,6 +10,8 @@ preempted  evicted (recompute-style) -> re-admitted: its KV blocks were taken aw
 recompute  the prefill steps that rebuild a preempted request's KV
 padding    static batching's dead work: pad tokens of a shorter prompt, and a finished
            row that keeps computing until the longest row of its batch ends
+cached     prompt tokens found in the prefix cache when admitted: no compute, drawn as a
+           stripe over the step that admitted the request (lesson 8)
 
 Plotly's `px.timeline` only takes datetimes, so the chart is horizontal bars on a
 numeric axis: `go.Bar(base=start, x=duration, orientation="h")` (`x` is the length).
@@ -25,9 +27,10 @@ import plotly.graph_objects as go
 
 from minilm.timeline import Timeline
 
-SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding")
+SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached")
 KIND_COLORS = {"queued": "#d9d9d9", "prefill": "#1f77b4", "recompute": "#ff7f0e", "decode": "#2ca02c",
-               "preempted": "#f4a3a3", "padding": "#7f7f7f"}
+               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c"}
+STRIPES = ("padding", "cached")  # drawn thin over their row's work in the same step
 SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len"]
 HIGHLIGHT_NAME = "selected step"
 LEGEND_ON_TOP = dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom")
@@ -52,16 +55,18 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
     rows: list[list] = []
     runs: dict[str, dict[str, list]] = {"decode": {}, "padding": {}}  # open stretch of each request
     last_end: dict[str, float] = {}          # t_end of each request's latest item
+    last_ctx: dict[str, int] = {}            # and the context it reached
     recomputing: set[str] = set()
     for s in tl.steps:
         k, t0, t1 = s.step, s.t_start, s.t_end
         for it in s.items:
             rid, kind = it.request_id, it.kind
-            if kind == "prefill":
-                if it.context_len == it.num_tokens and rid in last_end:   # restarts at position 0
+            if kind in ("prefill", "cached"):
+                first_pos = 0 if kind == "cached" else it.context_len - it.num_tokens
+                if rid in last_ctx and first_pos < last_ctx[rid]:   # preempted, now rebuilt from the start
                     recomputing.add(rid)
                     rows.append([rid, "preempted", last_end[rid], t0, k, k - 1, 0, 0])
-                shown = "recompute" if rid in recomputing else "prefill"
+                shown = kind if kind == "cached" else "recompute" if rid in recomputing else "prefill"
                 rows.append([rid, shown, t0, t1, k, k, it.num_tokens, it.context_len])
             else:
                 if recomputing and kind == "decode":
@@ -72,7 +77,7 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
                 else:
                     run = runs[kind][rid] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len]
                     rows.append(run)
-            last_end[rid] = t1
+            last_end[rid], last_ctx[rid] = t1, it.context_len
     starts = [s.t_start for s in tl.steps]
     for r in tl.requests:
         if r.t_scheduled is not None and r.t_scheduled > r.arrival:
@@ -94,8 +99,8 @@ def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.B
     return go.Bar(
         name=kind, legendgroup=kind, showlegend=showlegend, orientation="h",
         base=start_ms, x=dur_ms, y=part["request_id"].to_numpy(object), customdata=custom,
-        # padding overlaps its row's prefill in the same step: draw it as a thinner stripe on top
-        width=0.45 if kind == "padding" else 0.8,
+        # padding and cached tokens overlap their row's prefill in the same step: thinner stripes on top
+        width=0.45 if kind in STRIPES else 0.8,
         marker=dict(color=KIND_COLORS[kind], line=dict(width=0),
                     pattern=dict(shape="/") if kind in ("padding", "preempted") else None),
         hovertemplate=("%{y} · " + kind + "<br>steps %{customdata[0]}–%{customdata[1]}<br>tokens %{customdata[2]}"
