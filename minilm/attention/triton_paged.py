@@ -92,6 +92,27 @@ def _find_sequence(cu_seqlens_q_ptr, num_seqs, program_id, BLOCK_Q: tl.constexpr
 
 
 @triton.jit
+def _program_rows(cu_seqlens_q_ptr, num_seqs, q_block, kv_head,
+                  GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The (token, query head) of each of a program's BLOCK_M rows; see "What one program computes".
+
+    Returns the program's sequence, that sequence's first row in the flat batch
+    (`q_start`) and `query_len`, the program's query block within the sequence, and
+    per row: `query_pos` (token index within this step's chunk), `head` (query head)
+    and `row_ok` (whether the row is this program's to compute and store).
+    """
+    seq = _find_sequence(cu_seqlens_q_ptr, num_seqs, q_block, BLOCK_Q)
+    q_start = tl.load(cu_seqlens_q_ptr + seq)
+    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    local_block = q_block - (q_start // BLOCK_Q + seq)
+    offs_m = tl.arange(0, BLOCK_M)
+    query_pos = local_block * BLOCK_Q + offs_m // GROUP
+    head = kv_head * GROUP + offs_m % GROUP
+    row_ok = query_pos < query_len
+    return seq, q_start, query_len, local_block, query_pos, head, row_ok
+
+
+@triton.jit
 def _attend_tiles(acc, l_i, m_i, q, tile_lo, tile_hi,
                   k_cache_ptr, v_cache_ptr, block_table_ptr, kv_head,
                   stride_cb, stride_cs, stride_ch,
@@ -159,22 +180,17 @@ def _paged_attention_kernel(
     kv_head = tl.program_id(1)
     segment = tl.program_id(2)
 
-    # 1. Which sequence, and which of its query blocks, is this program?
-    seq = _find_sequence(cu_seqlens_q_ptr, num_seqs, q_block, BLOCK_Q)
-    q_start = tl.load(cu_seqlens_q_ptr + seq)
-    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    local_block = q_block - (q_start // BLOCK_Q + seq)
+    # 1. Which sequence, which of its query blocks, and which (token, head) each row is:
+    #    BLOCK_Q tokens x GROUP query heads of this KV head.
+    seq, q_start, query_len, local_block, query_pos, head, row_ok = _program_rows(
+        cu_seqlens_q_ptr, num_seqs, q_block, kv_head, GROUP, BLOCK_Q, BLOCK_M)
     if local_block * BLOCK_Q >= query_len:
         return  # a spare program: this sequence has fewer query blocks than it was given
     context_len = tl.load(context_lens_ptr + seq)
     cached_len = context_len - query_len  # keys cached before this step
 
-    # 2. The rows: BLOCK_Q tokens x GROUP query heads of this KV head.
-    offs_m = tl.arange(0, BLOCK_M)
+    # 2. Load the rows' queries.
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    query_pos = local_block * BLOCK_Q + offs_m // GROUP  # token index within this step's chunk
-    head = kv_head * GROUP + offs_m % GROUP
-    row_ok = query_pos < query_len
     d_ok = offs_d < HEAD_DIM
     q_off = (q_start + query_pos)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
@@ -323,6 +339,11 @@ def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int, ele
                 num_warps=8 if block_m >= 128 else 4, num_stages=2)
 
 
+def attention_grid(num_tokens: int, num_seqs: int, num_kv_heads: int, num_segments: int, block_q: int):
+    """(query blocks, KV heads, segments): enough query blocks for every sequence (module docstring)."""
+    return (num_tokens // block_q + num_seqs, num_kv_heads, num_segments)
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
     # fp32 caches get full-precision dots (the GPU would otherwise round inputs to tf32).
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -335,7 +356,7 @@ def _launch(q, k_cache, v_cache, meta, scale, out, num_segments, partials):
     group = num_q_heads // num_kv_heads
     cfg = launch_config(num_tokens, num_seqs, group, head_dim, q.element_size())
     seg_max, seg_sum, seg_out = partials if partials is not None else (out, out, out)  # unused when 1 segment
-    grid = (num_tokens // cfg["BLOCK_Q"] + num_seqs, num_kv_heads, num_segments)
+    grid = attention_grid(num_tokens, num_seqs, num_kv_heads, num_segments, cfg["BLOCK_Q"])
     _paged_attention_kernel[grid](
         q, k_cache, v_cache, out, seg_max, seg_sum, seg_out,
         meta.cu_seqlens_q, meta.context_lens, meta.block_tables,
