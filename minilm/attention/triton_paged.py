@@ -113,6 +113,27 @@ def _program_rows(cu_seqlens_q_ptr, num_seqs, q_block, kv_head,
 
 
 @triton.jit
+def _key_tiles(cached_len, query_len, context_len, local_block, segment,
+               BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr, NUM_SEGMENTS: tl.constexpr):
+    """The key tiles a program walks: `[lo, hi)`, of which `[lo, full)` every row sees whole.
+
+    Tiles [0, full) end at or before the block's first token; [full, last) reach its
+    last token (the diagonal). With split-KV, `segment` only takes its share of them.
+    """
+    first_row_pos = cached_len + local_block * BLOCK_Q
+    last_row_pos = cached_len + tl.minimum(local_block * BLOCK_Q + BLOCK_Q, query_len) - 1
+    full = (first_row_pos + 1) // TILE_N
+    last = tl.cdiv(last_row_pos + 1, TILE_N)
+    lo = 0
+    hi = last
+    if NUM_SEGMENTS > 1:  # split-KV: this program only does its segment of the tiles
+        tiles_per_segment = tl.cdiv(tl.cdiv(context_len, TILE_N), NUM_SEGMENTS)
+        lo = segment * tiles_per_segment
+        hi = tl.minimum(lo + tiles_per_segment, last)
+    return lo, full, hi
+
+
+@triton.jit
 def _attend_tiles(acc, l_i, m_i, q, tile_lo, tile_hi,
                   k_cache_ptr, v_cache_ptr, block_table_ptr, kv_head,
                   stride_cb, stride_cs, stride_ch,
@@ -197,18 +218,10 @@ def _paged_attention_kernel(
     # The causal rule: token j of the chunk is at absolute position cached_len + j.
     query_pos_abs = cached_len + query_pos
 
-    # 3. Which key tiles: [0, full) are visible to every row (no mask needed);
-    #    [full, last) hold the diagonal, where rows see different amounts.
-    first_row_pos = cached_len + local_block * BLOCK_Q
-    last_row_pos = cached_len + tl.minimum(local_block * BLOCK_Q + BLOCK_Q, query_len) - 1
-    full = (first_row_pos + 1) // TILE_N
-    last = tl.cdiv(last_row_pos + 1, TILE_N)
-    lo = 0
-    hi = last
-    if NUM_SEGMENTS > 1:  # split-KV: this program only does its segment of the tiles
-        tiles_per_segment = tl.cdiv(tl.cdiv(context_len, TILE_N), NUM_SEGMENTS)
-        lo = segment * tiles_per_segment
-        hi = tl.minimum(lo + tiles_per_segment, last)
+    # 3. Which key tiles: [lo, full) are visible to every row (no mask needed);
+    #    [full, hi) hold the diagonal, where rows see different amounts.
+    lo, full, hi = _key_tiles(cached_len, query_len, context_len, local_block, segment,
+                              BLOCK_Q, TILE_N, NUM_SEGMENTS)
 
     # 4. The online softmax over the tiles, fp32 state.
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
