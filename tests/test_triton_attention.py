@@ -6,14 +6,29 @@ slot changes the answer; outputs are poisoned with NaN first, so an element the
 kernel forgot to write fails. The shapes obey the GPU's rules (see triton_paged.py),
 and the launch configuration is the one a GPU gets for the same batch; the last test
 compiles the kernels for an H100/H200 with Triton's GPU compiler, no GPU needed.
+
+A GPU runs a launch's programs in no fixed order, the interpreter in one (first to
+last), so a kernel in which two programs write the same element passes here whenever
+the later program writes the right value. Two kinds of test close that gap: a
+coverage kernel that runs the attention kernel's own row and key-tile mapping and
+counts what each (token, head) gets, which must be exactly once; and reference checks,
+on shapes where query blocks end on key-tile boundaries, run with the grid walked in
+order and in reverse (the `grid_order` fixture).
 """
 from __future__ import annotations
 
+import builtins
+import random
+import types
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from minilm import Engine, EngineConfig
 from minilm.attention import reference, triton_paged
+from minilm.attention.triton_paged import _key_tiles, _program_rows
 from minilm.model import AttentionMetadata
 
 TOL = {torch.float32: 1e-3, torch.float16: 1e-2}
@@ -119,6 +134,217 @@ def test_dispatcher_splits_only_few_long_decodes():
     assert triton_paged.split_kv_segments(prefill[0], prefill[1], prefill[3]) == 1
     many = make_batch([1] * 200, [64] * 200, group=1, head_dim=32, dtype=torch.float32)
     assert triton_paged.split_kv_segments(many[0], many[1], many[3]) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Every (token, head) computed exactly once, whatever order the programs run in
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _record_program_order(next_slot_ptr, order_ptr):
+    """Each program appends its linear id to `order`: the order the grid was walked in."""
+    pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+    slot = tl.atomic_add(next_slot_ptr, 1)
+    tl.store(order_ptr + slot, pid)
+
+
+def program_order(grid=(3, 2, 2)) -> list[int]:
+    next_slot = torch.zeros(1, dtype=torch.int32)
+    order = torch.full((grid[0] * grid[1] * grid[2],), -1, dtype=torch.int32)
+    _record_program_order[grid](next_slot, order)
+    return order.tolist()
+
+
+def reverse_grid_walk(monkeypatch) -> None:
+    """Make Triton's interpreter run every launch's programs last to first (a legal GPU schedule).
+
+    The interpreter walks the grid in `GridExecutor.__call__` with three nested
+    `for x in range(grid[0])` loops (triton/runtime/interpreter.py). That is a private
+    detail: if it has moved, the reversed cases skip, saying so. The patch rebinds
+    `range` for that one function only (a copy of it whose globals map `range` to a
+    reversed range), then checks on a tiny kernel that the order really is reversed.
+    """
+    from triton.runtime import interpreter
+
+    call = getattr(getattr(interpreter, "GridExecutor", None), "__call__", None)
+    code = getattr(call, "__code__", None)
+    if code is None or not {"range", "set_grid_idx"} <= set(code.co_names):
+        pytest.skip("cannot reverse the grid: triton.runtime.interpreter.GridExecutor.__call__ no longer "
+                    "walks the grid with `range` (a private detail of Triton's interpreter has moved)")
+    reversed_globals = dict(call.__globals__, range=lambda *args: builtins.range(*args)[::-1])
+    walk_reversed = types.FunctionType(code, reversed_globals, call.__name__, call.__defaults__, call.__closure__)
+    walk_reversed.__kwdefaults__ = call.__kwdefaults__
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", walk_reversed)
+    order = program_order()
+    if order != sorted(order, reverse=True):
+        pytest.skip(f"cannot reverse the grid: rebinding `range` in Triton's interpreter walked programs "
+                    f"{order} (a private detail of triton/runtime/interpreter.py has moved)")
+
+
+@pytest.fixture(params=["in_order", "reversed"])
+def grid_order(request, monkeypatch):
+    """Run the test's Triton launches with their programs in order, and again in reverse."""
+    if request.param == "reversed":
+        if not triton_paged.interpreting():
+            pytest.skip("the grid is reversed in Triton's CPU interpreter only; a GPU picks its own order")
+        reverse_grid_walk(monkeypatch)
+    return request.param
+
+
+def test_grid_order_fixture_reverses_the_program_order(grid_order):
+    if not triton_paged.interpreting():
+        pytest.skip("program order is only deterministic in Triton's CPU interpreter")
+    in_order = list(range(12))
+    assert program_order() == (in_order if grid_order == "in_order" else in_order[::-1])
+
+
+@triton.jit
+def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr, tiles_ptr,
+                       GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+                       TILE_N: tl.constexpr, NUM_SEGMENTS: tl.constexpr, MAX_TILES: tl.constexpr):
+    """The attention kernel's programs, counting instead of computing, with its own helpers.
+
+    writes[token, head, segment] += 1 for every row a program stores;
+    tiles[token, head, tile] += 1 for every key tile a program walks for that row.
+    """
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    segment = tl.program_id(2)
+    seq, q_start, query_len, local_block, query_pos, head, row_ok = _program_rows(
+        cu_seqlens_q_ptr, num_seqs, q_block, kv_head, GROUP, BLOCK_Q, BLOCK_M)
+    context_len = tl.load(context_lens_ptr + seq)
+    lo, full, hi = _key_tiles(context_len - query_len, query_len, context_len, local_block, segment,
+                              BLOCK_Q, TILE_N, NUM_SEGMENTS)
+    row = tl.where(row_ok, (q_start + query_pos) * (GROUP * tl.num_programs(1)) + head, 0)
+    tl.atomic_add(writes_ptr + row * NUM_SEGMENTS + segment, 1, mask=row_ok)
+    tile = tl.arange(0, MAX_TILES)
+    walked = row_ok[:, None] & (tile >= lo)[None, :] & (tile < hi)[None, :]
+    tl.atomic_add(tiles_ptr + row[:, None] * MAX_TILES + tile[None, :], 1, mask=walked)
+
+
+BLOCK_MS = (16, 32, 64, 128)  # every BLOCK_M launch_config can choose (checked below)
+TILE_NS = (32, 64)
+
+
+def test_launch_config_chooses_only_the_covered_configurations():
+    seen = set()
+    for group in range(1, 9):
+        for head_dim in (32, 64, 128):
+            for elem_bytes in (2, 4):
+                for tokens, seqs in [(1, 1), (8, 8), (300, 300), (40, 4), (100, 3), (4096, 1), (37, 5)]:
+                    cfg = triton_paged.launch_config(tokens, seqs, group, head_dim, elem_bytes)
+                    assert cfg["BLOCK_M"] in BLOCK_MS and cfg["TILE_N"] in TILE_NS, cfg
+                    assert cfg["BLOCK_Q"] == cfg["BLOCK_M"] // group >= 1, cfg
+                    seen.add(cfg["BLOCK_M"])
+    assert seen == set(BLOCK_MS)
+
+
+def ragged_batch(rng: random.Random, block_q: int, tile_n: int):
+    """Prompt chunks, decodes and idle sequences; chunk lengths on and just off multiples of
+    BLOCK_Q, cached lengths that make a query block end on, or one off, a key-tile boundary."""
+    q_lens, ctx_lens = [], []
+    for i in range(rng.randint(2, 5)):
+        n = rng.choice([block_q + 1, 2 * block_q, 2 * block_q + 1])  # the first spans several blocks
+        if i:
+            n = rng.choice([0, 1, 1, 1, block_q - 1, block_q, n, rng.randint(2, 3 * block_q)])
+        k = rng.randint(1, max(1, (n - 1) // block_q))  # cached + k * BLOCK_Q on a tile boundary: block
+        on_tile = (-k * block_q) % tile_n + tile_n * rng.randint(0, 1)  # k-1 ends there, and the chunk goes on
+        cached = rng.choice([0, on_tile, on_tile, on_tile + 1, max(0, on_tile - 1), rng.randint(0, 3 * tile_n)])
+        q_lens.append(max(n, 0))
+        ctx_lens.append(cached + max(n, 0))
+    if not sum(q_lens):  # a step has at least one new token (the host skips empty launches)
+        q_lens[-1], ctx_lens[-1] = 1, ctx_lens[-1] + 1
+    return q_lens, ctx_lens
+
+
+def count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments):
+    """Launch the counting kernel on the grid the attention kernel gets; (writes, tiles)."""
+    block_q = block_m // group
+    num_tokens, num_seqs, num_q_heads = sum(q_lens), len(q_lens), group * num_kv_heads
+    max_tiles = triton.next_power_of_2(max(-(-c // tile_n) for c in ctx_lens) + 1)
+    writes = torch.zeros(num_tokens, num_q_heads, segments, dtype=torch.int32)
+    tiles = torch.zeros(num_tokens, num_q_heads, max_tiles, dtype=torch.int32)
+    cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    grid = triton_paged.attention_grid(num_tokens, num_seqs, num_kv_heads, segments, block_q)
+    _count_rows_kernel[grid](cu, torch.tensor(ctx_lens, dtype=torch.int32), num_seqs, writes, tiles,
+                             GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n,
+                             NUM_SEGMENTS=segments, MAX_TILES=max_tiles)
+    return writes, tiles
+
+
+@pytest.mark.parametrize("group", range(1, 9))
+def test_every_row_is_written_once_and_sees_its_key_tiles_once(group):
+    """For every BLOCK_M and TILE_N the launch can use, over random ragged batches: each
+    (token, head, segment) is stored by exactly one program, and each (token, head) is
+    given every key tile up to its own position exactly once (across the segments)."""
+    rng = random.Random(group)
+    for i, block_m in enumerate(BLOCK_MS):
+        block_q = block_m // group
+        for tile_n, segments, num_kv_heads in [(64, 1, 2), (32, 2 << i % 2, 1)]:  # split-KV: 2 or 4 segments
+            q_lens, ctx_lens = ragged_batch(rng, block_q, tile_n)
+            writes, tiles = count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments)
+            where = (f"group={group} BLOCK_M={block_m} BLOCK_Q={block_q} TILE_N={tile_n} segments={segments} "
+                     f"Hkv={num_kv_heads} q_lens={q_lens} ctx_lens={ctx_lens}")
+            bad = (writes != 1).nonzero().tolist()
+            assert not bad, (f"{len(bad)} (token, head, segment) written {sorted(set(writes.flatten().tolist()))} "
+                             f"times, not once, e.g. {bad[:4]}; {where}")
+            twice = (tiles > 1).nonzero().tolist()
+            assert not twice, f"{len(twice)} (token, head, key tile) walked twice, e.g. {twice[:4]}; {where}"
+            # Every key tile up to and including the one holding the token's own position.
+            positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])
+            needed = torch.arange(tiles.shape[2])[None, :] <= (positions // tile_n)[:, None]  # [T, tiles]
+            missing = ((tiles == 0) & needed[:, None, :]).nonzero().tolist()
+            assert not missing, (f"{len(missing)} (token, head, key tile) that the row must see never walked, "
+                                 f"e.g. {missing[:4]}; {where}")
+
+
+# Query blocks that end exactly on a key-tile boundary: a block's tiles then stop right
+# before the next block's first key, so any row computed by the wrong program is wrong.
+CHUNKS = [40, 1, 17, 1, 26]               # prompt chunks among decodes: BLOCK_M 32-128
+DECODE_HEAVY = [1, 1, 1, 1, 1, 1, 20, 13]  # mostly decodes: BLOCK_M 16-32, BLOCK_Q 4-16
+SPLIT = [18, 1]                            # few tokens: the merge runs one program per (token, head)
+
+
+def tile_boundary_batch(q_lens, group, head_dim, dtype, num_kv_heads, seed):
+    """make_batch, with each chunk longer than BLOCK_Q given the cached length that makes one of
+    its query blocks (not the last) end exactly on a key-tile boundary."""
+    cfg = triton_paged.launch_config(sum(q_lens), len(q_lens), group, head_dim, dtype.itemsize)
+    block_q, tile_n = cfg["BLOCK_Q"], cfg["TILE_N"]
+    rng = random.Random(seed)
+    ctx_lens = []
+    for i, n in enumerate(q_lens):
+        if n > block_q:  # blocks 0..k-1 end at cached + k * BLOCK_Q, a multiple of TILE_N; the chunk goes on
+            k = 1 + i % ((n - 1) // block_q)
+            cached = (-k * block_q) % tile_n + tile_n * (i % 2)
+        else:
+            cached = rng.randint(0, 3 * tile_n)
+        ctx_lens.append(cached + n)
+    assert any(n > block_q for n in q_lens), f"no query block ends inside a chunk (BLOCK_Q={block_q})"
+    return make_batch(q_lens, ctx_lens, group, head_dim, dtype, num_kv_heads=num_kv_heads, seed=seed)
+
+
+def gqa_shape(group):
+    """Groups 1-8 with 1-2 KV heads and head_dim 32 or 64, as num_q_heads = group * num_kv_heads."""
+    return dict(head_dim=32 if group % 2 else 64, num_kv_heads=2 if group <= 4 else 1)
+
+
+@pytest.mark.parametrize("group", range(1, 9))
+@pytest.mark.parametrize("q_lens,dtype", [(CHUNKS, torch.float32), (DECODE_HEAVY, torch.float32),
+                                          (CHUNKS, torch.float16)], ids=["chunks-fp32", "decodes-fp32", "chunks-fp16"])
+def test_unified_any_group_any_program_order(q_lens, dtype, group, grid_order):
+    shape = gqa_shape(group)
+    q, kc, vc, meta = tile_boundary_batch(q_lens, group, shape["head_dim"], dtype, shape["num_kv_heads"],
+                                          seed=10 + group)
+    scale = shape["head_dim"] ** -0.5
+    check(triton_paged.attention_unified(q, kc, vc, meta, scale, out=poisoned(q)), q, kc, vc, meta, scale)
+
+
+@pytest.mark.parametrize("group", range(1, 9))
+def test_split_kv_any_group_any_program_order(group, grid_order):
+    # One KV head and 2 segments keep the interpreter's program count (and time) down.
+    q, kc, vc, meta = tile_boundary_batch(SPLIT, group, 32, torch.float32, num_kv_heads=1, seed=20 + group)
+    partials = tuple(torch.full_like(p, float("nan")) for p in triton_paged.new_partials(q, 2))
+    out = triton_paged.attention_split_kv(q, kc, vc, meta, 0.2, 2, out=poisoned(q), partials=partials)
+    check(out, q, kc, vc, meta, 0.2)
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
