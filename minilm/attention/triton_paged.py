@@ -18,11 +18,20 @@ What one program computes (grid = (query blocks, KV heads))
     One program takes one query block and one KV head, and computes the output
     of those tokens for every query head that shares this KV head
     (grouped-query attention: GROUP = Hq // Hkv heads). So its tile of queries
-    has BLOCK_M = BLOCK_Q * GROUP rows, row r = (token r // GROUP, head
-    r % GROUP): every K/V tile it loads serves all of them. It then walks the
-    sequence's keys in tiles of TILE_N positions, through the block table, and
-    keeps FlashAttention's running softmax (max `m`, sum `l`, weighted sum of
-    values `acc`, all fp32), so the [rows x context] score matrix never exists.
+    has BLOCK_Q * GROUP rows, row r = (token r // GROUP, head r % GROUP): every
+    K/V tile it loads serves all of them. It then walks the sequence's keys in
+    tiles of TILE_N positions, through the block table, and keeps
+    FlashAttention's running softmax (max `m`, sum `l`, weighted sum of values
+    `acc`, all fp32), so the [rows x context] score matrix never exists.
+
+Every (token, head) belongs to exactly one program
+    The tile has BLOCK_M rows, a power of two (block shapes must be), and
+    BLOCK_Q = BLOCK_M // GROUP. With GROUP = 3, 5, 6 or 7, BLOCK_Q * GROUP <
+    BLOCK_M: the last BLOCK_M % GROUP rows would name the next query block's
+    first token, which the next program owns. Those rows, and rows past the
+    sequence's last token, are masked out (`row_ok` in `_program_rows`): never
+    loaded, never stored. A GPU runs programs in no fixed order, so a row that
+    two programs wrote would take whichever value landed last.
 
 How a program finds its sequence
     Sequence i gets the program ids starting at `cu_seqlens_q[i] // BLOCK_Q + i`.
@@ -99,7 +108,8 @@ def _program_rows(cu_seqlens_q_ptr, num_seqs, q_block, kv_head,
     Returns the program's sequence, that sequence's first row in the flat batch
     (`q_start`) and `query_len`, the program's query block within the sequence, and
     per row: `query_pos` (token index within this step's chunk), `head` (query head)
-    and `row_ok` (whether the row is this program's to compute and store).
+    and `row_ok`: whether the row is this program's to compute and store. Exactly one
+    program in the grid has `row_ok` for each (token, head) of the batch.
     """
     seq = _find_sequence(cu_seqlens_q_ptr, num_seqs, q_block, BLOCK_Q)
     q_start = tl.load(cu_seqlens_q_ptr + seq)
@@ -108,7 +118,9 @@ def _program_rows(cu_seqlens_q_ptr, num_seqs, q_block, kv_head,
     offs_m = tl.arange(0, BLOCK_M)
     query_pos = local_block * BLOCK_Q + offs_m // GROUP
     head = kv_head * GROUP + offs_m % GROUP
-    row_ok = query_pos < query_len
+    # Rows past BLOCK_Q * GROUP are padding up to the power of two BLOCK_M: they would be
+    # the next query block's first token, which belongs to the next program.
+    row_ok = (offs_m < BLOCK_Q * GROUP) & (query_pos < query_len)
     return seq, q_start, query_len, local_block, query_pos, head, row_ok
 
 
@@ -335,8 +347,9 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) 
 def launch_config(num_tokens: int, num_seqs: int, group: int, head_dim: int, elem_bytes: int = 2) -> dict:
     """Block sizes and warps for a step: a function of shapes known on the host (no GPU sync).
 
-    BLOCK_M rows = BLOCK_Q tokens x GROUP heads. Decode-only steps (one token per
-    sequence) use the smallest tile a tensor-core dot allows: a program holds one
+    BLOCK_M rows hold BLOCK_Q = BLOCK_M // GROUP tokens x GROUP heads (a GROUP that
+    is not a power of two leaves a few rows over, masked). Decode-only steps (one token
+    per sequence) use the smallest tile a tensor-core dot allows: a program holds one
     token, and decode is bound by reading the cache, not by math. Steps with prompt
     chunks take a query block about the size of an average sequence's new tokens, up
     to 128 rows: each K/V tile loaded then serves more queries (prefill is compute-bound).
