@@ -198,13 +198,14 @@ def test_grid_order_fixture_reverses_the_program_order(grid_order):
 
 
 @triton.jit
-def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr, tiles_ptr,
+def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr, tiles_ptr, unmasked_ptr,
                        GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
                        TILE_N: tl.constexpr, NUM_SEGMENTS: tl.constexpr, MAX_TILES: tl.constexpr):
     """The attention kernel's programs, counting instead of computing, with its own helpers.
 
     writes[token, head, segment] += 1 for every row a program stores;
-    tiles[token, head, tile] += 1 for every key tile a program walks for that row.
+    tiles[token, head, tile] += 1 for every key tile a program walks for that row;
+    unmasked[token, head, tile] += 1 for those it walks without the causal mask.
     """
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -219,6 +220,7 @@ def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr,
     tile = tl.arange(0, MAX_TILES)
     walked = row_ok[:, None] & (tile >= lo)[None, :] & (tile < hi)[None, :]
     tl.atomic_add(tiles_ptr + row[:, None] * MAX_TILES + tile[None, :], 1, mask=walked)
+    tl.atomic_add(unmasked_ptr + row[:, None] * MAX_TILES + tile[None, :], 1, mask=walked & (tile < full)[None, :])
 
 
 BLOCK_MS = (16, 32, 64, 128)  # every BLOCK_M launch_config can choose (checked below)
@@ -257,44 +259,55 @@ def ragged_batch(rng: random.Random, block_q: int, tile_n: int):
 
 
 def count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments):
-    """Launch the counting kernel on the grid the attention kernel gets; (writes, tiles)."""
+    """Launch the counting kernel on the grid the attention kernel gets; (writes, tiles, unmasked)."""
     block_q = block_m // group
     num_tokens, num_seqs, num_q_heads = sum(q_lens), len(q_lens), group * num_kv_heads
     max_tiles = triton.next_power_of_2(max(-(-c // tile_n) for c in ctx_lens) + 1)
     writes = torch.zeros(num_tokens, num_q_heads, segments, dtype=torch.int32)
     tiles = torch.zeros(num_tokens, num_q_heads, max_tiles, dtype=torch.int32)
+    unmasked = torch.zeros_like(tiles)
     cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     grid = triton_paged.attention_grid(num_tokens, num_seqs, num_kv_heads, segments, block_q)
-    _count_rows_kernel[grid](cu, torch.tensor(ctx_lens, dtype=torch.int32), num_seqs, writes, tiles,
+    _count_rows_kernel[grid](cu, torch.tensor(ctx_lens, dtype=torch.int32), num_seqs, writes, tiles, unmasked,
                              GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n,
                              NUM_SEGMENTS=segments, MAX_TILES=max_tiles)
-    return writes, tiles
+    return writes, tiles, unmasked
 
 
 @pytest.mark.parametrize("group", range(1, 9))
 def test_every_row_is_written_once_and_sees_its_key_tiles_once(group):
-    """For every BLOCK_M and TILE_N the launch can use, over random ragged batches: each
-    (token, head, segment) is stored by exactly one program, and each (token, head) is
-    given every key tile up to its own position exactly once (across the segments)."""
+    """For every BLOCK_M the launch can use, over random ragged batches: each (token, head,
+    segment) is stored by exactly one program, and each (token, head) is given every key
+    tile up to its own position exactly once (across the segments, if split), and none
+    past it without the causal mask."""
     rng = random.Random(group)
     for i, block_m in enumerate(BLOCK_MS):
         block_q = block_m // group
-        for tile_n, segments, num_kv_heads in [(64, 1, 2), (32, 2 << i % 2, 1)]:  # split-KV: 2 or 4 segments
-            q_lens, ctx_lens = ragged_batch(rng, block_q, tile_n)
-            writes, tiles = count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments)
-            where = (f"group={group} BLOCK_M={block_m} BLOCK_Q={block_q} TILE_N={tile_n} segments={segments} "
-                     f"Hkv={num_kv_heads} q_lens={q_lens} ctx_lens={ctx_lens}")
-            bad = (writes != 1).nonzero().tolist()
-            assert not bad, (f"{len(bad)} (token, head, segment) written {sorted(set(writes.flatten().tolist()))} "
-                             f"times, not once, e.g. {bad[:4]}; {where}")
-            twice = (tiles > 1).nonzero().tolist()
-            assert not twice, f"{len(twice)} (token, head, key tile) walked twice, e.g. {twice[:4]}; {where}"
-            # Every key tile up to and including the one holding the token's own position.
-            positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])
-            needed = torch.arange(tiles.shape[2])[None, :] <= (positions // tile_n)[:, None]  # [T, tiles]
-            missing = ((tiles == 0) & needed[:, None, :]).nonzero().tolist()
-            assert not missing, (f"{len(missing)} (token, head, key tile) that the row must see never walked, "
-                                 f"e.g. {missing[:4]}; {where}")
+        # One batch per (group, BLOCK_M), alternating between 2 KV heads with TILE_N=64, and
+        # split-KV (2 or 4 segments) with TILE_N=32: every group and every BLOCK_M meets both.
+        split = (group + i) % 2 == 0
+        tile_n, segments, num_kv_heads = (32, (2, 4)[group // 2 % 2], 1) if split else (64, 1, 2)
+        q_lens, ctx_lens = ragged_batch(rng, block_q, tile_n)
+        writes, tiles, unmasked = count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments)
+        where = (f"group={group} BLOCK_M={block_m} BLOCK_Q={block_q} TILE_N={tile_n} segments={segments} "
+                 f"Hkv={num_kv_heads} q_lens={q_lens} ctx_lens={ctx_lens}")
+        bad = (writes != 1).nonzero().tolist()
+        assert not bad, (f"{len(bad)} (token, head, segment) written {sorted(set(writes.flatten().tolist()))} "
+                         f"times, not once, e.g. {bad[:4]}; {where}")
+        twice = (tiles > 1).nonzero().tolist()
+        assert not twice, f"{len(twice)} (token, head, key tile) walked twice, e.g. {twice[:4]}; {where}"
+        # Every key tile up to and including the one holding the token's own position; without
+        # the mask, only tiles that end at or before it.
+        positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])[:, None]
+        tile = torch.arange(tiles.shape[2])[None, :]
+        needed = tile <= positions // tile_n  # [T, tiles]
+        missing = ((tiles == 0) & needed[:, None, :]).nonzero().tolist()
+        assert not missing, (f"{len(missing)} (token, head, key tile) that the row must see never walked, "
+                             f"e.g. {missing[:4]}; {where}")
+        past = (tile + 1) * tile_n > positions + 1  # the tile holds keys after the token
+        peeked = ((unmasked > 0) & past[:, None, :]).nonzero().tolist()
+        assert not peeked, (f"{len(peeked)} (token, head, key tile) walked without the causal mask, yet holding "
+                            f"keys after the token, e.g. {peeked[:4]}; {where}")
 
 
 # Query blocks that end exactly on a key-tile boundary: a block's tiles then stop right
@@ -327,9 +340,13 @@ def gqa_shape(group):
     return dict(head_dim=32 if group % 2 else 64, num_kv_heads=2 if group <= 4 else 1)
 
 
-@pytest.mark.parametrize("group", range(1, 9))
-@pytest.mark.parametrize("q_lens,dtype", [(CHUNKS, torch.float32), (DECODE_HEAVY, torch.float32),
-                                          (CHUNKS, torch.float16)], ids=["chunks-fp32", "decodes-fp32", "chunks-fp16"])
+@pytest.mark.parametrize("q_lens,dtype,group",
+                         [(CHUNKS, torch.float32, g) for g in range(1, 9)]
+                         + [(DECODE_HEAVY, torch.float32, g) for g in range(1, 9)]
+                         + [(CHUNKS, torch.float16, g) for g in (3, 5, 6, 7)],  # fp16: the groups with spare rows
+                         ids=[f"{name}-{g}" for name, groups in [("chunks-fp32", range(1, 9)),
+                                                                 ("decodes-fp32", range(1, 9)),
+                                                                 ("chunks-fp16", (3, 5, 6, 7))] for g in groups])
 def test_unified_any_group_any_program_order(q_lens, dtype, group, grid_order):
     shape = gqa_shape(group)
     q, kc, vc, meta = tile_boundary_batch(q_lens, group, shape["head_dim"], dtype, shape["num_kv_heads"],
@@ -427,6 +444,8 @@ attention(torch.bfloat16, 4, 128, 4096, 1, 1)     # its prefill chunk
 attention(torch.bfloat16, 4, 128, 4, 4, 16)       # its split-KV decode + merge
 attention(torch.float32, 2, 32, 40, 4, 1)         # the tiny model's mixed step (engine default fp32)
 attention(torch.float32, 4, 128, 4096, 1, 1)      # a Llama-shaped fp32 prefill: the largest tiles
+attention(torch.float16, 3, 32, 40, 4, 2)         # the docstrings checkpoint (GQA group 3), split-KV
+attention(torch.bfloat16, 7, 64, 4096, 1, 1)      # a Qwen2.5-0.5B-shaped prefill (group 7)
 types = dict(k_ptr="*fp32", v_ptr="*fp32", k_cache_ptr="*fp16", v_cache_ptr="*fp16", slot_mapping_ptr="*i64",
              stride_kt="i32", stride_kh="i32", stride_vt="i32", stride_vh="i32", stride_cb="i32",
              stride_cs="i32", stride_ch="i32")
