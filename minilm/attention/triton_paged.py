@@ -259,7 +259,8 @@ def _paged_attention_kernel(
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=store_ok)
     else:
         # seg_* buffers are [T, Hq, NUM_SEGMENTS(, HEAD_DIM_PAD)], contiguous.
-        row = ((q_start + query_pos) * (GROUP * tl.num_programs(1)) + head) * NUM_SEGMENTS + segment
+        # int64: (token, head, segment) * HEAD_DIM_PAD passes 2^31 for large batches
+        row = ((q_start + query_pos).to(tl.int64) * (GROUP * tl.num_programs(1)) + head) * NUM_SEGMENTS + segment
         tl.store(seg_max_ptr + row, m_i, mask=row_ok)
         tl.store(seg_sum_ptr + row, l_i, mask=row_ok)
         tl.store(seg_out_ptr + row[:, None] * HEAD_DIM_PAD + offs_d[None, :], acc, mask=row_ok[:, None])
@@ -278,7 +279,7 @@ def _merge_segments_kernel(seg_max_ptr, seg_sum_ptr, seg_out_ptr, out_ptr,
     """
     token = tl.program_id(0)
     head = tl.program_id(1)
-    row = (token * num_q_heads + head) * NUM_SEGMENTS
+    row = (token.to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS
     offs_s = tl.arange(0, NUM_SEGMENTS)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     m_s = tl.load(seg_max_ptr + row + offs_s)
