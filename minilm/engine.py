@@ -101,6 +101,20 @@ class Engine:
             self.scheduler.add(req)
         return staged
 
+    def abort(self, request_id: str) -> bool:
+        """Stop an unfinished request now (between steps): its KV is freed and the timeline
+        records it as finished with reason "aborted". False if it had already finished."""
+        req = self.requests.get(request_id)
+        if req is None:
+            raise ValueError(f"request id {request_id!r} is unknown")
+        if req.finished:
+            return False
+        self.scheduler.abort(req)
+        req.t_finished = self.clock.now
+        self.timeline.requests.append(request_record(req))
+        self.executor.forget(request_id)
+        return True
+
     # ---- the loop ----------------------------------------------------------------
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

@@ -224,6 +224,14 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.preempted.append(req)
 
+    def abort(self, req: Request) -> None:
+        """Drop an unfinished request (its client went away): out of its queue, and its KV
+        freed at once (a row of a held static batch keeps it until the batch ends)."""
+        {Status.PENDING: self.pending, Status.WAITING: self.waiting, Status.RUNNING: self.running}[req.status].remove(req)
+        if not self.is_held(req):
+            self.kv_cache.free(req)
+        req.status, req.finish_reason = Status.FINISHED, "aborted"
+
     def is_held(self, req: Request) -> bool:
         return any(req in batch for batch in self.held)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 
 from minilm import Engine, EngineConfig
 from minilm.config import ModelConfig
@@ -19,11 +20,14 @@ def micro_model(seed: int = 0, cfg: ModelConfig = MICRO):
 
 def scramble_free_list(engine: Engine, seed: int = 0) -> None:
     """Hand out KV blocks in a random order, so block tables are non-contiguous."""
-    random.Random(seed).shuffle(engine.kv_cache.pool.free)
+    pool = engine.kv_cache.pool
+    order = list(pool.free)
+    random.Random(seed).shuffle(order)
+    pool.free = order if isinstance(pool.free, list) else OrderedDict.fromkeys(order)  # prefix caching's LRU queue
 
 
-def engine(policy: str = "continuous", model=None, scramble: bool = True, **knobs) -> Engine:
-    e = Engine(model if model is not None else micro_model(), EngineConfig(policy=policy, **knobs))
+def engine(policy: str = "continuous", model=None, scramble: bool = True, clock=None, **knobs) -> Engine:
+    e = Engine(model if model is not None else micro_model(), EngineConfig(policy=policy, **knobs), clock=clock)
     if scramble:
         scramble_free_list(e)
     return e

@@ -88,3 +88,41 @@ def test_step_time_is_the_engines_work_not_the_recording(monkeypatch):
     tl = e.run()
     assert all(s.duration < 0.05 for s in tl.steps), [round(s.duration, 3) for s in tl.steps]
     assert all(0 < s.model_time <= s.duration for s in tl.steps)
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])
+def test_abort_frees_now_and_records_the_request_once(policy):
+    e = engine(policy, max_model_len=128, max_num_seqs=2, block_size=4)
+    for i in range(4):
+        e.add_request(f"a{i}", list(range(1, 10)), max_tokens=8, ignore_eos=True)
+    e.step()
+    e.step()
+    running = e.scheduler.running[0].request_id
+    held_before = e.kv_cache.num_used_blocks
+    assert e.abort(running) and e.abort("a3")  # one running, one still waiting
+    assert not e.abort(running), "aborting twice finishes nothing twice"
+    if policy != "static":  # a static batch keeps a row's KV until the batch ends
+        assert e.kv_cache.num_used_blocks < held_before
+    tl = e.run()
+    reasons = {r.request_id: r.finish_reason for r in tl.requests}
+    assert sorted(reasons) == [f"a{i}" for i in range(4)]
+    assert reasons[running] == reasons["a3"] == "aborted"
+    assert e.kv_cache.num_free_blocks == e.kv_cache.num_blocks
+    with pytest.raises(ValueError, match="'nope' is unknown"):
+        e.abort("nope")
+
+
+def test_wall_clock_counts_idle_time():
+    import time
+
+    from minilm.clock import WallClock
+
+    e = engine("continuous", max_model_len=64, clock=WallClock())
+    e.add_request("a", [1, 2, 3], max_tokens=2, arrival=e.clock.now)
+    e.run()
+    time.sleep(0.05)
+    e.add_request("b", [1, 2, 3], max_tokens=2, arrival=e.clock.now)
+    tl = e.run()
+    a, b = tl.requests
+    assert b.arrival - a.t_finished >= 0.05 and b.t_first_token >= b.arrival
+    assert tl.meta["clock"] == "wall"
