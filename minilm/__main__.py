@@ -31,7 +31,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (default: the policy's)")
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0,
+                   help="chunked: at most this many prompt tokens of one request per step (0: no cap)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
@@ -55,6 +57,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
     return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs, enable_prefix_caching=prefix_caching,
+                        long_prefill_token_threshold=args.long_prefill_token_threshold,
                         scheduling_policy=args.scheduling_policy,
                         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,

@@ -106,6 +106,7 @@ class EngineConfig:
     policy: Any = "continuous"  # a name (static, continuous, chunked) or a Policy object
     max_num_seqs: int = 16
     max_num_batched_tokens: int | None = None  # None: the policy's default (policies.py)
+    long_prefill_token_threshold: int = 0  # chunked: at most this many prompt tokens per request a step (0: no cap)
     block_size: int = 16
     num_blocks: int | None = None  # None: from kv_cache_bytes, the device's memory, or max_num_seqs full sequences
     kv_cache_bytes: int | None = None
@@ -118,9 +119,7 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
-    # Intra-op threads for CPU runs. The tiny model's ops are too small to gain from a second
-    # thread, and on a busy 2-core laptop OpenMP's spin-waiting made steps 10-50x slower.
-    cpu_threads: int = 1
+    cpu_threads: int = 1  # torch intra-op threads on CPU: the tiny model's ops are too small to share (README)
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
 
     def validate(self) -> None:
@@ -128,6 +127,9 @@ class EngineConfig:
         for name in ("max_num_seqs", "block_size", "cpu_threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
+        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold={self.long_prefill_token_threshold!r} must be an "
+                             f"integer >= 0 (0: no cap)")
         for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):

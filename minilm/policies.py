@@ -58,14 +58,21 @@ def schedule_decodes(s: Scheduler) -> None:
             s.schedule_running(req, 1)
 
 
+def chunk_size(s: Scheduler, req: Request) -> int:
+    """A prompt's next chunk: what the budget has left, at most `long_prefill_token_threshold`
+    (vLLM's cap, so one long prompt cannot take a whole step's budget)."""
+    cap = s.config.long_prefill_token_threshold or req.num_remaining
+    return min(req.num_remaining, s.budget, cap)
+
+
 def admit_prompts(s: Scheduler, chunked: bool) -> int:
     """Fill: admit requests from the head of the queue while a batch slot, KV blocks and
-    budget allow; each runs its whole prompt, or with `chunked` as much of it as the
-    budget has left. Returns how many were admitted."""
+    budget allow; each runs its whole prompt, or with `chunked` its first chunk.
+    Returns how many were admitted."""
     admitted = 0
     while s.waiting:
         req = s.waiting[0]
-        n = min(req.num_remaining, s.budget) if chunked else req.num_remaining
+        n = chunk_size(s, req) if chunked else req.num_remaining
         if n == 0 or not s.can_admit(req, n):
             break
         s.admit(req, n)
@@ -147,7 +154,7 @@ class ChunkedPolicy(Policy):
         for req in s.unscheduled_running():  # prompts part-way through their prefill, oldest first
             if s.budget == 0:
                 break
-            s.schedule_running(req, min(req.num_remaining, s.budget))
+            s.schedule_running(req, chunk_size(s, req))
         admit_prompts(s, chunked=True)
 
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from minilm import EngineConfig, make_workload
+from minilm import Engine, EngineConfig, make_workload
 from minilm.metrics import summarize
 from minilm.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
 
@@ -163,3 +163,17 @@ def test_a_policy_mistake_is_refused_with_its_name():
     e.step()
     with pytest.raises(RuntimeError, match="policy 'greedy': 'a' is already scheduled in this step"):
         e.step()
+
+
+def test_long_prefill_token_threshold_caps_each_chunk():
+    """The sources' example: a 4,096-token prompt, a 1,024-token budget, 512-token chunks."""
+    from minilm.costmodel import CostModel
+
+    e = Engine(CostModel("llama-3-8b", "h100"), EngineConfig(policy="chunked", max_num_batched_tokens=1024,
+                                                             long_prefill_token_threshold=512))
+    e.add_request("long", [1] * 4096, max_tokens=2)
+    e.add_request("short", [1] * 100, max_tokens=2)
+    tl = e.run()
+    chunks = [(i.request_id, i.num_tokens) for s in tl.steps for i in s.items if i.kind == "prefill"]
+    assert chunks[:3] == [("long", 512), ("short", 100), ("long", 512)]
+    assert [n for r, n in chunks if r == "long"] == [512] * 8
