@@ -18,6 +18,14 @@ solution they are `# NBVAL_CHECK_OUTPUT`, so nbval compares their "passed" line.
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
 compares; everything else is stripped to keep the repository small.
+
+    .venv/bin/python labs/build_notebooks.py --html     # previews: labs/preview/*.html
+
+`--html` executes every lesson (and the exercise solutions) with Plotly's HTML renderer
+on and writes each, figures included, as a standalone page in `labs/preview/` (git
+ignores it), so an instructor can skim a lesson in a browser without running it. The
+notebooks in git are left as they are. (Live widgets — the control panel, live views —
+need a kernel and are not in the pages.)
 """
 from __future__ import annotations
 
@@ -158,13 +166,34 @@ def build(src: Path) -> None:
             raise SystemExit(1)
 
 
-def main(prefixes: list[str]) -> None:
+PREVIEW = LABS / "preview"
+HTML_RENDERER = "import plotly.io as pio\npio.renderers.default = 'plotly_mimetype+notebook'  # figures in the HTML page"
+
+
+def preview(src: Path) -> None:
+    """Execute the lesson (or the exercise's solution) and write it as a standalone HTML page."""
+    from nbconvert import HTMLExporter
+
+    path, variant = targets(src)[-1]
+    nb = make_notebook(split_cells(src.read_text()), variant)
+    nb.cells.insert(1, nbformat.v4.new_code_cell(HTML_RENDERER))
+    seconds = execute(nb, path.parent)
+    body, _ = HTMLExporter(exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(nb)
+    PREVIEW.mkdir(exist_ok=True)
+    out = PREVIEW / (("solution_" if variant == "solution" else "") + path.stem + ".html")
+    out.write_text(body)
+    print(f"{out.relative_to(LABS)}: executed in {seconds:.1f} s, {len(body) / 1e6:.1f} MB")
+
+
+def main(args: list[str]) -> None:
+    html = "--html" in args
+    prefixes = [a for a in args if a != "--html"]
     sources = sorted(SRC.glob("*.py"))
     chosen = [s for s in sources if not prefixes or any(s.stem.startswith(p) for p in prefixes)]
     if not chosen:
         raise SystemExit(f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}")
     for src in chosen:
-        build(src)
+        preview(src) if html else build(src)
 
 
 if __name__ == "__main__":

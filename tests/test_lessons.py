@@ -1,0 +1,56 @@
+"""Lessons are held to the engine's standard: a number a lesson states comes from code.
+
+A markdown cell may hold numbers only where they are not measurements or results:
+headings, lesson / exercise / section numbers, years, list markers and table row
+labels, the small integers 0-2, names (Llama-3-8B, H100, fp16), code spans and math
+(formulas and knob values the cells show), and blockquotes, which the lessons keep for
+results cited from papers and docs as theirs. Any other number must be rendered by
+code (`labs/prose.py`'s `say`), so an engine change cannot leave the prose stale.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+sys.path.insert(0, str(LABS))
+from build_notebooks import markdown_text, split_cells  # noqa: E402
+
+SOURCES = sorted((LABS / "src").glob("*.py"))
+NUMBER = re.compile(r"(?<![\w.\-])\d[\d,.]*(?![A-Za-wyz\d])(?:\s?[%x×])?")
+ALLOWED = [
+    (re.compile(r"`[^`]*`"), "code span"),
+    (re.compile(r"\$[^$]*\$"), "math"),
+    (re.compile(r"\]\([^)]*\)"), "link target"),
+    (re.compile(r"\b(?:[Ll]essons?|[Ee]xercises?|[Ss]ections?|[Pp]arts?|§)\s*\d+(?:\s*(?:,|and|or|–|-)\s*\d+)*"),
+     "lesson or section number"),
+    (re.compile(r"\b(?:19|20)\d\d\b"), "year"),
+    (re.compile(r"^\s*(?:\*\*)?\d+\.\s", re.M), "list marker"),
+    (re.compile(r"^\|\s*\d+\s*\|", re.M), "table row label"),
+]
+
+
+def unbacked_numbers(markdown: str) -> list[str]:
+    """Numbers in a markdown cell that no rule above allows."""
+    lines = [line for line in markdown.splitlines() if not line.lstrip().startswith(("#", ">"))]
+    text = "\n".join(lines)
+    for pattern, _ in ALLOWED:
+        text = pattern.sub(" ", text)
+    return [m.group() for m in NUMBER.finditer(text) if m.group().strip() not in ("0", "1", "2")]
+
+
+def test_the_rules_catch_typed_in_numbers():
+    assert unbacked_numbers("cut into 16 chunks; 36% empty, 3.63x faster, 989 TFLOP/s") == \
+        ["16", "36%", "3.63x", "989"]
+    assert unbacked_numbers("## 2. Lesson 5 and exercise 3 (2024): Llama-3-8B on an H100, `max_num_seqs=16`, "
+                            "$2 \\cdot N$, one of 2 rows\n> vLLM reports 2–4x\n1. first") == []
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_no_number_in_prose_that_code_does_not_produce(src):
+    found = [(n, source[:60]) for kind, source in split_cells(src.read_text()) if kind == "markdown"
+             for n in unbacked_numbers(markdown_text(source))]
+    assert not found, f"{src.name}: numbers typed into prose (render them with say(), see labs/prose.py): {found}"
