@@ -6,7 +6,15 @@ ITL    inter-token latency: gaps between consecutive tokens of one request; `itl
        longest gap: a prefill that stalls the decodes shows there, however rare
 TPOT   time per output token after the first: (finish - first token) / (output - 1)
 e2e    finish - arrival
-goodput  requests per second that met both SLO limits (DistServe's definition)
+
+Goodput: two definitions share the name.
+request goodput   one run's requests that met every SLO (TTFT and TPOT limits), per
+                  second of the run: what `vllm bench serve --goodput` reports as
+                  "request goodput" (`request_goodput`; summarize's `goodput_req_per_s`)
+DistServe goodput the highest request rate at which at least a target share of requests
+                  (DistServe's example: 90%) meets the SLOs (Zhong et al., OSDI 2024): a
+                  property of a deployment, found by running it at several rates
+                  (`distserve_goodput`, lesson 7)
 """
 from __future__ import annotations
 
@@ -45,6 +53,9 @@ def e2e_latencies(tl: Timeline) -> list[float]:
 
 
 def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
+    """Whether one request kept both promises (a limit of None is no limit). A request with
+    one output token has no time per output token: its TPOT counts as 0, as in vLLM's
+    benchmark."""
     if r.t_first_token is None:
         return False
     ok_ttft = ttft_slo is None or r.t_first_token - r.arrival <= ttft_slo
@@ -52,10 +63,43 @@ def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
     return ok_ttft and (tpot_slo is None or tpot <= tpot_slo)
 
 
+def run_span(tl: Timeline) -> float:
+    """Seconds from the first arrival to the end of the last step."""
+    return (max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests)) if tl.steps else 0.0
+
+
+def slo_attainment(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:
+    """The share of the run's requests that met both SLO limits."""
+    return sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests) / len(tl.requests) if tl.requests else 0.0
+
+
+def request_goodput(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:
+    """Requests that met both SLO limits, per second of the run (vLLM's "request goodput").
+    It can never exceed the rate at which requests arrived: it measures one run at one
+    load, not how much load the deployment can take (that is `distserve_goodput`)."""
+    span = run_span(tl)
+    return sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests) / span if span else 0.0
+
+
+def distserve_goodput(runs_by_rate: dict[float, Timeline], ttft_slo: float | None, tpot_slo: float | None,
+                      target: float = 0.9) -> float:
+    """DistServe's goodput from runs of one deployment at several request rates: the highest
+    rate up to which every run kept `target` SLO attainment (0.0 when the lowest did not).
+    Rates above a failing one do not count: a deployment that misses its goal at 100 req/s
+    cannot promise 150, whatever one lucky run there showed. The answer is only as fine as
+    the rates tried."""
+    best = 0.0
+    for rate in sorted(runs_by_rate):
+        if slo_attainment(runs_by_rate[rate], ttft_slo, tpot_slo) < target:
+            break
+        best = rate
+    return best
+
+
 def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None) -> dict[str, Any]:
     """Everything `compare` prints, as one flat dict (times in seconds)."""
     steps = tl.steps
-    span = (max(s.t_end for s in steps) - min(r.arrival for r in tl.requests)) if steps else 0.0
+    span = run_span(tl)
     out_tokens = sum(r.output_len for r in tl.requests)
     prompt_tokens = sum(r.prompt_len for r in tl.requests)
     computed = padding = 0
@@ -98,7 +142,6 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     m["itl_max"] = max(worst, default=float("nan"))
     m["itl_worst_p99"] = percentile(worst, 99)
     if ttft_slo is not None or tpot_slo is not None:
-        good = sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests)
-        m["slo_attainment"] = good / len(tl.requests) if tl.requests else 0.0
-        m["goodput_req_per_s"] = good / span if span else 0.0
+        m["slo_attainment"] = slo_attainment(tl, ttft_slo, tpot_slo)
+        m["goodput_req_per_s"] = request_goodput(tl, ttft_slo, tpot_slo)  # vLLM's request goodput
     return m
