@@ -202,40 +202,141 @@ def check_ragged_metadata(ragged_metadata) -> None:
 
 
 # ---- exercise 6: the chunk-splitting rule ------------------------------------------------
+# (budget, decodes, prompts' remaining tokens, cap) -> chunks, and what a wrong answer misses
+SPLIT_CASES = [
+    ((16, 4, [30], 0), [12], "the decodes' tokens come out of the budget first"),
+    ((16, 0, [5, 30], 0), [5, 11], "a prompt that fits runs whole; the next one gets what is left"),
+    ((16, 0, [30, 5], 0), [16, 0], "oldest prompt first, whatever the lengths"),
+    ((16, 16, [30], 0), [0], "the decodes used the whole budget"),
+    ((16, 20, [30, 5], 0), [0, 0], "more decodes than budget: nothing is left, and a chunk is never negative"),
+    ((16, 2, [], 0), [], "no prompts, no chunks"),
+    ((1024, 60, [4096], 512), [512], "the sources' example: the cap, not the budget, sets the chunk"),
+    ((1024, 60, [4096, 4096], 512), [512, 452], "the cap is per prompt: what the first leaves goes to the next"),
+    ((16, 4, [3, 30, 30], 5), [3, 5, 4], "each prompt at most the cap, until the budget is used up"),
+    ((40, 4, [10, 30], 0), [10, 26], "a cap of 0 means no cap"),
+]
+
+
 def check_split_budget(split_budget) -> None:
-    assert split_budget(16, 4, [30]) == [12], "4 decodes first, then 12 prompt tokens"
-    assert split_budget(16, 0, [5, 30]) == [5, 11], "whole short prompt, then a chunk of the next"
-    assert split_budget(16, 16, [30]) == [0], "decodes used the whole budget"
-    assert split_budget(16, 2, []) == [], "no prompts, no chunks"
-    # the engine's chunked policy, step by step, on a workload with no KV pressure
+    for args, want, why in SPLIT_CASES:
+        got = split_budget(*args)
+        assert list(got) == want, f"split_budget{args} = {got}, expected {want}: {why}"
+    # the engine's chunked policy, step by step (the simulator runs the same scheduler, fast)
+    from minilm.simulator import simulated_engine
+
     budget = 48
     specs = make_workload("uniform", num_requests=6, seed=6)
-    tl = run_workload(specs, policy="chunked", max_num_batched_tokens=budget, max_num_seqs=6,
-                      sampling={"ignore_eos": True})
-    remaining = {s.id: len(s.prompt_ids) for s in specs}
-    for step in tl.steps:
-        decodes = sum(i.kind == "decode" for i in step.items)
-        pending = [rid for rid, n in remaining.items() if n > 0]
-        got = split_budget(budget, decodes, [remaining[r] for r in pending])
-        want = [next((i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"), 0)
-                for r in pending]
-        assert got == want, f"step {step.step}: you split {got}, the engine ran chunks {want}"
-        for r, n in zip(pending, want):
-            remaining[r] -= n
-    ok(f"same chunks as the engine in all {len(tl.steps)} steps of a {budget}-token budget run")
+    for cap in (0, 20):
+        engine = simulated_engine("llama-3-8b", "h100", policy="chunked", max_num_batched_tokens=budget,
+                                  long_prefill_token_threshold=cap, max_num_seqs=6)
+        engine.add_workload(specs)
+        tl = engine.run()
+        remaining = {s.id: len(s.prompt_ids) for s in specs}
+        for step in tl.steps:
+            decodes = sum(i.kind == "decode" for i in step.items)
+            pending = [rid for rid, n in remaining.items() if n > 0]
+            got = split_budget(budget, decodes, [remaining[r] for r in pending], cap)
+            want = [next((i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"), 0)
+                    for r in pending]
+            assert list(got) == want, f"cap {cap}, step {step.step}: you split {list(got)}, the engine ran {want}"
+            for r, n in zip(pending, want):
+                remaining[r] -= n
+    ok(f"{len(SPLIT_CASES)} hand cases, and the engine's chunks in every step of a {budget}-token budget run, "
+       f"with and without a cap")
 
 
-# ---- exercise 7: goodput -----------------------------------------------------------------
-def check_goodput(goodput) -> None:
-    specs = make_workload("mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512)
-    tl = run_workload(specs, policy="continuous", max_num_seqs=4, max_model_len=512,
-                      sampling={"ignore_eos": True})
-    ttfts = sorted(r.t_first_token - r.arrival for r in tl.requests)
-    for ttft_slo in (ttfts[3], ttfts[8], None):  # SLOs that some, most, all requests meet
-        for tpot_slo in (None, summarize(tl)["tpot_p50"]):
-            want = summarize(tl, ttft_slo=ttft_slo, tpot_slo=tpot_slo)["goodput_req_per_s"] \
-                if (ttft_slo, tpot_slo) != (None, None) else len(tl.requests) / summarize(tl)["wall_s"]
-            got = goodput(tl, ttft_slo, tpot_slo)
+# ---- exercise 7: goodput, two ways -------------------------------------------------------
+def handmade_timeline(requests: list[tuple[float, float, float, int]], end: float):
+    """A timeline from (arrival, first token, finish, output tokens) per request, tokens
+    evenly spaced; one step ends at `end`. Times are exact in binary: no rounding at a limit."""
+    from minilm.timeline import RequestRecord, StepRecord, Timeline
+
+    records = []
+    for i, (arrival, first, finish, n) in enumerate(requests):
+        times = [first + (finish - first) * k / (n - 1) for k in range(n)] if n > 1 else [first]
+        records.append(RequestRecord(f"h{i}", arrival, 8, n, arrival, first, times, finish, n, "length", 0))
+    start = min(r[0] for r in requests)
+    return Timeline(steps=[StepRecord(0, start, end, [], 0, 0, 0, 0, 0)], requests=records)
+
+
+# TTFT 0.25 / 0.5 / 0.25 / 1.0 s; TPOT 0 (one token) / 0.125 / 0.125 / 0.125 s; span 2 s
+HANDMADE = [(0.5, 0.75, 0.75, 1), (0.5, 1.0, 1.125, 2), (1.0, 1.25, 2.25, 9), (1.0, 2.0, 2.5, 5)]
+GOODPUT_CASES = [  # (ttft_slo, tpot_slo) -> request goodput, and what a wrong answer misses
+    ((0.5, 0.125), 1.5, "a request exactly at a limit meets it (<=), and the span starts at the first arrival"),
+    ((0.25, None), 1.0, "TTFT = first token - arrival, a limit met exactly counts; None is no limit"),
+    ((None, 0.1), 0.5, "TPOT averages the gaps between tokens: output - 1 of them after the first token"),
+    ((0.25, 0.0), 0.5, "a one-token request has no gap between tokens: no TPOT limit can fail it"),
+    ((None, None), 2.0, "with no limits every request counts"),
+]
+
+
+def call(fn, *args):
+    """The learner's function, with any crash turned into a failed check that says where."""
+    try:
+        return fn(*args)
+    except (AssertionError, NotImplementedError):
+        raise
+    except Exception as e:
+        raise AssertionError(f"{fn.__name__}{args[1:]} raised {type(e).__name__}: {e}") from e
+
+
+def goodput_run():
+    """A small simulated run (identical on every machine) with one request of one output token."""
+    from minilm.simulator import simulated_engine
+
+    specs = make_workload("mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512, vocab_size=128256)
+    specs.append(RequestSpec("one-token", [1] * 32, max_tokens=1, arrival=specs[4].arrival))
+    engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=4)
+    engine.add_workload(specs)
+    return engine.run()
+
+
+def check_request_goodput(request_goodput) -> None:
+    from minilm.metrics import request_goodput as reference, tpots, ttfts
+
+    tl = handmade_timeline(HANDMADE, end=2.5)
+    for slos, want, why in GOODPUT_CASES:
+        got = call(request_goodput, tl, *slos)
+        assert isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=1e-9), \
+            f"ttft_slo, tpot_slo = {slos}: you got {got} req/s, expected {want}: {why}"
+    run = goodput_run()
+    ttft, tpot = sorted(ttfts(run)), sorted(tpots(run))
+    # TTFT limits exactly at a request's TTFT; TPOT limits between two requests' TPOTs
+    for ttft_slo in (ttft[3], ttft[8], None):
+        for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
+            want, got = reference(run, ttft_slo, tpot_slo), call(request_goodput, run, ttft_slo, tpot_slo)
             assert math.isclose(got, want, rel_tol=1e-9), \
-                f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got:.3f} req/s, expected {want:.3f}"
-    ok("goodput matches minilm.metrics for six SLO combinations")
+                f"simulated run, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got:.3f} req/s, expected {want:.3f}"
+    ok(f"request goodput right on {len(GOODPUT_CASES)} hand-made cases and 9 SLOs of a simulated run")
+
+
+def attainment_runs(good_of_ten: dict[float, int]):
+    """Hand-made runs of ten requests each, by rate: `good` of them meet TTFT <= 0.5 s."""
+    return {rate: handmade_timeline([(0.0, 0.25 if i < good else 1.0, 2.0, 5) for i in range(10)], end=2.0)
+            for rate, good in good_of_ten.items()}
+
+
+def check_distserve_goodput(distserve_goodput) -> None:
+    from minilm.metrics import distserve_goodput as reference
+    from minilm.simulator import simulated_engine
+
+    runs = attainment_runs({4.0: 8, 1.0: 10, 8.0: 3, 2.0: 9})  # given out of order on purpose
+    for target, want, why in [(0.9, 2.0, "9 of 10 is 90%: a run exactly at the target meets it"),
+                              (0.8, 4.0, "use the target you are given"),
+                              (1.0, 1.0, "every request within the SLO: only the lowest rate"),
+                              (0.95, 1.0, "the highest rate that meets the target, not the first that misses it")]:
+        got = call(distserve_goodput, runs, 0.5, None, target)
+        assert got == want, f"target {target}: you got {got}, expected {want} req/s: {why}"
+    none = attainment_runs({1.0: 5, 2.0: 2})
+    got = call(distserve_goodput, none, 0.5, None, 0.9)
+    assert got == 0.0, f"no rate met the target: goodput is 0.0 req/s, you got {got}"
+    # a real sweep: Llama-3-8B on an H100 (simulated), one workload shape at rising rates
+    sweep = {}
+    for rate in (50.0, 100.0, 200.0, 400.0):
+        engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=32)
+        engine.add_workload(make_workload("mixed", num_requests=60, seed=7, rate=rate, vocab_size=128256))
+        sweep[rate] = engine.run()
+    for slos in [(0.5, 0.010), (0.1, None), (None, 0.007)]:
+        want, got = reference(sweep, *slos), call(distserve_goodput, sweep, *slos, 0.9)
+        assert got == want, f"simulated sweep, SLOs {slos}: you got {got}, expected {want} req/s"
+    ok("DistServe's goodput right on hand-made runs and on a simulated rate sweep")
