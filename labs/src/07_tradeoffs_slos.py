@@ -302,7 +302,7 @@ fig
 
 # %%
 # NBVAL_CHECK_OUTPUT
-fleet = make_workload("mixed", num_requests=400, seed=1, vocab_size=128256)  # all queued: each GPU at capacity
+fleet = make_workload("mixed", num_requests=300, seed=1, vocab_size=128256)  # all queued: each GPU at capacity
 USD_PER_GPU_HOUR = {"h100": 3.00, "h200": 3.80, "a100": 1.80, "l4": 0.80}  # ASSUMED prices, edit them
 hw = []
 for device, price in USD_PER_GPU_HOUR.items():
