@@ -1,26 +1,39 @@
 # %% [markdown]
 # # Exercise 2 · Predict static batching's padding
 #
-# One static batch of requests with prompt lengths `p_i` and output lengths `o_i`
-# (every request generates exactly `o_i` tokens):
+# Lesson 2, section 1 printed a static batch step by step: which rows computed a prompt
+# token, a decode token or a padding token in each step. From that table, work out the
+# rule, then predict the padding of any workload from its lengths alone.
 #
-# * the prefill step pads every prompt to the longest one;
-# * the first output token of every row comes out of the prefill step; after that, the
-#   batch runs one decode step per token until the longest output is done, and a row
-#   that has finished computes a padding token in every remaining step.
+# The workload: requests with prompt lengths `prompt_lens[i]` and output lengths
+# `output_lens[i]` (with `ignore_eos`, request i generates exactly `output_lens[i]`
+# tokens), all waiting from the start, served in order by `policy="static"` with
+# `max_num_seqs` rows per batch (the KV cache is big enough for any batch).
 #
-# Write `static_padding(prompt_lens, output_lens)`: the number of padding tokens the
-# engine computes for that batch. The check runs the real engine and compares.
+# Write `static_padding(prompt_lens, output_lens, max_num_seqs)`: the number of
+# padding tokens the engine computes over the whole run. Questions to settle first:
+#
+# * Which requests share a batch?
+# * In the prefill step, how long is every row of a batch?
+# * How many decode steps does a batch run, given that its first output tokens come
+#   out of the prefill step? In how many of them does row i compute a real token?
+#
+# The check runs the real engine on workloads you have not seen and compares.
 
 # %%
 from labs import checks
 
 
-def static_padding(prompt_lens: list[int], output_lens: list[int]) -> int:
+def static_padding(prompt_lens: list[int], output_lens: list[int], max_num_seqs: int) -> int:
     # BEGIN SOLUTION
-    prompt_pad = sum(max(prompt_lens) - p for p in prompt_lens)
-    decode_pad = sum(max(output_lens) - o for o in output_lens)
-    return prompt_pad + decode_pad
+    total = 0
+    for start in range(0, len(prompt_lens), max_num_seqs):  # batches form in arrival order
+        prompts = prompt_lens[start:start + max_num_seqs]
+        outputs = output_lens[start:start + max_num_seqs]
+        total += sum(max(prompts) - p for p in prompts)  # prompts padded to the batch's longest
+        # the batch runs max(outputs) - 1 decode steps; row i is real in output_lens[i] - 1 of them
+        total += sum(max(outputs) - o for o in outputs)
+    return total
     # END SOLUTION
 
 # %%

@@ -1,0 +1,98 @@
+"""Exercise 2's check rejects known-wrong padding predictions and accepts right ones written differently."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+from labs import checks  # noqa: E402
+
+
+def batches(lens, size):
+    return [lens[i:i + size] for i in range(0, len(lens), size)]
+
+
+# ---- right, written differently ---------------------------------------------------------
+def padding_loop(prompts, outputs, size):  # the solution
+    total = 0
+    for start in range(0, len(prompts), size):
+        p, o = prompts[start:start + size], outputs[start:start + size]
+        total += sum(max(p) - x for x in p) + sum(max(o) - x for x in o)
+    return total
+
+
+def padding_rectangles(prompts, outputs, size):  # each batch is a rectangle; padding is what real tokens leave
+    return sum(len(p) * max(p) - sum(p) + len(o) * max(o) - sum(o)
+               for p, o in zip(batches(prompts, size), batches(outputs, size)))
+
+
+def padding_step_by_step(prompts, outputs, size):  # simulate each batch's steps, counting dead rows
+    total = 0
+    for p, o in zip(batches(prompts, size), batches(outputs, size)):
+        total += sum(max(p) - x for x in p)          # the padded prefill step
+        for step in range(1, max(o)):                # decode steps: token number step + 1 of each row
+            total += sum(1 for x in o if x <= step)  # rows that already have all their tokens
+    return total
+
+
+def padding_numpy(prompts, outputs, size):  # numpy, returning a numpy integer
+    total = np.int64(0)
+    for p, o in zip(batches(np.array(prompts), size), batches(np.array(outputs), size)):
+        total += (p.max() - p).sum() + (o.max() - o).sum()
+    return total
+
+
+# ---- wrong ---------------------------------------------------------------------------------
+def prompt_padding_only(prompts, outputs, size):  # forgets the finished rows' bubbles
+    return sum(max(p) - x for p in batches(prompts, size) for x in p)
+
+
+def bubbles_only(prompts, outputs, size):  # forgets the padded prompts
+    return sum(max(o) - x for o in batches(outputs, size) for x in o)
+
+
+def one_batch(prompts, outputs, size):  # ignores max_num_seqs: the whole workload as one batch
+    return sum(max(prompts) - x for x in prompts) + sum(max(outputs) - x for x in outputs)
+
+
+def bubble_off_by_one(prompts, outputs, size):  # a finished row also pads the step it finished in
+    return sum(max(p) - x for p in batches(prompts, size) for x in p) + \
+        sum(max(o) - x + 1 for o in batches(outputs, size) for x in o if x < max(o))
+
+
+def one_token_rows_never_pad(prompts, outputs, size):  # a row whose only token came from prefill leaves the batch
+    return sum(max(p) - x for p in batches(prompts, size) for x in p) + \
+        sum(max(o) - x for o in batches(outputs, size) for x in o if x > 1)
+
+
+def padded_to_longest_sequence(prompts, outputs, size):  # pads prompt + output together to the longest sum
+    return sum(max(t) - x for t in batches([p + o for p, o in zip(prompts, outputs)], size) for x in t)
+
+
+def sorted_batches(prompts, outputs, size):  # a smarter scheduler would sort by length; this engine does not
+    order = sorted(range(len(prompts)), key=lambda i: outputs[i])
+    return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
+
+
+def batches_from_the_end(prompts, outputs, size):  # groups counted from the end of the queue
+    n = len(prompts)
+    cuts = list(range(n, 0, -size))[::-1]
+    starts = [max(c - size, 0) for c in cuts]
+    return sum(padding_loop(prompts[s:c], outputs[s:c], size) for s, c in zip(starts, cuts))
+
+
+@pytest.mark.parametrize("fn", [padding_loop, padding_rectangles, padding_step_by_step, padding_numpy])
+def test_static_padding_accepts(fn, capsys):
+    checks.check_static_padding(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn", [prompt_padding_only, bubbles_only, one_batch, bubble_off_by_one,
+                                one_token_rows_never_pad, padded_to_longest_sequence, sorted_batches,
+                                batches_from_the_end])
+def test_static_padding_rejects(fn):
+    with pytest.raises(AssertionError):
+        checks.check_static_padding(fn)
