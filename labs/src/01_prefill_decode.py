@@ -6,79 +6,130 @@
 # * **prefill** — the whole prompt of N tokens goes through the model in one step. All N
 #   tokens are processed in parallel, and the step writes their keys and values into
 #   the KV cache. It ends by sampling the first output token.
-# * **decode** — every later step feeds in only the newest token (1 per sequence),
+# * **decode** — every later step feeds in only the newest token (one per sequence),
 #   attends to everything cached, and samples the next one.
 #
 # They cost very differently, and that difference is why batching works. This lesson
-# counts it (FLOPs and bytes), measures it on this machine, and shows it on a real GPU
-# with the simulated clock.
+# counts it (FLOPs and bytes), measures it on this machine, shows it on a real GPU with
+# the simulated clock, and finds where a step turns from memory-bound to compute-bound:
+# the number that decides how big a chunked-prefill budget should be (lesson 6).
 
 # %% [markdown]
 # ## 1. One request, two phases
 #
-# One request with a 512-token prompt and 16 output tokens on the `tiny` model.
-# Step 0 is the prefill; every other step is a decode. (Times are measured here, so they
-# change a little from run to run.)
+# One request on the `tiny` model: step 0 is the prefill, every other step a decode.
+# Times are measured on this machine, so they change a little from run to run.
 
 # %%
 from minilm import Engine
+from labs.prose import say
 import widgets
 
+PROMPT_LEN, OUTPUT_LEN = 512, 16
 engine = Engine("tiny")
-engine.add_request("r0", prompt_ids=[7] * 512, max_tokens=16, ignore_eos=True)
+engine.add_request("r0", prompt_ids=[7] * PROMPT_LEN, max_tokens=OUTPUT_LEN, ignore_eos=True)
 tl = engine.run()
 steps = tl.steps_df()
 prefill_ms = steps.duration[0] * 1e3
 decode_ms = steps.duration[1:].median() * 1e3
-print(f"prefill of 512 tokens: {prefill_ms:.1f} ms; one decode step: {decode_ms:.2f} ms "
-      f"({prefill_ms / decode_ms:.0f}x longer for 512x the tokens)")
+say(f"A prompt of **{PROMPT_LEN}** tokens, then **{OUTPUT_LEN}** output tokens (measured here): the prefill "
+    f"step took **{prefill_ms:.1f} ms**, a decode step **{decode_ms:.2f} ms**. The prefill computed "
+    f"{PROMPT_LEN}x the tokens of a decode step in {prefill_ms / decode_ms:.0f}x its time.")
 
 # %%
 widgets.steps_figure(tl)
 
 # %% [markdown]
-# The prefill processed 512 times more tokens but did not take 512 times longer. A
-# decode step does very little arithmetic yet still costs a noticeable time. Why?
+# The prefill computed many times the tokens of a decode step, but its time did not grow
+# in proportion; a decode step does almost no arithmetic, yet costs a noticeable time.
+# Why?
 
 # %% [markdown]
 # ## 2. Counting: FLOPs and bytes
 #
-# A Llama layer's linear maps (q, k, v, o projections and the SwiGLU MLP) hold most of the
-# parameters, and each parameter does one multiply and one add per token:
+# A Llama layer's linear maps (the q, k, v, o projections and the SwiGLU MLP) hold most
+# of the parameters, and each parameter takes part in one multiply and one add per token:
 #
-# $$\text{FLOPs}_\text{prefill} \approx 2 \cdot N \cdot P, \qquad P \approx L \cdot 12 d^2
-# \text{ (GPT-style layer; Llama's GQA and wider MLP change the 12)}$$
+# $\displaystyle \text{FLOPs}_\text{prefill} \approx 2 \cdot N \cdot P, \qquad
+# P \approx L \cdot 12 d^2 \;\Rightarrow\; \text{FLOPs}_\text{prefill} \approx 24 \cdot N \cdot L \cdot d^2$
 #
-# so prefill costs ~ 2·N·P, that is about 24·N·L·d² — linear in the tokens. A decode step
-# of a batch of B sequences does 2·B·P FLOPs, but it must **read every weight once**
-# plus every cached key and value of every sequence:
+# ($12 d^2$ per layer is the GPT-style layer: $4 d^2$ in q, k, v, o and $8 d^2$ in an MLP of
+# width $4d$; Llama's grouped-query attention and wider MLP move the $12$ a little), plus
+# attention, which grows with $N^2$. A decode step of a batch of B sequences does
+# $2 \cdot B \cdot P$ FLOPs, but it must **read every weight once** plus every cached key and
+# value of every sequence:
 #
-# $$\text{bytes}_\text{decode} \approx \underbrace{P \cdot b}_\text{weights}
-# + \underbrace{2 \cdot L \cdot H_{kv} \cdot D \cdot b}_\text{KV bytes per token} \cdot \sum_i c_i$$
+# $\displaystyle \text{bytes}_\text{decode} \approx \underbrace{P \cdot b}_\text{weights}
+# + \underbrace{2 \cdot L \cdot H_{kv} \cdot D \cdot b}_\text{KV bytes per token} \cdot \sum_i c_i$
 #
-# (b bytes per number, c_i the context of sequence i). The ratio FLOPs / bytes is the
-# step's **arithmetic intensity**. The cost model in `minilm/costmodel.py` writes these
-# formulas out exactly (attention FLOPs included); here are its counts for the lab's
-# `tiny` model and for Llama-3-8B in bfloat16.
+# ($b$ bytes per number, $c_i$ the context of sequence $i$). FLOPs / bytes is the step's
+# **arithmetic intensity**.
+#
+# **A note on source `000`.** Its prefill box writes $\text{FLOPs} \approx 2 \times N \times L \times d^2$, and in
+# the same box counts the weights read as $L \times 12 d^2$. The two cannot both hold: $12 d^2$ weights
+# per layer, at 2 FLOPs each per token, is $24 \cdot N \cdot L \cdot d^2$. Count the lab's own model
+# and see: PyTorch's FLOP counter watches one real prefill step of the `tiny` model (its
+# layer has exactly $12 d^2$ weights).
 
 # %%
 # NBVAL_CHECK_OUTPUT
+from torch.utils.flop_counter import FlopCounterMode
+
+N = 512
+counted = Engine("tiny")
+counted.add_request("count", prompt_ids=[7] * N, max_tokens=1, ignore_eos=True)  # one prefill step, nothing else
+with FlopCounterMode(display=False) as counter:
+    counted.run()
+ops = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+linear = ops.get("aten.mm", 0) + ops.get("aten.addmm", 0)  # the linear layers are plain matrix multiplies
+cfg = counted.model_config
+L, d, V = cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
+lm_head = 2 * d * V  # the output layer runs once per sequence: only the last token's logits are needed
+print(f"tiny model: L = {L} layers, d = {d}, prefill of N = {N} tokens")
+print(f"  counted in the linear layers' matmuls   {linear:>13,} FLOPs")
+print(f"  24·N·L·d² + the output layer (2·d·V)    {24 * N * L * d * d + lm_head:>13,} FLOPs")
+print(f"  the source's 2·N·L·d²                   {2 * N * L * d * d:>13,} FLOPs")
+assert linear == 24 * N * L * d * d + lm_head  # if the model changes shape, this lesson's text must too
+
+# %%
 from minilm.costmodel import CostModel
 
+llama = CostModel("llama-3-8b", "h100")
+per_layer = llama.linear_params / (llama.model.num_hidden_layers * llama.model.hidden_size ** 2)
+attention = CostModel("tiny", "cpu").cost([(N, N)]).attention_flops  # causal: token j sees j + 1 keys
+say(f"The counter agrees with $24 \\cdot N \\cdot L \\cdot d^2$ to the FLOP (plus the output layer for the "
+    f"last token); the source's formula is **{linear / (2 * N * L * d * d):.0f}x too small**. "
+    f"(Llama-3-8B's linear layers hold {per_layer:.1f}·d² per layer, so for it the factor is "
+    f"{2 * per_layer:.0f}·N·L·d².) Attention comes on top: {attention:,.0f} FLOPs for this prompt by the "
+    f"cost model's count, {attention / linear:.0%} of the linear layers' share, and growing with N².")
+
+# %% [markdown]
+# The cost model in `minilm/costmodel.py` writes these formulas out exactly (attention
+# FLOPs and KV writes included); here are its counts for the lab's `tiny` model and for
+# Llama-3-8B in bfloat16.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+shapes = (("prefill N=2048", [(2048, 2048)]), ("decode B=1, ctx 2048", [(1, 2048)]),
+          ("decode B=64, ctx 2048", [(1, 2048)] * 64))
+intensity = {}
 for name, device in (("tiny", "cpu"), ("llama-3-8b", "h100")):
     cm = CostModel(name, device)
     print(f"{name}: {cm.model.num_params / 1e6:,.1f} M parameters, {cm.weight_bytes / 1e6:,.1f} MB of weights read "
           f"per step, {cm.kv_bytes_per_token / 1e3:,.1f} KB of KV per token ({cm.dtype})")
-    for label, shape in (("prefill N=2048", [(2048, 2048)]), ("decode B=1, ctx 2048", [(1, 2048)]),
-                         ("decode B=64, ctx 2048", [(1, 2048)] * 64)):
+    for label, shape in shapes:
         c = cm.cost(shape)
+        intensity[name, label] = c.flops / c.bytes
         print(f"  {label:22s} {c.flops / 1e9:12,.1f} GFLOP {c.bytes / 1e9:9,.3f} GB "
               f"intensity {c.flops / c.bytes:8,.1f} FLOP/byte")
 
-# %% [markdown]
-# Prefill does thousands of FLOPs per byte it reads; decode at batch 1 does about one
-# (2 FLOPs per 2-byte bfloat16 weight). Batching 64 decodes multiplies the FLOPs by 64
-# while the weights are still read once — but the KV cache grows with the batch.
+# %%
+pre, one, many = (intensity["llama-3-8b", label] for label, _ in shapes)
+say(f"A prefill of 2,048 tokens does **{intensity['tiny', shapes[0][0]]:,.0f}** (tiny, float32) and "
+    f"**{pre:,.0f}** (Llama-3-8B, bfloat16) FLOPs per byte it moves; a decode step of one sequence "
+    f"does **{one:.1f}**: two FLOPs per two-byte weight. Batching 64 decodes multiplies the FLOPs by 64, "
+    f"but the intensity only by {many / one:.0f}, to {many:.1f}: the weights are still read once, "
+    f"but every sequence adds its own KV cache to the bytes.")
 
 # %% [markdown]
 # ## 3. Measured on this machine: step time against tokens in the step
@@ -123,33 +174,85 @@ fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="tokens in the
                   yaxis_title="step time (ms, measured on this machine)", height=380)
 fig
 
+# %%
+def per_token_us(times_ms):
+    return {k: ms / k * 1e3 for k, ms in times_ms.items()}
+
+p, dd = per_token_us(prefill), per_token_us(decode)
+say(f"Per token, a decode step alone costs **{dd[1]:.0f} us**, one in a batch of {max(dd)} "
+    f"**{dd[max(dd)]:.0f} us**; a prefill token costs {p[min(p)]:.1f} us in a {min(p)}-token prompt and "
+    f"{p[max(p)]:.1f} us in a {max(p):,}-token one (measured here).")
+
 # %% [markdown]
-# On a CPU, most of a small step is fixed cost (Python, launching each operation) and the
-# cost per token falls steeply as a step holds more tokens: batching decodes makes each
-# token cheaper. It stops falling once the arithmetic takes over — and a long prompt's
-# attention grows as N², so the longest prefill can even cost more per token.
+# On a CPU much of a small step is fixed cost (Python, launching each operation), so the
+# cost per token falls as a step holds more tokens: batching decodes makes each token
+# cheaper. It stops falling once the arithmetic takes over, and a long prompt's
+# attention grows as N², so the longest prefill can cost more per token than a shorter
+# one. A GPU has the same two regimes, with a sharper edge between them: the roofline.
 
 # %% [markdown]
 # ## 4. The roofline of a real GPU (simulated)
 #
 # A GPU step takes at least `FLOPs / peak FLOP/s` (compute) and at least
 # `bytes / bandwidth` (memory): whichever is larger wins. The **ridge point**
-# `peak / bandwidth` is the intensity where they meet (H100 SXM: 989 TFLOP/s dense bf16 and
-# 3.35 TB/s, from its datasheet: ~295 FLOP/byte). Below it a step is memory-bound, above it
-# compute-bound. These numbers are the cost model's predictions for Llama-3-8B on an H100,
-# not measurements.
+# `peak / bandwidth` is the intensity where they meet. Below it a step is memory-bound,
+# above it compute-bound.
+
+# %%
+from minilm.costmodel import DEVICE_SPECS
+
+h100 = DEVICE_SPECS["h100"]
+cm = CostModel("llama-3-8b", "h100")
+ridge = cm.flop_rate / cm.byte_rate  # the ridge with the model's efficiency factors
+say(f"{h100.name}: **{h100.flops / 1e12:,.0f} TFLOP/s** dense bf16 and **{h100.mem_bw / 1e12:.2f} TB/s** "
+    f"({h100.source}), a ridge point of **{h100.flops / h100.mem_bw:.0f} FLOP/byte**. The cost model assumes "
+    f"a well-tuned engine reaches {h100.compute_efficiency:.0%} of the peak FLOP/s and "
+    f"{h100.memory_efficiency:.0%} of the bandwidth (an assumption), which moves the ridge to "
+    f"**{ridge:.0f} FLOP/byte**. Everything below is the cost model's prediction for Llama-3-8B, "
+    f"not a measurement.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-cm = CostModel("llama-3-8b", "h100")
 points = [("prefill", n, cm.cost([(n, n)])) for n in (16, 64, 256, 1024, 4096)]
 points += [("decode", b, cm.cost([(1, 1024)] * b)) for b in (1, 8, 64, 256)]
-ridge = cm.flop_rate / cm.byte_rate
-print(f"ridge point with the model's efficiency factors: {ridge:.0f} FLOP/byte")
+print(f"ridge point with the model's efficiency factors: {ridge:.0f} FLOP/byte (simulated H100)")
 for kind, n, c in points:
     roof_ms = max(c.compute_s, c.memory_s) * 1e3
     print(f"{kind:7s} {'N' if kind == 'prefill' else 'B'}={n:5d}: intensity {c.flops / c.bytes:7.1f} FLOP/byte, "
           f"{roof_ms:7.3f} ms, {c.bound}-bound")
+
+# %% [markdown]
+# ### Where does prefill turn compute-bound?
+#
+# A prefill of N tokens does about 2·N FLOPs for every weight it reads, a weight being b
+# bytes: $2N/b$ FLOP/byte. It turns compute-bound where that reaches the ridge, at
+# $N \approx \text{ridge} \cdot b / 2$. Ask the cost model for the first prompt length that
+# is compute-bound, and compare:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+n_cross = next(n for n in range(1, 8192) if cm.cost([(n, n)]).bound == "compute")
+estimate = ridge * cm.dtype_bytes / 2
+# the output layer's weights are read every step but multiply only the last token of the prompt
+with_head = estimate * cm.weight_bytes / (cm.dtype_bytes * cm.linear_params)
+print(f"ridge * b / 2                                    = {estimate:6.1f} tokens")
+print(f"... counting the output layer's weights as read  = {with_head:6.1f} tokens")
+print(f"the cost model's first compute-bound prefill: N = {n_cross} tokens (simulated H100, Llama-3-8B)")
+
+# %%
+say(f"On an H100 a prefill must hold about **{n_cross} tokens** before its arithmetic, not its weight read, "
+    f"sets its time. The simple estimate gives {estimate:.0f}; the output layer "
+    f"({cm.lm_head_params / 1e9:.2f} B weights) is read every step yet multiplies only one token per "
+    f"sequence, which moves the crossover to {with_head:.0f}. So the table above is no contradiction: "
+    f"prompts of {', '.join(str(n) for k, n, c in points if k == 'prefill' and c.bound == 'memory')} "
+    f"tokens are still memory-bound.")
+
+# %% [markdown]
+# **A note on source `000`.** It labels prefill "compute-bound, arithmetic intensity O(N)".
+# The O(N) is right; "compute-bound" holds only above the crossover. Prompts shorter than
+# it, and the prompt *chunks* of chunked prefill, are memory-bound, as decode is. (With
+# the source's own FLOP formula, too small by the factor counted in section 2, the crossover
+# would come that many times later.)
 
 # %%
 x = np.logspace(-0.5, 4, 100)
@@ -159,15 +262,65 @@ for kind in ("prefill", "decode"):
     pts = [(c.flops / c.bytes, c.flops / max(c.compute_s, c.memory_s) / 1e12, n) for k, n, c in points if k == kind]
     fig.add_scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], text=[str(p[2]) for p in pts],
                     mode="markers+text", textposition="top left", name=kind)
+c = cm.cost([(n_cross, n_cross)])
+fig.add_scatter(x=[c.flops / c.bytes], y=[c.flops / max(c.compute_s, c.memory_s) / 1e12], mode="markers+text",
+                text=[f"crossover N={n_cross}"], textposition="bottom right", name="prefill crossover",
+                marker=dict(symbol="x", size=12, color="black"))
+# the ridge as a line trace: Plotly places shapes on a log axis in log10 units
+fig.add_scatter(x=[ridge, ridge], y=[x.min() * cm.byte_rate / 1e12, cm.flop_rate / 1e12],
+                mode="lines", line=dict(color="gray", dash="dot"), name=f"ridge ({ridge:.0f} FLOP/byte)")
 fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
                   yaxis_title="attained TFLOP/s", title="Llama-3-8B on an H100 (simulated)", height=420)
 fig
 
 # %% [markdown]
-# **What to remember.** Prefill is compute-bound: its cost grows with the prompt.
-# Decode is memory-bound: a decode step of one sequence reads all ~15 GB of its weights to
-# make one token, and the GPU's arithmetic sits idle. Batching many sequences' decode
-# tokens into one step shares that weight read — the whole reason serving engines batch.
-# The next lessons are about *how* to batch.
+# ## 5. What the crossover means for a token budget (simulated)
 #
-# **Exercise 1** (`exercises/01_prefill_decode.ipynb`): write the roofline estimate yourself.
+# Chunked prefill (lesson 6) puts a prompt chunk into the same step as the running
+# decodes. Take source `001`'s example of many requests decoding together, and add a chunk
+# of k prompt tokens to their step: how much longer does the step take?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+decodes = [(1, 1024)] * 60  # 60 running requests with 1,024 tokens of context each
+alone = cm.cost(decodes).time
+k_cross = next(k for k in range(1, 8192) if cm.cost(decodes + [(k, k)]).bound == "compute")
+chunk_sizes = list(range(0, 2049, 32))
+step_ms = [cm.cost(decodes + [(k, k)] if k else decodes).time * 1e3 for k in chunk_sizes]
+print(f"60 decodes alone: {alone * 1e3:.2f} ms a step; with a chunk of k prompt tokens (simulated H100):")
+for k in (128, 256, k_cross, 512, 1024, 2048):
+    t = cm.cost(decodes + [(k, k)]).time
+    print(f"  k = {k:4d}: {t * 1e3:6.2f} ms (+{t / alone - 1:5.1%}), {cm.cost(decodes + [(k, k)]).bound}-bound")
+
+# %%
+fig = go.Figure()
+fig.add_scatter(x=chunk_sizes, y=step_ms, mode="lines", name="60 decodes + a chunk of k tokens")
+fig.add_vline(x=k_cross, line_dash="dot", annotation_text=f"compute-bound from k = {k_cross}")
+fig.update_layout(xaxis_title="prompt tokens in the step (k)", yaxis_title="step time (ms, simulated)",
+                  title="Llama-3-8B on an H100 (simulated): the cost of a chunk riding with 60 decodes",
+                  height=380)
+fig
+
+# %%
+per_512 = (cm.cost(decodes + [(k_cross + 512, k_cross + 512)]).time - cm.cost(decodes + [(k_cross, k_cross)]).time)
+say(f"Up to **{k_cross}** prompt tokens ride along almost free: the step is memory-bound, and the decodes pay "
+    f"for the weight read anyway. Past that point every 512 more tokens add **{per_512 * 1e3:.1f} ms** to the "
+    f"step, and so to the gap between two tokens of every one of the 60 running requests.")
+
+# %% [markdown]
+# That is the shape of the budget sweep in lesson 6, section 3. A budget far below the crossover
+# wastes steps: each one pays the full weight read for a handful of prompt tokens, so
+# prompts take many steps and TTFT and throughput fall. A budget far above it makes
+# every step that carries a chunk compute-bound and long, so the decodes' inter-token
+# latency grows with the budget. Between the two, near the crossover (a few hundred
+# tokens for this model on this GPU), chunks cost the decodes almost nothing.
+#
+# **What to remember.** Prefill does about 2 FLOPs per weight per token, so its
+# intensity grows with the prompt: long prompts are compute-bound, short prompts and
+# small chunks are memory-bound. Decode is memory-bound: a step of one sequence reads all
+# of the weights to make one token, and the GPU's arithmetic sits idle. Batching many
+# sequences' tokens into one step shares that weight read — the whole reason serving
+# engines batch. The next lessons are about *how* to batch.
+#
+# **Exercise 1** (`exercises/01_prefill_decode.ipynb`): the roofline estimate, and the
+# batch size at which decode stops being memory-bound.
