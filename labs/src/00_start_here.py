@@ -69,9 +69,11 @@ steps = engine.timeline.steps_df()
 steps[["step", "duration", "prefill_tokens", "decode_tokens", "batch_size", "kv_blocks_used"]].head(6)
 
 # %% [markdown]
-# The same with the `tiny` model, a token-id prompt and `ignore_eos=True` is fully
-# deterministic in its steps: one prefill step of 12 tokens, then one decode step per
-# new token (each line: kind, tokens, context length after the step).
+# The same with the `tiny` model, a prompt given as token ids and `ignore_eos=True` is
+# fully deterministic in its steps: the model may not stop early, so the request runs
+# to exactly `max_tokens` output tokens. Each line below is one step: its number, then
+# for each item (kind, tokens computed, context length after the step). Count the decode
+# steps and compare them with `max_tokens`: where did the first output token come from?
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -85,24 +87,28 @@ for s in tl.steps:
 # ## 4. A small workload and its first Gantt chart
 #
 # A *workload* is a list of requests. `make_workload` draws seeded ones (`uniform`,
-# `mixed`, `long-prompt`). Here 12 requests arrive together and the engine may run at
-# most 4 at a time (`max_num_seqs=4`), with in-flight batching (`policy="continuous"`).
+# `mixed`, `long-prompt`, `docstrings`, ...). Here a few requests arrive together, more
+# than the engine may run at once (`max_num_seqs`), and it serves them with in-flight
+# batching (`policy="continuous"`): each line of the first printout is one request's
+# (id, prompt length, `max_tokens`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm import make_workload, run_workload, summarize
 
+MAX_NUM_SEQS = 4
 specs = make_workload("uniform", num_requests=12, seed=0)
 print([(s.id, len(s.prompt_ids), s.max_tokens) for s in specs[:4]], "...")
-tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
+tl = run_workload(specs, policy="continuous", max_num_seqs=MAX_NUM_SEQS, sampling={"ignore_eos": True})
 m = summarize(tl)
-print(f"{m['requests']} requests, {m['steps']} steps, {m['output_tokens']} output tokens, "
-      f"mean batch size {m['mean_batch_size']:.2f}")
+print(f"{m['requests']} requests, at most {MAX_NUM_SEQS} at a time: {m['steps']} steps, "
+      f"{m['output_tokens']} output tokens, mean batch size {m['mean_batch_size']:.2f}")
 
 # %% [markdown]
 # Each row of the Gantt chart is a request; x is time in milliseconds (measured on this
 # machine). The queue wait, the prefill and the decode tokens of every request are
-# visible: with `max_num_seqs=4`, a new request starts the moment one finishes.
+# visible: the first few start at once, and each later one starts the moment a running
+# request finishes and frees its place.
 
 # %%
 import widgets
@@ -113,8 +119,11 @@ widgets.gantt_figure(tl)
 # The throughput of this run, measured on this machine (it varies from run to run):
 
 # %%
-print(f"{m['output_tok_per_s']:.0f} output tokens/s over {m['wall_s']*1e3:.0f} ms; "
-      f"TTFT p50 {m['ttft_p50']*1e3:.1f} ms")
+from labs.prose import say
+
+say(f"**{m['output_tok_per_s']:.0f} output tokens/s** over {m['wall_s'] * 1e3:.0f} ms; half of the requests "
+    f"had their first token within **{m['ttft_p50'] * 1e3:.1f} ms** of arriving (TTFT p50), the slowest after "
+    f"{max(r.t_first_token - r.arrival for r in tl.requests) * 1e3:.0f} ms: they waited for a place.")
 
 # %% [markdown]
 # **Next:** lesson 1, prefill vs decode. The same command line runs from a terminal:
