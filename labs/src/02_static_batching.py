@@ -268,11 +268,11 @@ say(f"With equal lengths there is nothing to gain (at most {flat.max():.2f}x): n
 
 # %% [markdown]
 # **A note on the sources.** Source `000` is right that the gain depends on the spread of
-# lengths, and the lab adds that it depends on the batch size too; both sources' ranges
-# are what a workload with a realistic spread gives here. Source `001`'s single range
-# leaves out that with equal lengths static batching loses nothing. And the sources'
-# numbers are throughput under a full queue, as here; with a light load both policies
-# keep up and the difference moves into latency, the next section.
+# lengths; the lab adds that it depends on the batch size too, and that with equal
+# lengths there is no gain at all, which source `001`'s single range leaves out. Where
+# the docstrings model's own lengths land against the two ranges, the figure shows. A
+# throughput ratio like these is measured with a full queue, as here; under a light load
+# both policies keep up, and the difference moves into latency: the next section.
 
 # %% [markdown]
 # ## 4. Waiting for the table: queueing delay and the P99
