@@ -7,8 +7,8 @@
 # sequences must a decode step hold before the GPU's arithmetic, not its memory, sets
 # its time?**
 #
-# Units throughout: FLOPs, bytes, FLOP/s, bytes/s, seconds. Only the linear layers
-# count here (no attention, no output layer).
+# Units throughout: FLOPs, bytes, FLOP/s, bytes/s, seconds. The FLOPs here are the
+# linear layers' only (no attention, no output layer).
 #
 # **Part 1.** `linear_flops(num_params, num_tokens)`: the FLOPs of pushing `num_tokens`
 # tokens through linear layers holding `num_params` weights. Think about one weight
@@ -19,8 +19,9 @@
 # sequence i had cached *before* this step; `kv_bytes_per_token` is the size of one
 # token's K and V over all layers. What does every step need whatever the batch, and
 # what grows with each sequence? Whether you also count the K and V the step writes
-# for its new tokens is your choice (the lab's cost model does; the check accepts both,
-# and a comment in your code should say which you chose).
+# for its new tokens (and attention reads back) is your choice: the lab's cost model
+# counts both, the check accepts each way and tells you which one it found; say in a
+# comment which you chose.
 #
 # **Part 3.** `roofline_time(flops, num_bytes, peak_flops, bandwidth)`: the step's time on a
 # chip that overlaps arithmetic and memory traffic perfectly.
