@@ -23,10 +23,11 @@ SOURCES = sorted((LABS / "src").glob("*.py"))
 NUMBER = re.compile(r"(?<![\w.\-])\d[\d,.]*(?![A-Za-wyz\d])(?:\s?[%x×])?")
 ALLOWED = [
     (re.compile(r"`[^`]*`"), "code span"),
+    (re.compile(r"\$\$.*?\$\$", re.S), "display math"),
     (re.compile(r"\$[^$]*\$"), "math"),
     (re.compile(r"\]\([^)]*\)"), "link target"),
-    (re.compile(r"\b(?:[Ll]essons?|[Ee]xercises?|[Ss]ections?|[Pp]arts?|§)\s*\d+(?:\s*(?:,|and|or|–|-)\s*\d+)*"),
-     "lesson or section number"),
+    (re.compile(r"(?:\b(?:[Ll]essons?|[Ee]xercises?|[Ss]ections?|[Pp]arts?|[Ss]ources?)\s*|§\s*)"
+                r"\d+(?:\s*(?:,|and|or|–|-)\s*\d+)*"), "lesson, section or source number"),
     (re.compile(r"\b(?:19|20)\d\d\b"), "year"),
     (re.compile(r"^\s*(?:\*\*)?\d+\.\s", re.M), "list marker"),
     (re.compile(r"^\|\s*\d+\s*\|", re.M), "table row label"),
@@ -46,7 +47,8 @@ def test_the_rules_catch_typed_in_numbers():
     assert unbacked_numbers("cut into 16 chunks; 36% empty, 3.63x faster, 989 TFLOP/s") == \
         ["16", "36%", "3.63x", "989"]
     assert unbacked_numbers("## 2. Lesson 5 and exercise 3 (2024): Llama-3-8B on an H100, `max_num_seqs=16`, "
-                            "$2 \\cdot N$, one of 2 rows\n> vLLM reports 2–4x\n1. first") == []
+                            "$2 \\cdot N$, one of 2 rows, see §3 and source 001\n$$\nx = 24 N\n$$\n"
+                            "> vLLM reports 2–4x\n1. first") == []
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
