@@ -9,11 +9,13 @@ from .gantt import gantt_figure, gantt_segments, set_gantt_step
 from .inplace import update_figure
 from .kvmap import kv_cells, kvmap_figure
 from .latency import latency_cdfs_figure, sweep, sweep_figure
+from .masks import mask_counts, masks_figure
 from .report import write_report
 from .states import states_figure, transition_counts
 from .steps import steps_figure
 from .trace import save_trace
 
 __all__ = ["compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure", "latency_cdfs_figure",
+           "mask_counts", "masks_figure",
            "metrics_table", "metrics_table_figure", "save_trace", "set_gantt_step", "states_figure", "steps_figure", "sweep",
            "sweep_figure", "transition_counts", "update_figure", "write_report"]
