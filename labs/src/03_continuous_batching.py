@@ -1,45 +1,70 @@
 # %% [markdown]
 # # 3 · In-flight (continuous) batching
 #
-# Orca (Yu et al., OSDI 2022) changed one thing: the batch is decided **at every step**
-# (*iteration-level scheduling*) instead of once per batch. Every step the engine runs
-# the same loop:
+# Static batching (lesson 2) is a **group meal**: a table is served together, and the
+# next group sits down only when the slowest eater has finished. Orca (Yu et al.,
+# OSDI 2022) changed one thing: the batch is decided **at every step** (*iteration-level
+# scheduling*), not once per batch. The picture is a **rotating sushi bar**: a guest
+# sits down the moment a seat is free and leaves when full; nobody waits for the
+# slowest eater. Every step the engine runs the same loop (source `000` calls it
+# check → evict → fill):
 #
-# 1. **check** — which requests are running, and did any finish in the last step?
-# 2. **evict** — finished requests leave the batch at once and free their KV memory;
-# 3. **fill** — requests waiting in the queue take the free places;
-# 4. **execute** — one model step over the batch: the prompts of the new arrivals and one
-#    decode token for everybody else.
+# 1. **check** — which running requests ended in the last step (EOS or `max_tokens`)?
+# 2. **evict** — they leave the batch at once and their KV memory is freed;
+# 3. **fill** — requests waiting in the queue take the free seats;
+# 4. **execute** — one model step over the batch: the prompts of the new arrivals and
+#    one decode token for everybody else.
 #
-# The picture is a **rotating sushi bar**: guests sit down the moment a seat is free and
-# leave when they are full; nobody waits for the slowest eater. vLLM, TensorRT-LLM
-# ("in-flight batching"), SGLang and Hugging Face TGI all schedule this way.
+# In minilm, check and evict happen as a step ends (`Scheduler.update_from_output`
+# retires a request the moment it samples its last token), fill when the next one is
+# planned (the policy's `schedule`), and execute is the model call: the loop in
+# `Engine.step`. vLLM, TensorRT-LLM ("in-flight batching"), SGLang and Hugging Face
+# TGI all schedule this way.
 
 # %% [markdown]
 # ## 1. The loop, one step at a time
 #
-# Six requests, at most 3 running at once. We call `engine.step()` ourselves and print
-# who ran in each step.
+# Six requests, at most `max_num_seqs=3` running at once. We call `engine.step()`
+# ourselves and print, for each step, who filled a free seat, what the step executed,
+# and who was evicted when it ended.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm import Engine, make_workload, run_workload, summarize
+from minilm import Engine, EngineConfig, make_workload, run_workload, summarize
+from labs.prose import say
 import widgets
 
-engine = Engine("tiny", policy="continuous", max_num_seqs=3)
+engine = Engine("tiny", EngineConfig(policy="continuous", max_num_seqs=3))
 for i, n_out in enumerate([2, 5, 3, 4, 2, 3]):
     engine.add_request(f"r{i}", prompt_ids=[1] * (4 + 2 * i), max_tokens=n_out, ignore_eos=True)
 while engine.has_unfinished():
     s = engine.step()
-    ran = "  ".join(f"{i.request_id}:{i.kind[:3]}{i.num_tokens}" for i in s.items)
-    print(f"step {s.step}: running {s.num_running}, waiting {s.num_waiting} | {ran}")
+    filled = [i.request_id for i in s.items if i.kind == "prefill"]
+    evicted = [r.request_id for r in engine.timeline.requests if r.t_finished == s.t_end]
+    ran = "  ".join(f"{i.request_id}:{i.kind} {i.num_tokens}" for i in s.items)
+    print(f"step {s.step}: fill {' '.join(filled) or '-':8s} | execute {ran:58s} | evict {' '.join(evicted) or '-'}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The story of r0 and r3, read back from the timeline (not typed in)
+first_step = {}
+for s in engine.timeline.steps:
+    for i in s.items:
+        first_step.setdefault(i.request_id, s.step)
+done_step = {r.request_id: next(s.step for s in engine.timeline.steps if s.t_end == r.t_finished)
+             for r in engine.timeline.requests}
+partners = [i.request_id for i in engine.timeline.steps[first_step["r3"]].items if i.kind == "decode"]
+say(f"Follow `r0`: its prompt runs in step {first_step['r0']} together with those of `r1` and `r2`, and "
+    f"that step samples its first token; its last token comes in step {done_step['r0']}, and it is evicted "
+    f"as that step ends. In step {first_step['r3']}, `r3` **fills** its seat: `r3`'s prompt runs in the same "
+    f"step as the decodes of {' and '.join(f'`{p}`' for p in partners)}.")
 
 # %% [markdown]
-# Follow r0: its prompt runs in step 0 together with r1's and r2's, it decodes in step 1
-# and is done. In step 2, r3 **fills** its place: r3's prompt runs in the same step as the
-# decodes of r1 and r2. A step can mix prefill and decode work (Orca's *selective
-# batching*: the token-wise parts of the model — projections, MLP — run on all tokens
-# together; attention is done per sequence).
+# A step can mix prefill and decode work. Orca calls this *selective batching*: the
+# token-wise parts of the model (projections, MLP) run on all the step's tokens as one
+# matrix; only attention is done per sequence (lesson 5 shows how one kernel does it).
+# The Gantt chart is source `000`'s second drawing, from a real run: where one request
+# ends, the next one starts in the following step.
 
 # %%
 widgets.gantt_figure(engine.timeline)
@@ -47,19 +72,28 @@ widgets.gantt_figure(engine.timeline)
 # %% [markdown]
 # ## 2. Effective batch size over time
 #
-# The **effective batch size** is how many requests do real work in a step. Static
-# batching lets it sag as rows finish; in-flight batching refills it at once. Same
-# 24-request workload, same `max_num_seqs=8`:
+# The **effective batch size** B_eff is how many requests do real work in a step.
+# Static batching lets it sag as rows finish, while the finished rows are still
+# computed (as padding); in-flight batching refills it at once. The same `mixed`
+# workload for both policies, `max_num_seqs=8`:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 specs = make_workload("mixed", num_requests=24, seed=0, max_model_len=512)
 knobs = dict(max_num_seqs=8, max_model_len=512, sampling={"ignore_eos": True})
 tls = {p: run_workload(specs, policy=p, **knobs) for p in ("static", "continuous")}
+
+
+def rows_computed(step):
+    """Rows the model computed in a step: real work and padding rows alike."""
+    return len({i.request_id for i in step.items if i.kind != "cached"})
+
+
 for p, t in tls.items():
     m = summarize(t)
-    print(f"{p:10s}: {m['steps']} steps, mean effective batch {m['mean_batch_size']:.2f}, "
-          f"padding {m['padding_fraction']:.0%}")
+    rows = sum(rows_computed(s) for s in t.steps) / len(t.steps)
+    print(f"{p:10s}: {len(specs)} requests in {m['steps']} steps, mean B_eff {m['mean_batch_size']:.2f}, "
+          f"rows computed per step {rows:.2f}, padding {m['padding_fraction']:.0%} of computed tokens")
 
 # %%
 import plotly.graph_objects as go
@@ -67,28 +101,85 @@ import plotly.graph_objects as go
 fig = go.Figure()
 for p, t in tls.items():
     df = t.steps_df()
-    fig.add_scatter(x=df.step, y=df.batch_size, name=p, mode="lines", line_shape="hv")
-fig.update_layout(xaxis_title="step", yaxis_title="requests doing real work", height=350)
+    fig.add_scatter(x=df.step, y=df.batch_size, name=f"{p}: B_eff (real work)", mode="lines", line_shape="hv")
+fig.add_scatter(x=list(range(len(tls["static"].steps))), y=[rows_computed(s) for s in tls["static"].steps],
+                name="static: rows computed (real + padding)", mode="lines", line_shape="hv",
+                line=dict(dash="dot", color="gray"))
+fig.update_layout(xaxis_title="step", yaxis_title="requests", height=350,
+                  title="static batching computes every row, real or not; in-flight batching refills them")
 fig
 
 # %% [markdown]
-# ## 3. Throughput ≈ effective batch size × steps per second
+# ## 3. Throughput ≈ B_eff × steps per second
 #
-# Each decode step yields one token per running request, so output throughput is about
-# the mean effective batch size times the number of steps per second. Both sides
-# from the measured timeline:
+# Source `000` sums the idea up in one formula: output tokens per second ≈ B_eff × SPS,
+# where SPS is steps per second. Under static batching B_eff decays as requests finish;
+# under in-flight batching it stays near `max_num_seqs` while the queue is not empty.
+# Both sides, from the measured timelines (and a third run, with chunked prefill,
+# lesson 6, at a budget of `16` tokens a step):
 
 # %%
+tls["chunked"] = run_workload(specs, policy="chunked", max_num_batched_tokens=16, **knobs)
 for p, t in tls.items():
     m = summarize(t)
     steps_per_s = m["steps"] / m["wall_s"]
-    print(f"{p:10s}: {m['mean_batch_size']:.2f} x {steps_per_s:.0f} steps/s = "
-          f"{m['mean_batch_size'] * steps_per_s:.0f}; measured {m['output_tok_per_s']:.0f} output tokens/s")
+    print(f"{p:10s}: B_eff {m['mean_batch_size']:.2f} x {steps_per_s:4.0f} steps/s = "
+          f"{m['mean_batch_size'] * steps_per_s:4.0f}; measured {m['output_tok_per_s']:4.0f} output tokens/s")
 
 # %% [markdown]
-# Every request that does real work in a step samples one token (a step that completes a
-# prompt samples its first token), so the two sides agree. In-flight batching raises the first factor. It pays for it in the second: a fuller
-# step is a slower step — though far less than proportionally, as lesson 1 showed.
+# For static and continuous batching the two sides agree exactly — but that confirms
+# nothing. In this engine every row doing real work samples exactly one token (a decode
+# samples one; a step that completes a prompt samples its first), so B_eff summed over
+# the steps *is* the number of output tokens, and the formula is an identity.
+#
+# Chunked prefill breaks it. A chunk that does not finish its prompt is real work that
+# samples nothing, so B_eff × SPS overstates the throughput. The size of the gap is pure
+# step structure (the time cancels out), the same on every machine:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+t = tls["chunked"]
+real_rows = sum(len({i.request_id for i in s.items if i.kind in ("prefill", "decode")}) for s in t.steps)
+sampled = summarize(t)["output_tokens"]  # one token per sampling row
+say(f"Under chunked prefill the steps did **{real_rows}** rows of real work but sampled **{sampled}** tokens: "
+    f"**{real_rows - sampled}** rows were prompt chunks that did not end their prompt. B_eff × SPS overstates "
+    f"the throughput by **{real_rows / sampled - 1:.0%}**; the right first factor is *tokens sampled per step*, "
+    f"not rows.")
+
+# %% [markdown]
+# **Does in-flight batching pay for its fuller steps in the second factor?** One might
+# expect so: more requests in a step, a slower step. But static batching computes all
+# its rows every step — the finished ones as padding, and its prompts padded to the
+# longest — so its steps are never lighter. In-flight batching loses no steps per second
+# against it: the whole gain is in B_eff. Measured CPU times vary too much from run to
+# run to settle such a question; the simulated clock settles it for Llama-3-8B on an
+# H100, with every request queued at once:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm.simulator import simulated_engine
+
+offline = make_workload("mixed", num_requests=200, seed=0, vocab_size=128256)
+saturated = {}
+for p in ("static", "continuous"):
+    engine = simulated_engine("llama-3-8b", "h100", policy=p, max_num_seqs=64, record_kv_blocks=False)
+    engine.add_workload(offline)
+    saturated[p] = engine.run()
+print(f"{len(offline)} mixed requests, all queued at t=0, up to {engine.config.max_num_seqs} running")
+for p, t in saturated.items():
+    m = summarize(t)
+    rows = sum(rows_computed(s) for s in t.steps) / len(t.steps)
+    print(f"{p:10s}: rows computed per step {rows:5.1f}, B_eff {m['mean_batch_size']:5.1f}, "
+          f"{m['steps'] / m['wall_s']:5.1f} steps/s, {m['output_tok_per_s']:6.0f} output tok/s (simulated)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ms = {p: summarize(t) for p, t in saturated.items()}
+sps = {p: m["steps"] / m["wall_s"] for p, m in ms.items()}
+say(f"On the simulated H100, static batching manages **{sps['static']:.0f}** steps/s and in-flight batching "
+    f"**{sps['continuous']:.0f}**: no loss in the second factor. The first factor does the rest: B_eff "
+    f"{ms['static']['mean_batch_size']:.1f} → {ms['continuous']['mean_batch_size']:.1f}, throughput "
+    f"×{ms['continuous']['output_tok_per_s'] / ms['static']['output_tok_per_s']:.1f}.")
 
 # %% [markdown]
 # ## 4. The on/off experiment
@@ -97,36 +188,137 @@ for p, t in tls.items():
 # on a shared time axis: where does each run finish?
 
 # %%
-widgets.compare_figure(tls)
+widgets.compare_figure({p: tls[p] for p in ("static", "continuous")})
 
 # %%
 ratio = summarize(tls["continuous"])["output_tok_per_s"] / summarize(tls["static"])["output_tok_per_s"]
-print(f"measured on this machine: continuous batching gives {ratio:.1f}x the output tokens/s of static")
+say(f"Measured on this machine (it varies from run to run): continuous batching gives **{ratio:.1f}x** the "
+    f"output tokens/s of static batching.")
 
 # %% [markdown]
-# And on a GPU (simulated: Llama-3-8B on an H100, 200 `mixed` requests arriving at 50
-# per second, up to 64 running):
+# And on a GPU, under load: requests arriving over time (a Poisson process) instead of
+# all at once (simulated, Llama-3-8B on an H100):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.simulator import simulated_engine
-
-online = make_workload("mixed", num_requests=200, seed=0, rate=50.0, vocab_size=128256)
+n, rate, seqs = 200, 50.0, 64
+online = make_workload("mixed", num_requests=n, seed=0, rate=rate, vocab_size=128256)
 sim = {}
 for p in ("static", "continuous"):
-    engine = simulated_engine("llama-3-8b", "h100", policy=p, max_num_seqs=64)
+    engine = simulated_engine("llama-3-8b", "h100", policy=p, max_num_seqs=seqs, record_kv_blocks=False)
     engine.add_workload(online)
     sim[p] = summarize(engine.run())
+print(f"{n} mixed requests arriving at {rate:.0f}/s, up to {seqs} running")
 for p, m in sim.items():
     print(f"{p:10s}: {m['output_tok_per_s']:7.0f} output tok/s, TTFT p50 {m['ttft_p50'] * 1e3:7.1f} ms, "
           f"e2e p50 {m['e2e_p50']:6.2f} s (simulated)")
 
 # %% [markdown]
+# Under load, in-flight batching does not only raise throughput: a request no longer
+# waits for a whole batch to finish before it starts, so its time to first token and
+# its end-to-end latency fall too.
+#
+# **How big is the gain?** The sources give ranges:
+#
+# > In-flight batching raises throughput "several times … generally in the 2–8x range,
+# > depending on how much the lengths of the workload vary" — source `000`, which marks
+# > it as industry experience, not one benchmark.
+#
+# > Continuous batching "raised the serving throughput 2–4x" — source `001`.
+#
+# The lab can check the dependence they name. Below, one set of requests with equal
+# prompts is given output lengths from one log-normal family, from all equal to very
+# uneven (the mean stays the same); each version runs with static and with in-flight
+# batching, all queued at once, on the simulated H100:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import numpy as np
+from minilm import RequestSpec
+
+rng = np.random.default_rng(0)
+z = rng.standard_normal(128)                                # one draw per request, scaled by sigma below
+prompts = [rng.integers(0, 128256, 128).tolist() for _ in z]
+mean_out, seqs = 128, 32
+print(f"{len(z)} requests, {len(prompts[0])}-token prompts, mean output {mean_out} tokens, up to {seqs} running")
+spread = {}
+for sigma in (0.0, 0.5, 1.0, 1.5):
+    # log-normal lengths; the -sigma²/2 keeps their mean at mean_out whatever the spread
+    outputs = np.maximum(1, np.round(mean_out * np.exp(sigma * z - sigma ** 2 / 2))).astype(int)
+    reqs = [RequestSpec(f"r{i}", p, int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
+    tok_s = {}
+    for p in ("static", "continuous"):
+        engine = simulated_engine("llama-3-8b", "h100", policy=p, max_num_seqs=seqs, record_kv_blocks=False)
+        engine.add_workload(reqs)
+        tok_s[p] = summarize(engine.run())["output_tok_per_s"]
+    cv = outputs.std() / outputs.mean()  # coefficient of variation: how uneven the lengths are
+    spread[cv] = tok_s["continuous"] / tok_s["static"]
+    print(f"output lengths {outputs.min():4d}-{outputs.max():4d} (CV {cv:4.2f}): continuous / static "
+          f"throughput {spread[cv]:.2f}x (simulated)")
+
+# %%
+fig = go.Figure(go.Scatter(x=list(spread), y=list(spread.values()), mode="lines+markers"))
+fig.add_hrect(y0=2, y1=8, fillcolor="orange", opacity=0.12, line_width=0,
+              annotation_text="source 000: 2–8x", annotation_position="top left")
+fig.update_layout(xaxis_title="how uneven the output lengths are (coefficient of variation)",
+                  yaxis_title="continuous / static output tok/s", yaxis_range=[0, 8.5], height=350,
+                  title="the gain grows with length variance (Llama-3-8B, H100, simulated, all queued at t=0)")
+fig
+
+# %%
+# NBVAL_CHECK_OUTPUT
+cvs = list(spread)
+say(f"With equal lengths there is nothing to gain (**{spread[cvs[0]]:.2f}x**); the gain grows with the "
+    f"spread, to **{spread[cvs[-1]]:.2f}x** at a coefficient of variation of {cvs[-1]:.1f}. The dependence "
+    f"source `000` names is real; its range is a rule of thumb that also folds in arrival patterns, queueing "
+    f"and memory (lesson 4), none of which this offline, compute-only sweep has.")
+
+# %% [markdown]
+# ## 5. A request's life: the state machine
+#
+# Source `000` draws a request's life as a state machine: **waiting** → (a free slot and
+# it can be scheduled) → **prefill** (which may run in chunks: an unfinished chunk goes
+# back to prefill) → **decode** (one token per step, again and again) → (EOS or the
+# maximum length) → **completed**. The engine's own states (`minilm/request.py`) are
+# coarser: `pending` (not yet arrived), `waiting`, `running`, `finished`. Prefill and
+# decode are not states there: a running request simply has tokens left to compute —
+# its whole prompt, a chunk, or one token (vLLM V1 sees it the same way). And the
+# engine has an edge the drawing lacks: **preemption**, when KV memory runs out and a
+# running request is sent back to the queue, to be recomputed later (lesson 4).
+#
+# Every transition can be read off a timeline. A real run, with real text: the
+# `docstrings` model (lesson 0), whose outputs end at its EOS token or at `max_tokens`
+# (here `48`), with chunked prefill at a small budget and a KV cache too small for
+# everyone, so that every edge of the machine happens:
+
+# %%
+docs = make_workload("docstrings", num_requests=12, seed=1, max_model_len=256)
+for d in docs:
+    d.max_tokens = 48
+life = Engine("docstrings", EngineConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=8, num_blocks=10))
+life.add_workload(docs)
+life_tl = life.run()
+widgets.states_figure(life_tl)
+
+# %%
+counts = widgets.transition_counts(life_tl)
+reasons = {k: sum(r.finish_reason == k for r in life_tl.requests) for k in ("stop", "length")}
+say(f"Of the {len(life_tl.requests)} requests, {reasons['stop']} ended at EOS and {reasons['length']} at "
+    f"`max_tokens`. The {counts['waiting', 'prefill']} admissions are more than the requests: "
+    f"{counts['prefill', 'waiting'] + counts['decode', 'waiting']} preemptions sent requests back to the queue "
+    f"(the engine counts {summarize(life_tl)['preemptions']}), each to be admitted again and to recompute its "
+    f"prompt and its output so far. With a budget of `8` tokens a step, whatever the decodes leave is all a "
+    f"prompt (or a recomputation) gets: {counts['prefill', 'prefill']} times a prefill went on to a next chunk.")
+
+# %% [markdown]
 # **What to remember.** Scheduling per iteration keeps the batch full and lets a new
-# request start at the next step. The Orca paper reports 36.9x the throughput of
-# NVIDIA FasterTransformer at the same latency for GPT-3 175B (their setting, not
-# measured here); the factor you get depends on how uneven the lengths are and on
-# how loaded the server is — try `uniform` against `mixed` above.
+# request start at the next step. Throughput is tokens sampled per step times steps per
+# second; static batching computes its padding, so in-flight batching wins on the
+# first factor and loses nothing on the second. How much it wins depends on how uneven
+# the lengths are and on how loaded the server is.
+#
+# > Orca reports 36.9x the throughput of NVIDIA FasterTransformer at the same latency,
+# > for GPT-3 175B (Yu et al., OSDI 2022; their setting, not measured here).
 #
 # **Exercise 3** (`exercises/03_continuous_batching.ipynb`): write this policy yourself,
 # as a `Policy` class with a `schedule` method, and check it step by step against the

@@ -2,8 +2,8 @@
 # # 5 · Inside the Triton kernel: one kernel for a ragged batch
 #
 # With in-flight batching and chunked prefill, one step holds very different pieces of
-# work: a 256-token prompt chunk, a 1-token decode with 900 tokens of context, another
-# decode with 40... How does one attention call serve them all?
+# work: a long prompt chunk, a decode of one token with a long context behind it,
+# another decode with a short one... How does one attention call serve them all?
 #
 # * **Padding + masking** (the classic way, as in a padded `generate` call): make a
 #   dense `[batch, max_query_len, max_context]` problem, pad every sequence to the
@@ -14,15 +14,32 @@
 #
 # This lesson builds the ragged description from a real step, measures what padding
 # would cost, and runs `minilm/attention/triton_paged.py` against the reference.
+#
+# **A note on source `000`.** It says TensorRT-LLM "aligns heterogeneous requests to one
+# tensor shape with padding and masks", while vLLM and SGLang handle the different
+# lengths in the kernel. For TensorRT-LLM's in-flight batching that is not so; its
+# documentation says:
+#
+# > "For efficiency reasons, the support for inflight batching requires the input
+# > tensors to be packed (no padding)", because "padding sequences in the generation
+# > phase that contain a single token to the length of the maximum input sequence is
+# > inefficient use of resources" (TensorRT-LLM docs, *Paged Attention, IFB, and
+# > Request Scheduling*).
+#
+# Its attention operator still has a padded mode, the older one (its docs say "support
+# for padded mode may be removed in the future"), but in-flight batching does not use
+# it. All three engines run a mixed step ragged; section 3 shows what padding would cost.
 
 # %%
 import os
 # Triton runs on a CPU only in its interpreter, which must be switched on before `import triton`.
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-from minilm import Engine, make_workload, run_workload
+from minilm import make_workload, run_workload
 from minilm.attention import reference, triton_paged
 from minilm.model import AttentionMetadata
+from labs.prose import say
+import widgets
 
 # %% [markdown]
 # ## 1. A real mixed step
@@ -77,9 +94,27 @@ print("block_tables shape:", tuple(meta.block_tables.shape), "| slot_mapping:", 
 # %% [markdown]
 # ## 3. What padding would cost
 #
-# A padded layout computes `batch x max_query_len` query rows per step and a score matrix
-# of `batch x max_query_len x max_context` per head; the ragged one computes `T` rows and
-# the (causal) pairs each sequence really has. Over every step of the run above:
+# Every cell below is one (query token, key) pair of the step above, for one head in
+# one layer: padded, each sequence gets as many query rows as the step's largest piece
+# of work and as many keys as its longest context; ragged, only the real tokens, each
+# against its own keys (`widgets/masks.py` counts the cells):
+
+# %%
+widgets.masks_figure(step)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+n = widgets.mask_counts(step)
+say(f"For this one step the padded layout computes **{n['padded']:,}** scores per head and layer, of which "
+    f"**{n['needed']:,}** are used: **{n['padded'] / n['needed']:.0f}x** the work. Every sequence is padded to "
+    f"the {max(i.num_tokens for i in step.items)} query rows of the largest prompt chunk and to the "
+    f"{max(i.context_len for i in step.items)} keys of the longest context — the "
+    f"{sum(i.kind == 'decode' for i in step.items)} one-token decodes most of all.")
+
+# %% [markdown]
+# Over every step of the run, the padded layout computes `batch x max_query_len` query
+# rows per step and `batch x max_query_len x max_context` scores per head; the ragged
+# one computes `T` rows and the (causal) pairs each sequence really has:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -95,9 +130,11 @@ print(f"query rows: padded {rows_padded:,}, ragged {rows_ragged:,} ({rows_padded
 print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_padded / pairs_ragged:.1f}x)")
 
 # %% [markdown]
-# A decode next to a long prompt chunk is padded to the chunk's length: most of the padded work is
-# thrown away. (The linear layers never need padding in this engine: they are per-token,
-# so the whole flat batch goes through them as one matrix — Orca's *selective batching*.)
+# Padding attention is only part of a padded engine's waste: its linear layers (the
+# projections and the MLP) would also run on every padding row. In this engine they never
+# need padding: they are per-token, so the whole flat batch goes through them as one
+# matrix (Orca's *selective batching*, lesson 3), and only attention needs to know whose
+# token is whose — which is what the metadata of section 2 tells it.
 
 # %% [markdown]
 # ## 4. How the kernel walks the ragged batch
