@@ -10,19 +10,32 @@
 #   run out it preempts the newest running request not yet scheduled (and returns
 #   False if that was `req` itself);
 # * `s.waiting` (a deque, head first), `s.can_admit(req, n)` and `s.admit(req, n)`: is
-#   there a batch slot, budget and KV for `n` tokens of the head of the queue / move it
-#   into the batch with its first `n` tokens;
+#   there a free seat (`max_num_seqs`), budget and KV for `n` tokens of the head of the
+#   queue, and no preemption in this step / move it into the batch with its first `n`
+#   tokens;
+# * `s.budget`: tokens left in this step (`max_num_batched_tokens`, minus what is
+#   scheduled);
 # * `req.num_remaining`: tokens the request still has to compute before it samples
 #   (its whole prompt when it waits; 1 for a decode).
 #
-# The verbs keep the books (budget, KV blocks, who is scheduled) and refuse a mistake
-# with an error that names it. *Evict* already happened: after every step the scheduler
-# retires finished requests and frees their KV blocks. Your `schedule` does **check**
-# and **fill**: every running request gets its next token, then waiting requests join
-# with their whole prompts for as long as they fit.
+# The verbs keep the books and refuse a mistake with an error that names it. *Evict*
+# has already happened: after every step the scheduler retires finished requests and
+# frees their KV blocks. Your `schedule` does **check** and **fill** as lesson 3's
+# engine does (Orca's iteration-level scheduling, whole prompts, no chunking), and
+# must decide two things the verbs do not decide for you:
 #
-# The check runs your policy and the engine's `continuous` policy on one workload and
-# compares every step, then runs yours with a tiny KV cache to force preemptions.
+# 1. **In which order?** Running requests and waiting prompts compete for the same
+#    budget and the same KV blocks. Which must be served first so that nobody who is
+#    already generating is ever held back by a newcomer?
+# 2. **When to stop filling?** The queue is first come, first served. What should
+#    happen when the prompt at its head does not fit, but a shorter one behind it
+#    would?
+#
+# The check runs your policy and the engine's `continuous` policy on the same
+# requests (simulated, so arrivals fall between the same steps everywhere) and compares
+# the work of every step, in any order; its budget is tight and some prompts nearly
+# fill it. Then it runs your policy on the real `tiny` model with a KV cache too small
+# for everyone, to force preemptions, and compares the tokens it generates.
 
 # %%
 from minilm.policies import Policy
@@ -34,9 +47,14 @@ class MyContinuousPolicy(Policy):
 
     def schedule(self, s) -> None:
         # BEGIN SOLUTION
-        for req in s.unscheduled_running():   # check: one decode token each
+        # 1. Check first: every running request gets its next token before any newcomer,
+        #    so a long prompt can never take the budget or the blocks a decode needs.
+        for req in s.unscheduled_running():
             s.schedule_running(req, 1)
-        while s.waiting:                      # fill: whole prompts from the head of the queue
+        # 2. Fill: whole prompts from the head of the queue. When the head does not fit,
+        #    stop: first come, first served (a shorter prompt behind it must not overtake,
+        #    or a long prompt could wait forever; `admit` only takes the head anyway).
+        while s.waiting:
             req = s.waiting[0]
             if not s.can_admit(req, req.num_remaining):
                 break
