@@ -207,50 +207,94 @@ def check_policy(make_policy) -> None:
 
 # ---- exercise 4: a block allocator -------------------------------------------------------
 def check_allocator(make_pool, blocks_needed, slot) -> None:
-    check_pool(make_pool)
+    calls = check_pool(make_pool)
     check_block_arithmetic(blocks_needed, slot)
     steps = check_pool_in_engine(make_pool)
-    ok("300 random get/free calls: no block handed out twice, none lost, a failed get changes nothing; "
+    ok(f"{calls} get/free calls: no block handed out twice, none lost, a failed get changes nothing; "
        f"blocks and slots computed right; the engine ran {steps} steps on your pool with the same tokens")
 
 
-def check_pool(make_pool) -> None:
-    rng = random.Random(4)
+def pool_get(pool, n: int):
+    """pool.get_new_blocks(n), or None when it refuses with RuntimeError (as the engine's pool does)."""
+    try:
+        return list(pool.get_new_blocks(n))
+    except NotImplementedError:
+        raise
+    except RuntimeError:
+        return None
+    except Exception as e:  # noqa: BLE001 - any other error is the learner's to see, as a failed check
+        raise AssertionError(f"get_new_blocks({n}) raised {type(e).__name__}: {e}; "
+                             f"with too few free blocks, raise RuntimeError") from e
+
+
+def check_pool(make_pool) -> int:
+    """Drive a 12-block pool: the edges by hand, then random calls; the invariants after each."""
     num_blocks = 12
     pool = make_pool(num_blocks)
     held: list[list[int]] = []
+    calls = 0
+
+    def give_back(blocks: list[int], when: str) -> None:
+        nonlocal calls
+        calls += 1
+        pool.free_blocks(blocks)
+        invariants(when)
+
+    def invariants(when: str) -> None:
+        owned = [b for blocks in held for b in blocks]
+        assert len(owned) == len(set(owned)), f"{when}: a block was handed out twice: {sorted(owned)}"
+        assert all(0 <= b < num_blocks for b in owned), f"{when}: a block id outside 0..{num_blocks - 1}: {owned}"
+        assert len(owned) + pool.num_free_blocks == num_blocks, \
+            f"{when}: {len(owned)} blocks held + {pool.num_free_blocks} free != {num_blocks}"
+
+    def get(n: int, when: str) -> bool:
+        nonlocal calls
+        calls += 1
+        before = pool.num_free_blocks
+        got = pool_get(pool, n)
+        if got is None:
+            assert n > before, f"{when}: get_new_blocks({n}) raised with {before} blocks free"
+            assert pool.num_free_blocks == before, f"{when}: a failed get_new_blocks({n}) must change nothing"
+            invariants(when)
+            return False
+        assert n <= before, f"{when}: get_new_blocks({n}) succeeded with only {before} blocks free"
+        assert len(got) == n, f"{when}: get_new_blocks({n}) returned {len(got)} blocks"
+        held.append(got)
+        invariants(when)
+        return True
+
+    # the edges: nothing, everything, one too many, and everything again after giving it back
+    # (get() itself asserts that a get succeeds exactly when there are enough free blocks)
+    get(0, "get 0")
+    get(num_blocks, f"get all {num_blocks}")
+    get(1, "get 1 from an empty pool")
+    give_back(held.pop(), "give all back")
+    held.pop()  # the empty list of `get 0`
+    get(num_blocks - 3, f"get {num_blocks - 3}")
+    get(4, "get 4 with 3 free")
+    get(3, "get the last 3")
+    while held:
+        give_back(held.pop(0), "give back")
+    rng = random.Random(4)
     for step in range(300):
         if held and rng.random() < 0.4:
-            pool.free_blocks(held.pop(rng.randrange(len(held))))
+            give_back(held.pop(rng.randrange(len(held))), f"random call {step}")
         else:
-            n = rng.randrange(0, 6)
-            before = pool.num_free_blocks
-            try:
-                got = pool.get_new_blocks(n)
-            except NotImplementedError:
-                raise
-            except RuntimeError:
-                assert n > before, f"get_new_blocks({n}) raised with {before} blocks free"
-                assert pool.num_free_blocks == before, "a failed get_new_blocks must change nothing"
-                continue
-            assert n <= before, f"get_new_blocks({n}) succeeded with only {before} blocks free"
-            assert len(got) == n, f"get_new_blocks({n}) returned {len(got)} blocks"
-            held.append(list(got))
-        owned = [b for blocks in held for b in blocks]
-        assert len(owned) == len(set(owned)), f"step {step}: a block was handed out twice: {sorted(owned)}"
-        assert all(0 <= b < num_blocks for b in owned), f"step {step}: a block id outside 0..{num_blocks - 1}"
-        assert len(owned) + pool.num_free_blocks == num_blocks, f"step {step}: held + free != {num_blocks}"
+            get(rng.randrange(0, 6), f"random call {step}")
+    return calls
 
 
 def check_block_arithmetic(blocks_needed, slot) -> None:
     for num_tokens, held, size, want in [(0, 0, 4, 0), (1, 0, 4, 1), (4, 0, 4, 1), (5, 0, 4, 2), (5, 2, 4, 0),
-                                         (9, 2, 4, 1), (3, 3, 4, 0), (17, 1, 16, 1), (33, 0, 16, 3)]:
+                                         (8, 1, 4, 1), (9, 2, 4, 1), (3, 3, 4, 0), (16, 1, 16, 0),
+                                         (17, 1, 16, 1), (33, 0, 16, 3)]:
         got = blocks_needed(num_tokens, held, size)
         assert got == want, f"blocks_needed({num_tokens}, {held}, {size}) = {got}, expected {want}"
-    table = [7, 2, 9]
-    for position, want in [(0, 28), (3, 31), (4, 8), (7, 11), (8, 36), (11, 39)]:
-        got = slot(table, position, 4)
-        assert got == want, f"slot({table}, {position}, 4) = {got}, expected {want}"
+    for table, size, cases in [([7, 2, 9], 4, [(0, 28), (3, 31), (4, 8), (7, 11), (8, 36), (11, 39)]),
+                               ([3, 0], 16, [(0, 48), (15, 63), (16, 0), (20, 4)])]:
+        for position, want in cases:
+            got = slot(table, position, size)
+            assert got == want, f"slot({table}, {position}, {size}) = {got}, expected {want}"
 
 
 def check_pool_in_engine(make_pool) -> int:

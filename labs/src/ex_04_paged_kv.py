@@ -7,17 +7,22 @@
 # pieces of arithmetic the manager needs:
 #
 # * `get_new_blocks(n)`: `n` block ids, all or nothing: if fewer than `n` are free,
-#   raise `RuntimeError` and change nothing;
-# * `free_blocks(blocks)`: take blocks back;
+#   raise `RuntimeError` — and think about *when* you find that out: the scheduler
+#   treats a refused request as if nothing happened, so a refusal must leave the pool
+#   exactly as it was;
+# * `free_blocks(blocks)`: take blocks back (they may be handed out again at once);
 # * `blocks_needed(num_tokens, num_held, block_size)`: how many *more* blocks a request
-#   holding `num_held` blocks needs so that its table covers `num_tokens` slots;
-# * `slot(table, position, block_size)`: the flat cache slot of token `position` of a
-#   sequence with block table `table`: `block * block_size + offset`.
+#   holding `num_held` blocks needs so that its table covers `num_tokens` slots (what
+#   if it already holds enough?);
+# * `slot(table, position, block_size)`: the flat cache slot where token `position` of
+#   a sequence with block table `table` lives (lesson 4, section 2).
 #
-# (`num_free_blocks` is given.) The check drives your pool with 300 random calls and
-# checks the invariants after each, checks the arithmetic, then runs the real engine
-# on your pool — with a cache small enough to force preemptions — and compares the
-# tokens it generates with the engine's own pool.
+# (`num_free_blocks` is given.) The check drives your pool through its edges (an empty
+# pool, a full one, a request for one block too many) and many random calls, checking
+# after each that no block is handed out twice and none is lost; checks the arithmetic
+# at block boundaries; then runs the real engine on your pool — with a cache small
+# enough to force preemptions — and compares the tokens it generates with the
+# engine's own pool.
 
 # %%
 from labs import checks
@@ -34,7 +39,7 @@ class MyBlockPool:
 
     def get_new_blocks(self, n: int) -> list[int]:
         # BEGIN SOLUTION
-        if n > len(self.free):
+        if n > len(self.free):  # check before taking anything: a refusal changes nothing
             raise RuntimeError(f"asked for {n} blocks, {len(self.free)} free")
         return [self.free.pop() for _ in range(n)]
         # END SOLUTION
@@ -47,12 +52,14 @@ class MyBlockPool:
 
 def blocks_needed(num_tokens: int, num_held: int, block_size: int) -> int:
     # BEGIN SOLUTION
+    # ceil(num_tokens / block_size) blocks cover the slots; never a negative number more
     return max(0, -(-num_tokens // block_size) - num_held)
     # END SOLUTION
 
 
 def slot(table: list[int], position: int, block_size: int) -> int:
     # BEGIN SOLUTION
+    # the position's block in the table, and its offset inside that block
     return table[position // block_size] * block_size + position % block_size
     # END SOLUTION
 
