@@ -335,10 +335,22 @@ def check_ragged_metadata(ragged_metadata) -> None:
         n = cdiv(q_len + c_len, block_size)
         tables.append(order[used:used + n])
         used += n
-    meta = ragged_metadata(query_lens, cached_lens, tables, block_size)
+    meta = ragged_metadata(query_lens, cached_lens, [list(t) for t in tables], block_size)
     assert isinstance(meta, AttentionMetadata), "return a minilm.model.AttentionMetadata"
-    assert meta.cu_seqlens_q.tolist() == [0, 5, 8, 9, 10], f"cu_seqlens_q {meta.cu_seqlens_q.tolist()}"
-    assert meta.context_lens.tolist() == [5, 9, 10, 3], f"context_lens {meta.context_lens.tolist()}: cached + new"
+    for field, dtype in (("cu_seqlens_q", torch.int32), ("context_lens", torch.int32), ("block_tables", torch.int32),
+                         ("slot_mapping", torch.int64)):
+        value = getattr(meta, field)
+        assert isinstance(value, torch.Tensor) and value.dtype == dtype, \
+            f"{field} should be a {dtype} tensor (kernels are strict about types), got {getattr(value, 'dtype', value)}"
+    cu = meta.cu_seqlens_q.tolist()
+    assert cu == [0, 5, 8, 9, 10], f"cu_seqlens_q {cu}: B + 1 offsets into the flat batch of new tokens, from 0"
+    assert meta.context_lens.tolist() == [5, 9, 10, 3], \
+        f"context_lens {meta.context_lens.tolist()}: how many keys each sequence attends to in this step"
+    bt = meta.block_tables
+    assert bt.dim() == 2 and bt.shape[0] == len(tables) and bt.shape[1] >= max(map(len, tables)), \
+        f"block_tables shape {tuple(bt.shape)}: one row per sequence, wide enough for the longest table"
+    for i, table in enumerate(tables):
+        assert bt[i, :len(table)].tolist() == table, f"block_tables row {i} {bt[i].tolist()} should start {table}"
     # fill the cache through the slot mapping, then attend with the reference backend
     seqs = [(torch.randn(c + q, heads, dim), torch.randn(c + q, heads, dim))
             for q, c in zip(query_lens, cached_lens)]
@@ -352,10 +364,11 @@ def check_ragged_metadata(ragged_metadata) -> None:
     slots = meta.slot_mapping.tolist()
     want_slots = [t[p // block_size] * block_size + p % block_size
                   for q, c, t in zip(query_lens, cached_lens, tables) for p in range(c, c + q)]
-    assert slots == want_slots, f"slot_mapping {slots[:6]}...; each new token's block * block_size + offset"
+    assert len(slots) == len(want_slots), \
+        f"slot_mapping has {len(slots)} slots; one per *new* token of the step: {len(want_slots)}"
+    assert slots == want_slots, f"slot_mapping {slots[:6]}...: where each new token's K and V go (lesson 4)"
     q = torch.randn(sum(query_lens), heads, dim)
     out = paged_attention(q, k_cache, v_cache, meta, dim ** -0.5)
-    cu = meta.cu_seqlens_q.tolist()
     for i, (k, v) in enumerate(seqs):
         want = dense_causal_attention(q[cu[i]:cu[i + 1]], k, v, dim ** -0.5)
         assert torch.allclose(out[cu[i]:cu[i + 1]], want, atol=1e-5), f"sequence {i}: attention differs"
