@@ -150,7 +150,7 @@ say(f"Under chunked prefill the steps did **{real_rows}** rows of real work but 
 # **Does in-flight batching pay for its fuller steps in the second factor?** One might
 # expect so: more requests in a step, a slower step. But static batching computes all
 # its rows every step — the finished ones as padding, and its prompts padded to the
-# longest — so its steps are never lighter. In-flight batching loses no steps per second
+# longest — so its steps are no lighter. In-flight batching loses no steps per second
 # against it: the whole gain is in B_eff. Measured CPU times vary too much from run to
 # run to settle such a question; the simulated clock settles it for Llama-3-8B on an
 # H100, with every request queued at once:

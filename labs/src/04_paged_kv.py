@@ -64,7 +64,7 @@ say(f"Tables are printed after each step, so a request that just finished has al
     f"`a` holds {len(history[0]['a'])} blocks for its prompt; `b` takes another block in step {grew}, when its "
     f"next token needs a slot past the end of its last block. When `a` finishes in step {a_gone}, its blocks "
     f"{a_blocks} go straight back to the free list, and in step {c_first} `c` — which waited for a place in "
-    f"the batch (`max_num_seqs=2`) — gets {c_table}: {len(reused)} of them were `a`'s a step earlier. "
+    f"the batch (`max_num_seqs=2`) — gets {c_table}: {len(reused)} of them were `a`'s until step {a_gone}. "
     f"Block ids need not be contiguous: the block table is the only map.")
 
 # %% [markdown]
@@ -100,8 +100,10 @@ print("slots of x's tokens:", [table[p // 4] * 4 + p % 4 for p in range(9)])
 #
 # The sources name two kinds of waste in the pre-paging way of reserving memory:
 #
-# * **over-reservation**: slots reserved for tokens not generated yet, or never: a real
-#   model stops at its EOS token, usually long before `max_tokens`;
+# * **over-reservation**: slots reserved for tokens not generated yet (the vLLM paper
+#   calls them *reserved*), or never generated, because a real model stops at its EOS
+#   token, usually long before `max_tokens` (source `000` and the paper call this
+#   *internal fragmentation*);
 # * **external fragmentation**: gaps between the reserved regions, free but each too
 #   small for the next request.
 #
@@ -198,7 +200,7 @@ def memory_use(tl):
     return {"holds tokens": tokens / slots, "held, empty": (held - tokens) / slots, "free": 1 - held / slots}
 
 # %% [markdown]
-# Llama-3-8B on an H100 (**simulated**), 200 `mixed` requests all queued at once, and a
+# Llama-3-8B on an H100 (**simulated**), the `mixed` workload all queued at once, and a
 # deliberately small KV cache, so that memory decides how many run together:
 
 # %%
@@ -218,10 +220,10 @@ for a, tl in runs.items():
           f"{m['mean_batch_size']:11.1f}{m['output_tok_per_s']:13.0f}   (simulated)")
 
 # %% [markdown]
-# Read the columns. *Held, empty* is over-reservation: the same in both reserving
-# allocators, because they reserve the same slots. *Free* is what separates them: with
-# scattered blocks, free memory is only what is left over, too little for the next
-# request; with one contiguous run per request, free memory also sits in holes. To
+# Read the columns. *Held, empty* is over-reservation: both reserving allocators pay
+# it, for every request they hold. *Free* is what separates them: with scattered
+# blocks, free memory is only what is left over, too little for the next request; with
+# one contiguous run per request, free memory also sits in holes. To
 # check that this is fragmentation and not just too little memory, count the steps in
 # which the request at the head of the queue would have fit in the free blocks taken
 # together, but fit in no single hole:
@@ -286,7 +288,9 @@ fig
 # > blog, 2023-06-20). The SOSP 2023 paper reports 2–4x the throughput of
 # > FasterTransformer and Orca at the same latency.
 #
-# Source `000` repeats the first claim as "from 60–80% to close to 0, vLLM paper data".
+# > Memory waste falls "from the 60–80% of the traditional schemes to close to 0"
+# > (source `000`, citing the vLLM paper).
+#
 # What this lab measures, on its own workload:
 
 # %%
@@ -309,7 +313,7 @@ say(f"Reserving one contiguous region per request wastes **{waste['contiguous']:
 #
 # If every output had the same length, a server could reserve exactly that. The more
 # the lengths vary, the further the longest (which the reservation must cover) lies
-# from the typical one. The same 200 prompts, with output lengths from one log-normal
+# from the typical one. The same prompts, with output lengths from one log-normal
 # family, from all equal to very uneven; `max_tokens` is again the longest output:
 
 # %%
