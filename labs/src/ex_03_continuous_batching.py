@@ -34,7 +34,7 @@
 # The check runs your policy and the engine's `continuous` policy on the same
 # requests (simulated, so arrivals fall between the same steps everywhere) and compares
 # the work of every step, in any order; its budget is tight and some prompts nearly
-# fill it. Then it runs your policy on the real `tiny` model with a KV cache too small
+# fill it. Then it runs your policy on a small real model with a KV cache too small
 # for everyone, to force preemptions, and compares the tokens it generates.
 
 # %%
