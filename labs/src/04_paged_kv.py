@@ -260,8 +260,10 @@ for a in ("contiguous", "reserved"):
 # runs, and grey for the slots each run reserved but has not filled (yet, or ever):
 
 # %%
-widgets.kvmap_figure(runs["contiguous"], max_steps=120, title="contiguous first fit: each request one run of blocks "
-                     "(grey: reserved, empty; white: free)")
+fig = widgets.kvmap_figure(runs["contiguous"], max_steps=100, title="contiguous first fit: each request one run of "
+                           "blocks (grey: reserved, empty; white: free)")
+fig.update_traces(customdata=None, hovertemplate=None, hoverinfo="skip")  # a big map: no hover text, a lighter page
+fig
 
 # %% [markdown]
 # Paging leaves only the last block of each sequence partly empty, so the same memory
