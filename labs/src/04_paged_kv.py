@@ -350,12 +350,13 @@ fig
 # %%
 # NBVAL_CHECK_OUTPUT
 cvs = list(sweep)
-in_range = [cv for cv in cvs if 0.6 <= sweep[cv]["contiguous"] <= 0.8]
+in_range = [f"{cv:.2f}" for cv in cvs if 0.6 <= sweep[cv]["contiguous"] <= 0.8]
+at = " to ".join(in_range[::max(1, len(in_range) - 1)]) or "between two of the points above"
 say(f"With equal lengths, reservation wastes **{sweep[cvs[0]]['reserved']:.0%}** — the tokens not generated "
     f"yet — against paging's **{sweep[cvs[0]]['paged']:.0%}**. At a coefficient of variation of "
     f"{cvs[-1]:.1f} it wastes **{sweep[cvs[-1]]['contiguous']:.0%}** (contiguous), while paging stays at "
     f"**{sweep[cvs[-1]]['paged']:.0%}** throughout. The sources' 60–80% is what reservation costs here at a "
-    f"coefficient of variation of {' to '.join(f'{cv:.2f}' for cv in in_range[::max(1, len(in_range) - 1)])}: "
+    f"coefficient of variation of {at}: "
     f"a point on a curve, not a constant.")
 
 # %% [markdown]
