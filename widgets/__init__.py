@@ -2,7 +2,8 @@
 
 Every figure function takes `Timeline`s and returns a static `go.Figure` (works in
 nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figures read
-only the timeline, never the engine.
+only the timeline, never the engine. The radix-tree view (lesson 8) draws a workload's
+prompts instead: what a prefix cache can find before anything runs.
 """
 from .compare import compare_figure, metrics_table, metrics_table_figure
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
@@ -10,12 +11,13 @@ from .inplace import update_figure
 from .kvmap import kv_cells, kvmap_figure
 from .latency import latency_cdfs_figure, sweep, sweep_figure
 from .masks import mask_counts, masks_figure
+from .radix import build_radix_tree, prefix_hits, radix_figure
 from .report import write_report
 from .states import states_figure, transition_counts
 from .steps import steps_figure
 from .trace import save_trace
 
-__all__ = ["compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure", "latency_cdfs_figure",
-           "mask_counts", "masks_figure",
-           "metrics_table", "metrics_table_figure", "save_trace", "set_gantt_step", "states_figure", "steps_figure", "sweep",
-           "sweep_figure", "transition_counts", "update_figure", "write_report"]
+__all__ = ["build_radix_tree", "compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure",
+           "latency_cdfs_figure", "mask_counts", "masks_figure", "metrics_table", "metrics_table_figure", "prefix_hits",
+           "radix_figure", "save_trace", "set_gantt_step", "states_figure", "steps_figure", "sweep", "sweep_figure",
+           "transition_counts", "update_figure", "write_report"]
