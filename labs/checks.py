@@ -522,3 +522,107 @@ def check_distserve_goodput(distserve_goodput) -> None:
         want, got = reference(sweep, *slos), call(distserve_goodput, sweep, *slos, 0.9)
         assert got == want, f"simulated sweep, SLOs {slos}: you got {got}, expected {want} req/s"
     ok("DistServe's goodput right on hand-made runs and on a simulated rate sweep")
+
+
+# ---- exercise 8: the longest cached prefix -------------------------------------------------
+def check_prefix_lookup(block_keys, cached_prefix_len) -> None:
+    check_block_keys(block_keys)
+    cases = check_lookup_cases(block_keys, cached_prefix_len)
+    requests, hits = check_lookup_against_engine(block_keys, cached_prefix_len)
+    ok(f"keys name whole prefixes; {cases} hand-made lookups right; the same hits as the engine's prefix cache "
+       f"for all {requests} requests of a shared-prefix and a multi-turn run ({hits} cached tokens)")
+
+
+def check_block_keys(block_keys) -> None:
+    rng = random.Random(8)
+    t = [rng.randrange(1000) for _ in range(18)]
+    keys = block_keys(list(t), 4)
+    assert len(keys) == 4, (f"18 tokens in blocks of 4: you named {len(keys)} blocks. Which blocks can a "
+                            f"later request share, given that this request keeps writing into its last one?")
+    assert len(block_keys(t[:16], 4)) == 4 and len(block_keys(t[:3], 4)) == 0
+    assert len({k: None for k in keys}) == 4, "the four keys must be hashable and all different"
+    assert keys == block_keys(list(t), 4), "the same tokens must give the same keys every time"
+    assert block_keys(t[:9], 4) == keys[:2], "a block's key may not depend on tokens after the block"
+    changed = block_keys(t[:9] + [t[9] + 1] + t[10:], 4)
+    assert changed[:2] == keys[:2] and changed[2] != keys[2], "changing a token of block 2 must change block 2's key"
+    assert changed[3] != keys[3], ("block 3's tokens did not change, but the tokens before it did. Is its K/V "
+                                   "(in every layer) the same as before? Then should its key be?")
+    # Every key must name exactly one prefix. Two tokens and blocks of two make blocks repeat
+    # often, after the same and after different prefixes.
+    named: dict = {}
+    for _ in range(300):
+        seq = [rng.randrange(2) for _ in range(rng.randrange(2, 13))]
+        for j, key in enumerate(block_keys(seq, 2)):
+            prefix = tuple(seq[:2 * (j + 1)])
+            other = named.setdefault(key, prefix)
+            assert other == prefix, (f"prefixes {list(other)} and {list(prefix)} got the same key for their last "
+                                     f"block: a request with one would reuse K/V computed after the other")
+
+
+def lookup_truth(prompt: list[int], block_size: int, cached_prefixes: set) -> int:
+    """The tokens a request can skip, from the cached prefixes themselves (no keys): the
+    longest run of whole blocks from the start that is cached, leaving the last token."""
+    n = 0
+    while n + block_size <= len(prompt) - 1 and tuple(prompt[:n + block_size]) in cached_prefixes:
+        n += block_size
+    return n
+
+
+LOOKUP_CASES = [
+    # (what it tests, earlier prompts, {prompt: block index evicted}, query)
+    ("an empty cache", [], {}, [1, 2, 3, 4, 5, 6]),
+    ("a cached prompt, then more tokens", [list(range(10))], {}, list(range(10)) + [70, 71, 72, 73]),
+    ("the same prompt again, a whole number of blocks", [list(range(12))], {}, list(range(12))),
+    ("the same prompt again, a partial last block", [list(range(10))], {}, list(range(10))),
+    ("the same single block again", [[5, 6, 7, 8]], {}, [5, 6, 7, 8]),
+    ("a single block and one more token", [[5, 6, 7, 8]], {}, [5, 6, 7, 8, 9]),
+    ("a prompt shorter than a block", [[5, 6, 7, 8]], {}, [5, 6, 7]),
+    ("block 1 as in another prompt, but after a different block 0",
+     [[1, 2, 3, 4, 40, 41, 42, 43], [9, 9, 9, 9, 20, 21, 22, 23, 24]], {}, [1, 2, 3, 4, 20, 21, 22, 23, 24, 25]),
+    ("the longest of several cached prefixes",
+     [[1, 2, 3, 4, 5, 6, 7, 8, 60], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [1, 2, 3, 4, 50]], {},
+     [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15]),
+    ("a block evicted from the middle of a cached prefix", [list(range(17))], {0: 1}, list(range(17)) + [99]),
+]
+
+
+def check_lookup_cases(block_keys, cached_prefix_len) -> int:
+    block_size = 4
+    for what, earlier, evicted, query in LOOKUP_CASES:
+        cache, cached_prefixes = {}, set()
+        for i, prompt in enumerate(earlier):
+            for j, key in enumerate(block_keys(prompt, block_size)[:len(prompt) // block_size]):
+                if evicted.get(i) == j:
+                    continue
+                cache.setdefault(key, len(cache))
+                cached_prefixes.add(tuple(prompt[:(j + 1) * block_size]))
+        want = lookup_truth(query, block_size, cached_prefixes)
+        got = cached_prefix_len(list(query), block_size, dict(cache))
+        assert got == want, (f"{what}: your lookup says {got} of the query's {len(query)} tokens are cached, "
+                             f"the engine would take {want} (block size {block_size}). cached prompts: {earlier}"
+                             + (f", then the block at index {list(evicted.values())[0]} evicted" if evicted else "")
+                             + f"; query: {query}")
+    return len(LOOKUP_CASES)
+
+
+def check_lookup_against_engine(block_keys, cached_prefix_len) -> tuple[int, int]:
+    """Replay real runs: each request looks up the prompts before it, as the engine did.
+    A cache that evicts nothing, and whole prompts in one step (continuous policy)."""
+    from minilm.simulator import simulated_engine  # here, so the checks of lessons 0-7 do not import it
+
+    block_size, requests, hits = 16, 0, 0
+    for preset in ("shared-prefix", "multi-turn"):
+        specs = make_workload(preset, num_requests=24, seed=8, vocab_size=128256, rate=20.0)
+        engine = simulated_engine("llama-3-8b", "h100", policy="continuous", enable_prefix_caching=True,
+                                  block_size=block_size, max_model_len=2048, record_kv_blocks=False)
+        engine.add_workload(specs)
+        recorded = {r.request_id: r.num_cached_tokens for r in engine.run().requests}
+        cache: dict = {}
+        for spec in sorted(specs, key=lambda s: s.arrival):
+            got = cached_prefix_len(list(spec.prompt_ids), block_size, dict(cache))
+            assert got == recorded[spec.id], (f"{preset}: request {spec.id} ({len(spec.prompt_ids)} tokens): your "
+                                             f"lookup finds {got} cached tokens, the engine found {recorded[spec.id]}")
+            for key in block_keys(spec.prompt_ids, block_size)[:len(spec.prompt_ids) // block_size]:
+                cache.setdefault(key, len(cache))
+            requests, hits = requests + 1, hits + got
+    return requests, hits

@@ -1,0 +1,176 @@
+"""Exercise 8's check rejects the known wrong answers and accepts right ones written differently.
+
+Each wrong variant is a mistake a learner can plausibly make; each must fail
+`check_prefix_lookup` with an AssertionError. Each right variant computes the same
+hits by another route and must pass.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from itertools import takewhile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+from labs.checks import check_prefix_lookup  # noqa: E402
+
+
+# ---- keys -----------------------------------------------------------------------------------
+def chained_keys(tokens, block_size):
+    """The solution's: (hash of the parent's key, this block's tokens), full blocks only."""
+    keys, parent = [], None
+    for start in range(0, len(tokens) // block_size * block_size, block_size):
+        parent = (hash(parent) if parent is not None else None, tuple(tokens[start:start + block_size]))
+        keys.append(parent)
+    return keys
+
+
+def sha256_keys(tokens, block_size):
+    """Right: a hex digest chain (vLLM can use sha256), written as a while loop."""
+    keys, digest, start = [], b"", 0
+    while start + block_size <= len(tokens):
+        digest = hashlib.sha256(digest + repr(tokens[start:start + block_size]).encode()).digest()
+        keys.append(digest.hex())
+        start += block_size
+    return keys
+
+
+def whole_prefix_keys(tokens, block_size):
+    """Right, without hashing: the key is the whole prefix up to the block's end."""
+    return [tuple(tokens[:end]) for end in range(block_size, len(tokens) + 1, block_size)]
+
+
+def nested_keys(tokens, block_size):
+    """Right: the parent key itself (not its hash) inside the child's key."""
+    keys = []
+    for b in range(len(tokens) // block_size):
+        keys.append((keys[-1] if keys else None, tuple(tokens[b * block_size:(b + 1) * block_size])))
+    return keys
+
+
+def partial_block_keys(tokens, block_size):
+    """Wrong: names the last, partly filled block too."""
+    keys, parent = [], None
+    for start in range(0, len(tokens), block_size):
+        parent = (hash(parent), tuple(tokens[start:start + block_size]))
+        keys.append(parent)
+    return keys
+
+
+def parentless_keys(tokens, block_size):
+    """Wrong: a block named by its own tokens only."""
+    return [tuple(tokens[s:s + block_size]) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+
+
+def positional_keys(tokens, block_size):
+    """Wrong: own tokens and position, still no parent."""
+    return [(s, tuple(tokens[s:s + block_size])) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+
+
+def parent_tokens_keys(tokens, block_size):
+    """Wrong: the parent's tokens instead of the parent's key (covers one block back, not the prefix)."""
+    blocks = [tuple(tokens[s:s + block_size]) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+    return [(blocks[i - 1] if i else None, b) for i, b in enumerate(blocks)]
+
+
+# ---- lookups (each uses the key function it is paired with) ------------------------------------
+def lookup_with(keys_fn, variant):
+    def lookup(tokens, block_size, cache):
+        return variant(keys_fn, tokens, block_size, cache)
+    return lookup
+
+
+def solution_lookup(keys_fn, tokens, block_size, cache):
+    n = 0
+    for key in keys_fn(tokens[:-1], block_size):
+        if key not in cache:
+            break
+        n += 1
+    return n * block_size
+
+
+def capped_lookup(keys_fn, tokens, block_size, cache):
+    """Right: all keys, then the cap on blocks that leave the last token out."""
+    keys = keys_fn(tokens, block_size)[:(len(tokens) - 1) // block_size]
+    return block_size * sum(1 for _ in takewhile(lambda k: k in cache, keys))
+
+
+def while_lookup(keys_fn, tokens, block_size, cache):
+    """Right: counts tokens, stops one short of the prompt's end."""
+    keys, n = keys_fn(tokens, block_size), 0
+    while n // block_size < len(keys) and n + block_size < len(tokens) and keys[n // block_size] in cache:
+        n += block_size
+    return n
+
+
+def no_recompute_lookup(keys_fn, tokens, block_size, cache):
+    """Wrong: takes every cached block, even the one holding the last token."""
+    return block_size * sum(1 for _ in takewhile(lambda k: k in cache, keys_fn(tokens, block_size)))
+
+
+def partial_reuse_lookup(keys_fn, tokens, block_size, cache):
+    """Wrong: recomputes only the last token, reusing the rest of its block."""
+    hits = sum(1 for _ in takewhile(lambda k: k in cache, keys_fn(tokens, block_size)))
+    return min(hits * block_size, len(tokens) - 1)
+
+
+def off_by_one_lookup(keys_fn, tokens, block_size, cache):
+    """Wrong: drops the last full block always (len // bs - 1), not only when it holds the last token."""
+    keys = keys_fn(tokens, block_size)[:max(0, len(tokens) // block_size - 1)]
+    return block_size * sum(1 for _ in takewhile(lambda k: k in cache, keys))
+
+
+def count_all_lookup(keys_fn, tokens, block_size, cache):
+    """Wrong: counts every cached key, not the run from the start (a hole after an eviction)."""
+    return block_size * sum(k in cache for k in keys_fn(tokens[:-1], block_size))
+
+
+def blocks_lookup(keys_fn, tokens, block_size, cache):
+    """Wrong: returns blocks, not tokens."""
+    return solution_lookup(keys_fn, tokens, block_size, cache) // block_size
+
+
+RIGHT = {
+    "solution": (chained_keys, solution_lookup),
+    "sha256 chain, capped lookup": (sha256_keys, capped_lookup),
+    "whole-prefix keys, while lookup": (whole_prefix_keys, while_lookup),
+    "nested keys, solution lookup": (nested_keys, solution_lookup),
+}
+WRONG = {
+    "names the partial last block": (partial_block_keys, solution_lookup),
+    "hashes a block without its parent": (parentless_keys, solution_lookup),
+    "block position instead of parent": (positional_keys, capped_lookup),
+    "parent's tokens, not its key": (parent_tokens_keys, solution_lookup),
+    "does not recompute the last token": (chained_keys, no_recompute_lookup),
+    "reuses a partial last block": (chained_keys, partial_reuse_lookup),
+    "drops one block too many": (chained_keys, off_by_one_lookup),
+    "counts cached keys past a miss": (chained_keys, count_all_lookup),
+    "returns blocks, not tokens": (chained_keys, blocks_lookup),
+}
+
+
+@pytest.mark.parametrize("name", RIGHT)
+def test_check_accepts_right_variants(name, capsys):
+    keys_fn, variant = RIGHT[name]
+    check_prefix_lookup(keys_fn, lookup_with(keys_fn, variant))
+    assert capsys.readouterr().out.startswith("passed:")
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_check_rejects_wrong_variants(name):
+    keys_fn, variant = WRONG[name]
+    with pytest.raises(AssertionError):
+        check_prefix_lookup(keys_fn, lookup_with(keys_fn, variant))
+
+
+def test_wrong_lookups_fail_on_the_hand_made_cases_not_only_on_the_replay():
+    """Each lookup mistake is caught by a named case, so its message says what went wrong."""
+    from labs.checks import check_lookup_cases
+
+    for name in ("does not recompute the last token", "reuses a partial last block", "drops one block too many",
+                 "counts cached keys past a miss", "hashes a block without its parent"):
+        keys_fn, variant = WRONG[name]
+        with pytest.raises(AssertionError):
+            check_lookup_cases(keys_fn, lookup_with(keys_fn, variant))
