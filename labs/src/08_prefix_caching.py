@@ -1,0 +1,578 @@
+# %% [markdown]
+# # 8 · Prefix caching
+#
+# Real traffic repeats itself. A chatbot puts the same system prompt in front of every
+# user's message; an agent sends the same tool descriptions and few-shot examples with
+# every call; a chat resends the whole conversation at every turn. Without a cache, the
+# engine computes the keys and values (K/V) of those repeated tokens again for every
+# request: the same prefill work, over and over.
+#
+# It need not. With causal attention, a token's K/V in every layer depends only on the
+# tokens before it, its own token and its position. Two requests that start with the same
+# tokens therefore have the same K/V for that start, so the engine can compute it once
+# and let the second request **share the blocks** (lesson 4) that hold it. vLLM calls
+# this *automatic prefix caching*; SGLang's *RadixAttention* does the same with a radix
+# tree (Zheng et al., 2024, on the sources' reading list). The engine here follows
+# vLLM's design (`minilm/prefix_cache.py`), behind vLLM's knob
+# `enable_prefix_caching`, which lessons 0–7 leave off (section 7 says why).
+
+# %%
+from minilm import Engine, make_workload, run_workload, summarize
+from minilm.simulator import simulated_engine
+from labs.prose import say
+import widgets
+
+# %% [markdown]
+# ## 1. What is reused, and why the unit is a block
+#
+# One system prompt, three requests served one after the other: `a`, then `b` with the
+# same system prompt and another user turn, then `c` with exactly `a`'s prompt again.
+# The engine records, for each request, how many prompt tokens it found in the cache.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import random
+
+rng = random.Random(8)
+system = [rng.randrange(1, 500) for _ in range(40)]  # the system prompt: 40 tokens
+turn_a, turn_b = ([rng.randrange(1, 500) for _ in range(n)] for n in (8, 9))
+prompts = {"a": system + turn_a, "b": system + turn_b, "c": system + turn_a}  # c: a's prompt again
+BLOCK = 16
+
+
+def serve_one_by_one(caching: bool) -> Engine:
+    engine = Engine("tiny", enable_prefix_caching=caching, block_size=BLOCK)
+    for rid, prompt in prompts.items():  # each arrives after the previous one has finished
+        engine.add_request(rid, prompt, max_tokens=4, ignore_eos=True)
+        engine.run()
+    return engine
+
+
+engine = serve_one_by_one(caching=True)
+cached = {r.request_id: r.num_cached_tokens for r in engine.timeline.requests}
+for r in engine.timeline.requests:
+    print(f"{r.request_id}: {r.prompt_len} prompt tokens, {r.num_cached_tokens} from the cache, "
+          f"{r.prompt_len - r.num_cached_tokens} computed")
+uncached = serve_one_by_one(caching=False)
+same = all(engine.requests[rid].output_ids == uncached.requests[rid].output_ids for rid in prompts)
+print("the same output tokens as with caching off:", same)
+
+# %% [markdown]
+# Two rules shape these numbers.
+#
+# **Only whole blocks are shared.** The cache is paged: a block table lists whole blocks,
+# and a block is either in one table or shared by several. `b` has the whole system
+# prompt in common with `a`, but the system prompt ends inside a block, and `b` must
+# write its own turn into the rest of that block, where `a`'s turn sits. So that block
+# cannot be shared: `b` recomputes the system prompt's tail along with its turn. Naming
+# blocks, not tokens, also keeps the table small: one entry per block. The price is up
+# to one block of recomputed tokens per request (section 4 measures it).
+#
+# **The last prompt token is always computed.** The cache holds K and V, not the logits
+# that the first output token is sampled from; those come out of the model only for a
+# token the step computes. `c`'s prompt is entirely cached, yet the engine takes only the
+# blocks *before* the one holding the last token, and computes that whole block.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert cached["b"] == cached["c"] == len(system) // BLOCK * BLOCK and same
+say(f"`b` shares {len(system)} system-prompt tokens with `a` and takes **{cached['b']}** of them from the "
+    f"cache ({cached['b'] // BLOCK} whole blocks of {BLOCK}). `c` repeats `a`'s {len(prompts['c'])} tokens, "
+    f"{len(prompts['c']) // BLOCK} whole blocks, and still computes **{len(prompts['c']) - cached['c']}** "
+    f"of them: the block with its last token. The outputs are the same tokens as without caching.")
+
+# %% [markdown]
+# ## 2. The hash chain
+#
+# How does the engine find a cached block? Every full block gets a **key**: its parent
+# block's key (hashed) together with its own token ids. A new request computes the keys
+# of its full blocks and looks them up in a dictionary key -> block, from its first
+# block on, until one is missing. Here are the keys of `a`'s blocks:
+
+# %%
+from minilm.prefix_cache import block_keys
+
+a = engine.requests["a"]
+for i, (parent, tokens) in enumerate(block_keys(a, BLOCK, len(a.prompt_ids) // BLOCK)):
+    shown = "None (the first block)" if parent is None else f"{parent & 0xFFFFFFFF:08x}…"
+    print(f"block {i}: parent {shown:24s} tokens {list(tokens[:4])}…  -> its key hashes to "
+          f"{hash((parent, tokens)) & 0xFFFFFFFF:08x}…, the parent of block {i + 1}")
+
+# %% [markdown]
+# Because each key contains its parent's, a key names the **whole prefix** up to the end
+# of its block, not just the block's own tokens. That is what correctness needs: equal
+# tokens after a different start are a different prefix, and their K/V differ. Request
+# `x` below has `a`'s second and third blocks, token for token, after a different first
+# block.
+
+# %%
+x_prompt = [rng.randrange(1, 500) for _ in range(BLOCK)] + prompts["a"][BLOCK:]
+engine.add_request("x", x_prompt, max_tokens=1, ignore_eos=True)
+engine.run()
+x = engine.requests["x"]
+same_tokens = [x.block_keys[i][1] == a.block_keys[i][1] for i in range(3)]
+same_keys = [x.block_keys[i] == a.block_keys[i] for i in range(3)]
+print("blocks 0, 1, 2 -- same tokens as a's:", same_tokens, " same keys:", same_keys,
+      " x found in the cache:", x.num_cached_tokens, "tokens")
+
+# %% [markdown]
+# Were the keys wrong to differ? Compare the K/V that `a` and `x` really hold for their
+# second block, layer by layer (the KV cache tensor is
+# `[layers, K/V, blocks, block_size, kv_heads, head_dim]`):
+
+# %%
+import plotly.graph_objects as go
+
+
+def block_table(rid: str) -> list[int]:
+    """A finished request's block table, as the last step it ran in recorded it."""
+    return next(s.kv_blocks[rid] for s in reversed(engine.timeline.steps) if rid in (s.kv_blocks or {}))
+
+
+kv = engine.executor.kv_cache
+kv_a, kv_x = kv[:, :, block_table("a")[1]], kv[:, :, block_table("x")[1]]
+diff = (kv_a - kv_x).abs().amax(dim=(2, 3, 4))  # [layers, K/V]: the largest difference
+scale = kv_a.abs().amax(dim=(2, 3, 4))
+fig = go.Figure([go.Bar(name=name, x=list(range(kv.shape[0])), y=diff[:, j].tolist()) for j, name in enumerate("KV")])
+fig.update_layout(title="block 1: the same tokens after a different block 0 (tiny model, this CPU)",
+                  xaxis_title="layer", yaxis_title="largest |difference|", height=320)
+fig
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+assert diff[0].max() < 1e-5 * scale[0].max() and (diff[1:] > 1e-2 * scale[1:]).all()
+say(f"Layer 0's K/V of the two copies agree (largest difference {diff[0].max():.1e}): there a token's K/V "
+    f"depends only on the token and its position. From layer 1 on they differ by up to "
+    f"{diff[1:].max():.2f}, against values of up to {scale[1:].max():.2f}: attention has mixed every earlier "
+    f"token into them. A key of the block's own tokens alone would have handed `x` the wrong K/V.")
+
+# %% [markdown]
+# ## 3. Hit rate, TTFT and throughput
+#
+# The *hit rate* (vLLM's metric) is the share of prompt tokens found in the cache. The
+# `shared-prefix` workload puts one of a few long system prompts in front of each short
+# user turn. On this CPU with the tiny model, twice: all requests queued at once, which
+# makes throughput the engine's capacity, and arriving at random (Poisson) at a moderate
+# rate, which makes TTFT a request's own wait and prefill rather than time spent in a
+# long queue. **Measured** times: they vary from run to run.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+cpu_runs = {}
+for arrivals, rate in (("queued at once", None), ("at 4 req/s", 4.0)):
+    specs = make_workload("shared-prefix", num_requests=24, seed=0, rate=rate)
+    for caching in (False, True):
+        cpu_runs[arrivals, caching] = run_workload(specs, enable_prefix_caching=caching, max_num_seqs=16,
+                                                   record_kv_blocks=False, sampling={"ignore_eos": True})
+cpu = {key: summarize(tl) for key, tl in cpu_runs.items()}
+for (arrivals, caching), m in cpu.items():
+    computed = sum(s.tokens() for s in cpu_runs[arrivals, caching].steps)
+    print(f"{arrivals:14s} caching {'on ' if caching else 'off'}: hit rate {m['prefix_cache_hit_rate']:4.0%}, "
+          f"{computed:6d} tokens computed, {m['output_tok_per_s']:4.0f} output tok/s, "
+          f"TTFT p50 {m['ttft_p50'] * 1e3:7.1f} ms, p99 {m['ttft_p99'] * 1e3:7.1f} ms (measured)")
+
+# %% [markdown]
+# The Gantt charts of the random arrivals: the orange stripe over a request's first step
+# is the part of its prompt it found in the cache.
+
+# %%
+widgets.compare_figure({f"caching {'on' if c else 'off'}": cpu_runs["at 4 req/s", c] for c in (False, True)})
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+off, on = cpu["queued at once", False], cpu["queued at once", True]
+off_r, on_r = cpu["at 4 req/s", False], cpu["at 4 req/s", True]
+say(f"With caching the engine found **{on['prefix_cache_hit_rate']:.0%}** of the prompt tokens in the cache. "
+    f"Queued at once, it produced **{on['output_tok_per_s'] / off['output_tok_per_s']:.1f}x** the output "
+    f"tokens per second; arriving at random, the median TTFT fell from {off_r['ttft_p50'] * 1e3:.0f} ms to "
+    f"{on_r['ttft_p50'] * 1e3:.0f} ms (**{off_r['ttft_p50'] / on_r['ttft_p50']:.1f}x** lower; measured on this "
+    f"machine).")
+
+# %% [markdown]
+# How do the gains grow with the hit rate? On a GPU, at serving scale: Llama-3-8B on an
+# H100, **simulated**, with system prompts of a realistic one to two thousand tokens
+# (the workload's sizes are in the code). The number of different system prompts sets the hit rate: one
+# prompt for everybody, a few, many, or close to one per request. Throughput with all
+# requests queued at once; TTFT with Poisson arrivals at half the rate the engine sustains
+# without caching.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import numpy as np
+import pandas as pd
+from minilm.workload import shared_prefix_workload
+
+LLAMA3_VOCAB = 128256
+
+
+N_REQUESTS = 200
+
+
+def system_prompt_workload(num_system_prompts: int, rate: float | None = None, n: int = N_REQUESTS, seed: int = 0):
+    """n requests, each one of `num_system_prompts` system prompts (1,024-2,047 tokens) plus a user turn
+    (8-32 tokens), asking for 16-64 output tokens."""
+    rng = np.random.default_rng(seed)
+    text = lambda k: rng.integers(0, LLAMA3_VOCAB, k).tolist()  # noqa: E731
+    systems = [text(int(k)) for k in rng.integers(1024, 2048, num_system_prompts)]
+    turns = [text(int(k)) for k in rng.integers(8, 33, n)]
+    return shared_prefix_workload(systems, turns, rng.integers(16, 65, n).tolist(), rng, rate)
+
+
+def simulate(specs, **knobs):
+    knobs = {"policy": "continuous", "max_num_seqs": 64, "max_model_len": 4096, "record_kv_blocks": False, **knobs}
+    engine = simulated_engine("llama-3-8b", "h100", **knobs)
+    engine.add_workload(specs)
+    return engine.run()
+
+
+base = summarize(simulate(system_prompt_workload(1)))  # no caching, everything queued at once
+capacity = base["requests"] / base["wall_s"]  # requests/s the engine sustains without caching
+RATE = round(0.5 * capacity, 1)
+rows = []
+for k in (1, 4, 16, 64, N_REQUESTS):  # the last: about one system prompt per request
+    for caching in (False, True):
+        offline = summarize(simulate(system_prompt_workload(k), enable_prefix_caching=caching))
+        online = summarize(simulate(system_prompt_workload(k, RATE), enable_prefix_caching=caching))
+        rows.append({"system prompts": k, "caching": "on" if caching else "off",
+                     "hit rate": offline["prefix_cache_hit_rate"], "out tok/s": offline["output_tok_per_s"],
+                     "TTFT p50 (ms)": 1e3 * online["ttft_p50"], "TTFT p99 (ms)": 1e3 * online["ttft_p99"]})
+sweep = pd.DataFrame(rows)
+print(f"TTFT at {RATE} req/s (half of {capacity:.1f}, the uncached capacity); simulated")
+print(sweep.round({"hit rate": 3, "out tok/s": 0, "TTFT p50 (ms)": 1, "TTFT p99 (ms)": 1}).to_string(index=False))
+
+# %%
+from plotly.subplots import make_subplots
+
+pairs = sweep.pivot(index="system prompts", columns="caching")
+hit = pairs["hit rate", "on"]
+speedup = pairs["out tok/s", "on"] / pairs["out tok/s", "off"]
+ttft_gain = pairs["TTFT p50 (ms)", "off"] / pairs["TTFT p50 (ms)", "on"]
+fig = make_subplots(rows=1, cols=2, subplot_titles=["throughput, on / off", "TTFT p50, off / on"])
+labels = [f"{k} prompt{'s' if k > 1 else ''}" for k in pairs.index]
+fig.add_scatter(x=hit, y=speedup, text=labels, mode="markers+lines+text", textposition="top left", name="simulated",
+                row=1, col=1)
+fig.add_scatter(x=hit, y=1 / (1 - hit), mode="lines", line=dict(dash="dot"), name="1 / (1 - hit rate)",
+                row=1, col=1)
+fig.add_scatter(x=hit, y=ttft_gain, text=labels, mode="markers+lines+text", textposition="top left",
+                name="simulated ", row=1, col=2)
+fig.update_yaxes(type="log", title_text="x better with caching")
+fig.update_xaxes(title_text="hit rate")
+fig.update_layout(height=380, title="Llama-3-8B on an H100, simulated: the gain against the hit rate")
+fig
+
+# %% [markdown]
+# The dotted line is the gain if prefill were all the work: skipping a share `h` of the
+# prompt tokens would then make the engine `1 / (1 - h)` times faster. The engine gains
+# much less, because decoding is untouched: the output tokens still need every decode
+# step they needed before, and each decode step still reads all the weights and the
+# whole KV cache (lesson 1). The TTFT gain is largest where one prefill of a long prompt
+# was most of a request's wait.
+#
+# > SGLang's paper (Zheng et al., 2024) reports up to 6.4x higher throughput than
+# > other systems on workloads with shared prefixes; that compares whole systems on its
+# > own multi-call benchmarks, not caching on and off in one engine.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+best = speedup.idxmax()
+SGLANG_UP_TO = 6.4  # Zheng et al., 2024, as cited above
+say(f"In the simulation, caching gives at best **{speedup.max():.1f}x** the throughput, when the {N_REQUESTS} "
+    f"requests share {best} system prompt{'s' if best > 1 else ''} (hit rate {hit[best]:.0%}; SGLang's up to "
+    f"{SGLANG_UP_TO}x, cited above, compares whole systems), and {speedup.iloc[-1]:.1f}x with "
+    f"{pairs.index[-1]} prompts (hit rate {hit.iloc[-1]:.0%}); the median TTFT falls "
+    f"{ttft_gain.min():.1f}-{ttft_gain.max():.1f}x.")
+
+# %% [markdown]
+# ## 4. The prompts as a radix tree, beside the hash table
+#
+# SGLang keeps its cache as a **radix tree** (a compressed trie) over token ids: each
+# path from the root spells a prefix some request had, and an edge holds a run of tokens
+# that no prompt branches inside. Here are the prompts of a small `shared-prefix`
+# workload: each node is labelled with its edge's token count and the number of requests
+# whose prompt runs through it (hover for its tokens).
+
+# %%
+tree_specs = make_workload("shared-prefix", num_requests=16, seed=0)
+widgets.radix_figure(tree_specs)
+
+# %% [markdown]
+# The hash table holds the same information, sampled at block boundaries: a block's key
+# names the prefix from the root to the end of that block, so the table's keys are the
+# tree's prefixes of whole blocks. Looking up a prompt's keys one by one is walking
+# down the tree a block at a time. Both therefore find the **same reuse up to block
+# granularity**: the table's hit is the tree's longest match rounded down to a whole
+# block (and both leave the last prompt token to compute). `widgets.prefix_hits` walks
+# the requests in arrival order and asks each structure what an earlier prompt already
+# computed; the last column is what the engine recorded when it ran the workload with a
+# cache too big to evict anything.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+hits = widgets.prefix_hits(tree_specs, block_size=BLOCK)
+tree_run = simulate(tree_specs, enable_prefix_caching=True, block_size=BLOCK)
+hits["engine"] = hits.request.map({r.request_id: r.num_cached_tokens for r in tree_run.requests})
+print(hits.to_string(index=False))
+assert (hits.engine == hits.block_hit).all() and (hits.radix_hit - hits.block_hit).between(0, BLOCK - 1).all()
+say(f"Over the {len(hits)} requests the tree finds **{hits.radix_hit.sum()}** reusable tokens and the hash "
+    f"table **{hits.block_hit.sum()}** ({hits.block_hit.sum() / hits.radix_hit.sum():.1%} of them), exactly what "
+    f"the engine recorded; no request loses more than {(hits.radix_hit - hits.block_hit).max()} tokens, less than "
+    f"one block of {BLOCK}.")
+
+# %% [markdown]
+# The rounding matters when prompts are short next to a block. The `docstrings` model's
+# multi-turn workload is real text: every turn of a conversation resends the turns
+# before it, so each conversation is a chain in the tree (hover to read the text).
+
+# %%
+from minilm.loader import resolve_model_path
+from minilm.tokenizer import load_tokenizer
+from widgets.radix import workload_prompts
+
+tokenizer = load_tokenizer(resolve_model_path("docstrings"))
+chat = workload_prompts(make_workload("docstrings-multi-turn", num_requests=9, seed=0), tokenizer.encode)
+widgets.radix_figure(chat, decode=tokenizer.decode, title="docstrings-multi-turn: three conversations of three turns")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+chat_hits = widgets.prefix_hits(chat, block_size=BLOCK)
+total = sum(len(p) for p in chat.values())
+say(f"These prompts are {min(map(len, chat.values()))}-{max(map(len, chat.values()))} tokens long. A token-level "
+    f"tree would reuse **{chat_hits.radix_hit.sum() / total:.0%}** of their tokens, blocks of {BLOCK} only "
+    f"**{chat_hits.block_hit.sum() / total:.0%}**. (SGLang's tree matches token by token; vLLM trades this "
+    f"away for block-sized bookkeeping, and real prompts are usually far longer than a block.)")
+
+# %% [markdown]
+# ## 5. Longest prefix first, under a small cache
+#
+# A cache that cannot hold every system prompt must evict, and then the **order** in
+# which waiting requests are admitted decides the hit rate. First come, first served
+# (FCFS) takes them as they arrived, so system prompts alternate, each evicts another,
+# and each comes back to a cold cache. SGLang's *cache-aware scheduling* sorts the
+# waiting queue by the **longest cached prefix** first (`scheduling_policy="lpm"` here),
+# so requests that can share what is in the cache now go while it is there.
+#
+# A burst of requests over several system prompts, all queued at once, on a KV cache
+# that holds only a few of those prompts (Llama-3-8B on an H100, **simulated**):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+burst = system_prompt_workload(8, n=128)
+NUM_BLOCKS = 500
+orders = {order: simulate(burst, enable_prefix_caching=True, scheduling_policy=order, num_blocks=NUM_BLOCKS,
+                          max_num_seqs=16) for order in ("fcfs", "lpm")}
+big = summarize(simulate(burst, enable_prefix_caching=True, max_num_seqs=16))
+print(f"KV cache: {NUM_BLOCKS} blocks of {BLOCK} tokens = {NUM_BLOCKS * BLOCK} tokens (simulated)")
+for order, tl in orders.items():
+    m = summarize(tl)
+    ttfts = [r.t_first_token - r.arrival for r in tl.requests]
+    print(f"{order}: hit rate {m['prefix_cache_hit_rate']:4.0%}, TTFT p50 {m['ttft_p50']:5.2f} s, "
+          f"p99 {m['ttft_p99']:5.2f} s, max {max(ttfts):5.2f} s, {m['output_tok_per_s']:5.0f} output tok/s, "
+          f"mean batch {m['mean_batch_size']:4.1f}, {m['preemptions']} preemptions")
+print(f"(a cache that evicts nothing: hit rate {big['prefix_cache_hit_rate']:.0%})")
+
+# %% [markdown]
+# Each request coloured by its system prompt, in the order the engine admitted them:
+
+# %%
+first_token = {tuple(s.prompt_ids[:8]): None for s in burst}  # the first tokens name the system prompt
+prompt_of = {s.id: list(first_token).index(tuple(s.prompt_ids[:8])) for s in burst}
+fig = go.Figure()
+for row, (order, tl) in enumerate(orders.items()):
+    admitted = sorted(tl.requests, key=lambda r: (r.t_scheduled, r.request_id))
+    fig.add_heatmap(z=[[prompt_of[r.request_id] for r in admitted]], y=[order], colorscale="Turbo",
+                    showscale=row == 0, colorbar=dict(title="system prompt"),
+                    customdata=[[r.request_id for r in admitted]],
+                    hovertemplate="%{customdata}: system prompt %{z}<extra></extra>")
+fig.update_layout(xaxis_title="admission order", height=250,
+                  title="which system prompt each admitted request carries (simulated)")
+fig
+
+# %%
+# NBVAL_CHECK_OUTPUT
+fcfs, lpm = (summarize(orders[o]) for o in ("fcfs", "lpm"))
+say(f"Longest-prefix-first raises the hit rate from {fcfs['prefix_cache_hit_rate']:.0%} to "
+    f"**{lpm['prefix_cache_hit_rate']:.0%}** (a cache that evicts nothing reaches "
+    f"{big['prefix_cache_hit_rate']:.0%}), the median TTFT falls from {fcfs['ttft_p50']:.2f} s to "
+    f"**{lpm['ttft_p50']:.2f} s**, and throughput rises {lpm['output_tok_per_s'] / fcfs['output_tok_per_s']:.1f}x: "
+    f"requests that share one copy of a prompt also fit the small cache together (mean batch "
+    f"{fcfs['mean_batch_size']:.1f} -> {lpm['mean_batch_size']:.1f}).")
+
+# %% [markdown]
+# The order has a cost the median hides: a request whose prefix is not cached can be
+# passed over while others keep the cache warm. The burst above ends, so everybody is
+# served soon enough. A steady stream instead, in which a couple of system prompts are
+# popular and the rest are rare:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm.workload import poisson_arrivals, spec
+
+popularity = [0.5, 0.2, 0.12, 0.08, 0.06, 0.04]  # the share of requests behind each system prompt
+rng_np = np.random.default_rng(0)
+stream_systems = [rng_np.integers(0, LLAMA3_VOCAB, int(k)).tolist() for k in rng_np.integers(1024, 2048, 6)]
+picks = rng_np.choice(len(popularity), 400, p=popularity)
+arrivals = poisson_arrivals(rng_np, 10.0, 400)  # requests/s
+stream = [spec(f"r{i}", stream_systems[k] + rng_np.integers(0, LLAMA3_VOCAB, int(rng_np.integers(8, 33))).tolist(),
+               int(rng_np.integers(16, 65)), t) for i, (k, t) in enumerate(zip(picks, arrivals))]
+groups = {"popular": picks < 2, "rare": picks >= 2}
+tails = {}
+for order in ("fcfs", "lpm"):
+    tl = simulate(stream, enable_prefix_caching=True, scheduling_policy=order, num_blocks=400, max_num_seqs=16)
+    ttft = np.array([r.t_first_token - r.arrival for r in sorted(tl.requests, key=lambda r: int(r.request_id[1:]))])
+    for group, mask in groups.items():
+        tails[order, group] = (np.percentile(ttft[mask], 99), ttft[mask].max())
+        print(f"{order}: {group:7s} prompts ({mask.mean():.0%} of requests): TTFT p99 {tails[order, group][0]:.2f} s, "
+              f"worst {tails[order, group][1]:.2f} s (simulated)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert tails["lpm", "popular"][0] < tails["fcfs", "popular"][0] and tails["lpm", "rare"][1] > tails["fcfs", "rare"][1]
+say(f"Longest-prefix-first cuts the popular prompts' p99 TTFT from {tails['fcfs', 'popular'][0]:.2f} s to "
+    f"**{tails['lpm', 'popular'][0]:.2f} s**. The rare prompts' p99 goes from {tails['fcfs', 'rare'][0]:.2f} s to "
+    f"{tails['lpm', 'rare'][0]:.2f} s, and their worst TTFT grows from {tails['fcfs', 'rare'][1]:.2f} s to "
+    f"**{tails['lpm', 'rare'][1]:.2f} s**.")
+
+# %% [markdown]
+# The gain goes to what is popular, because that is what stays cached; the rare
+# prompts gain next to nothing, and their worst case grows. Under heavier load a plain
+# longest-prefix order could pass a rare prompt over again and again, so an engine that
+# orders by prefix needs a limit on how long a request may wait its turn.
+
+# %% [markdown]
+# ## 6. The KV map: shared blocks and cached-but-free blocks
+#
+# A handful of requests over two short system prompts, arriving one after another, on a
+# cache of a few dozen blocks. In the KV map (lesson 4) a **dark** cell is a block in
+# several block tables at once: one copy of a system prompt's K/V that several running
+# requests read. A **pale orange** cell is a block nobody holds any more that still keeps
+# its key: free, handed out again only when the free queue reaches it, and until then a
+# hit for the next request with that prefix.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm import RequestSpec
+
+rng = random.Random(6)
+systems = [[rng.randrange(1, 500) for _ in range(40)] for _ in range(2)]
+small = [RequestSpec(f"r{i}", systems[i % 2] + [rng.randrange(1, 500) for _ in range(rng.randrange(4, 12))],
+                     max_tokens=rng.randrange(8, 24), arrival=0.004 * i) for i in range(10)]
+kv_run = simulated_engine("tiny", "cpu", policy="continuous", enable_prefix_caching=True, num_blocks=24,
+                          max_num_seqs=4, block_size=BLOCK)
+kv_run.add_workload(small)
+kv_tl = kv_run.run()
+shown, owner, reserved, holders, cached_free = widgets.kv_cells(kv_tl)
+say(f"Up to **{holders.max()}** block tables hold the same block at once, and shared blocks are in use in "
+    f"{(holders > 1).any(axis=0).sum()} of the {len(kv_tl.steps)} steps. When the last request ends, "
+    f"**{len(kv_tl.steps[-1].kv_cached_free)}** of the {kv_run.config.num_blocks} blocks are free but keep a "
+    f"cached prefix (hit rate {summarize(kv_tl)['prefix_cache_hit_rate']:.0%}).")
+
+# %%
+widgets.kvmap_figure(kv_tl)
+
+# %% [markdown]
+# Eviction takes the free queue's head, the least recently freed block. A finished
+# request frees its blocks last block first, so a sequence's first blocks, the ones
+# most likely to be shared, are the last to go: the hash table evicts from the leaves
+# of the tree inward, as SGLang's radix tree does.
+
+# %% [markdown]
+# ## 7. Why vLLM turns it on by default, and why this lab does not
+#
+# > vLLM's V1 announcement (vLLM blog, 2025-01-26): prefix caching in V0 could cost
+# > significant CPU time when the hit rate was low, so V0 left it off; V1 made the data
+# > structures cheap, measured less than 1% lower throughput at a 0% hit rate and
+# > several times higher throughput at high hit rates, and turned it on by default.
+#
+# What it costs here when nothing is shared: hashing and looking up the full blocks of a
+# prompt, against the time of a step (**measured** on this CPU).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import time
+from minilm.kv_cache import KVCacheManager
+from minilm.request import Request, SamplingParams
+
+prompt_len = 2048
+kv_manager = KVCacheManager(num_blocks=256, block_size=BLOCK, enable_prefix_caching=True)
+fresh = [Request(f"p{i}", [rng.randrange(512) for _ in range(prompt_len)], SamplingParams()) for i in range(20)]
+t0 = time.perf_counter()
+for req in fresh:  # new prompts: every lookup misses at the first block, after hashing all of them
+    kv_manager.get_computed_blocks(req)
+lookup_s = (time.perf_counter() - t0) / len(fresh)
+step_s = np.median([s.duration for s in cpu_runs["at 4 req/s", False].steps])
+say(f"Hashing and looking up the {prompt_len // BLOCK} blocks of a {prompt_len}-token prompt that misses takes "
+    f"**{lookup_s * 1e6:.0f} µs** here, once per request; the median step of section 3 took "
+    f"{step_s * 1e3:.1f} ms (measured).")
+
+# %% [markdown]
+# So why do lessons 0–7 keep it off? Because their numbers would change, and not for the
+# reasons those lessons teach. Their workloads often use repeated tokens, like lesson 6's
+# example of one long prompt arriving among many decoding requests, all of them runs of
+# the same token: with caching, most of those prompts would be found in the cache.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def lesson6_example(caching: bool):
+    engine = simulated_engine("llama-3.1-8b", "h100", policy="continuous", max_num_seqs=64, max_model_len=8448,
+                              enable_prefix_caching=caching, record_kv_blocks=False)
+    specs = [RequestSpec(f"d{i}", [1] * 256, max_tokens=400) for i in range(60)]
+    specs.append(RequestSpec("long", [1] * 8192, max_tokens=32, arrival=1.0))
+    engine.add_workload(specs)
+    return engine.run()
+
+
+for caching in (False, True):
+    tl = lesson6_example(caching)
+    long = next(r for r in tl.requests if r.request_id == "long")
+    gaps = [b - a for r in tl.requests if r.request_id != "long" for a, b in zip(r.token_times, r.token_times[1:])]
+    decode_hits = sum(r.num_cached_tokens for r in tl.requests if r.request_id != "long")
+    print(f"caching {'on ' if caching else 'off'}: the 60 short prompts {decode_hits:5d} of {60 * 256} tokens cached, "
+          f"the long prompt {long.num_cached_tokens:3d} of 8192; decodes stall up to {max(gaps) * 1e3:5.1f} ms, "
+          f"the long prompt's TTFT {(long.t_first_token - long.arrival) * 1e3:5.1f} ms (simulated)")
+
+# %% [markdown]
+# Lesson 6's point survives (the long prompt still stalls the decodes), but its numbers
+# move, and in other lessons a hit would hide exactly the prefill cost they measure.
+# Preemption changes too: a recomputed request finds its own blocks again if they were
+# not evicted meanwhile, so recomputing gets cheaper.
+#
+# **`reserved` mode** (lesson 4) reserves a request's whole `prompt + max_tokens` when it
+# is admitted. With caching, the blocks of its cached prefix are shared, not reserved
+# anew: a request reserves fresh blocks only for the rest of its prompt and its output.
+# On a cache that holds few requests, that is the difference between a small batch and
+# a big one, in both modes:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+mode_specs = make_workload("shared-prefix", num_requests=128, seed=0, vocab_size=LLAMA3_VOCAB, max_model_len=4096)
+modes = []
+for mode in ("reserved", "paged"):
+    for caching in (False, True):
+        m = summarize(simulate(mode_specs, kv_mode=mode, num_blocks=1024, max_num_seqs=128,
+                               enable_prefix_caching=caching))
+        modes.append({"kv_mode": mode, "caching": "on" if caching else "off", "mean batch": m["mean_batch_size"],
+                      "out tok/s": m["output_tok_per_s"], "preemptions": m["preemptions"],
+                      "hit rate": m["prefix_cache_hit_rate"]})
+modes = pd.DataFrame(modes)
+print("1024 KV blocks, 128 shared-prefix requests queued at once (simulated)")
+print(modes.round({"mean batch": 1, "out tok/s": 0, "hit rate": 2}).to_string(index=False))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+res = modes.set_index(["kv_mode", "caching"])
+say(f"In `reserved` mode the mean batch grows from {res.loc[('reserved', 'off'), 'mean batch']:.1f} to "
+    f"**{res.loc[('reserved', 'on'), 'mean batch']:.1f}** requests with caching, and throughput "
+    f"{res.loc[('reserved', 'on'), 'out tok/s'] / res.loc[('reserved', 'off'), 'out tok/s']:.1f}x: the system "
+    f"prompts, most of each reservation, are held once. What reservation still wastes is the slots of output "
+    f"not yet generated, which caching does not touch.")
+
+# %% [markdown]
+# **What to remember.** Full blocks are named by a key that chains their parent's, so a
+# key names a whole prefix; a new request shares the longest run of cached blocks from
+# its start and always computes its last prompt token. A radix tree finds the same
+# reuse token by token, the hash table block by block. Hits cut prefill work, so TTFT
+# falls most and throughput rises as far as prefill was the bottleneck; under a tight
+# cache, the order of the queue decides the hit rate.
+#
+# **Exercise 8** (`exercises/08_prefix_caching.ipynb`): write the block keys and the
+# longest-cached-prefix lookup, and check them against the engine.
