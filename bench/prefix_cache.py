@@ -6,9 +6,9 @@ Workload: `shared-prefix`, 64 requests, seed 0: 4 system prompts of 256-511 toke
 request one of them plus a user turn of 8-32 tokens, 16-64 output tokens (--ignore-eos).
 Targets (issue 12): with caching, output tokens/s at least 1.5x higher and TTFT p50 at
 least 3x lower; the hit rate is printed. Simulated Llama-3-8B/H100 rows run the same
-workload (the same token counts) through the cost model, for reference: an H100 computes a
-400-token prefix in about the time of one decode step, so there caching buys less at
-these prompt lengths (lesson 8 shows longer ones).
+workload (the same token counts) through the cost model, for reference: on an H100 a
+430-token prefill riding along with 16 decodes adds less than half a decode step, so
+there caching buys less at these prompt lengths (lesson 8 shows longer ones).
 
 Two measurements, because the two targets measure different things and no single run
 carries both fairly:
@@ -29,8 +29,8 @@ Why these knobs:
       far more than either run uses, so caching wins here by computing fewer tokens, not
       by fitting more requests into memory (it does that too: lesson 8, section 5).
   64 requests: each of the 4 system prompts is computed once per run (the misses no
-      cache avoids), so the hit rate (0.89) is near the 0.93 a long-running server would
-      reach, and a p50 over 64 requests is stable.
+      cache avoids), so the hit rate (0.89) is near the 0.94 of a long-running server (2,000
+      requests of the same preset), and a p50 over 64 requests is stable.
   policy continuous, the lab's default: a prompt runs whole in one step, so the runs
       differ only in the tokens that caching skips.
   load 0.5: busy enough that requests share steps, far enough from saturation that the
