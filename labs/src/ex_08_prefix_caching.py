@@ -4,7 +4,7 @@
 # With prefix caching on, a request that arrives looks in a table of cached KV blocks
 # (`cache`: key -> block id) for the longest stretch at the start of its prompt that
 # an earlier request already computed. The engine shares those blocks and computes only
-# the rest. Write the two pieces vLLM's design needs (lesson 8, `minilm/prefix_cache.py`):
+# the rest. Write the two pieces vLLM's design needs (lesson 8 shows them at work):
 #
 # * `block_keys(tokens, block_size)`: the key under which each block of a sequence is
 #   named in the cache, one key per block that may be named, in order;
