@@ -95,8 +95,8 @@ from minilm.prefix_cache import block_keys
 a = engine.requests["a"]
 for i, (parent, tokens) in enumerate(block_keys(a, BLOCK, len(a.prompt_ids) // BLOCK)):
     shown = "None (the first block)" if parent is None else f"{parent & 0xFFFFFFFF:08x}…"
-    print(f"block {i}: parent {shown:24s} tokens {list(tokens[:4])}…  -> its key hashes to "
-          f"{hash((parent, tokens)) & 0xFFFFFFFF:08x}…, the parent of block {i + 1}")
+    print(f"block {i}: parent {shown:24s} tokens {list(tokens[:4])}…  -> the key hashes to "
+          f"{hash((parent, tokens)) & 0xFFFFFFFF:08x}…, the next block's parent")
 
 # %% [markdown]
 # Because each key contains its parent's, a key names the **whole prefix** up to the end
@@ -191,10 +191,10 @@ say(f"With caching the engine found **{on['prefix_cache_hit_rate']:.0%}** of the
 # %% [markdown]
 # How do the gains grow with the hit rate? On a GPU, at serving scale: Llama-3-8B on an
 # H100, **simulated**, with system prompts of a realistic one to two thousand tokens
-# (the workload's sizes are in the code). The number of different system prompts sets the hit rate: one
-# prompt for everybody, a few, many, or close to one per request. Throughput with all
-# requests queued at once; TTFT with Poisson arrivals at half the rate the engine sustains
-# without caching.
+# (the workload's sizes are in the code). The number of different system prompts sets
+# the hit rate: one prompt for everybody, a few, many, or about one per request.
+# Throughput with all requests queued at once; TTFT with Poisson arrivals at half the
+# rate the engine sustains without caching.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -203,8 +203,6 @@ import pandas as pd
 from minilm.workload import shared_prefix_workload
 
 LLAMA3_VOCAB = 128256
-
-
 N_REQUESTS = 200
 
 
@@ -330,7 +328,7 @@ from widgets.radix import workload_prompts
 
 tokenizer = load_tokenizer(resolve_model_path("docstrings"))
 chat = workload_prompts(make_workload("docstrings-multi-turn", num_requests=9, seed=0), tokenizer.encode)
-widgets.radix_figure(chat, decode=tokenizer.decode, title="docstrings-multi-turn: three conversations of three turns")
+widgets.radix_figure(chat, decode=tokenizer.decode, title=f"docstrings-multi-turn: {len(chat)} prompts, real text")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -442,7 +440,7 @@ say(f"Longest-prefix-first cuts the popular prompts' p99 TTFT from {tails['fcfs'
 # ## 6. The KV map: shared blocks and cached-but-free blocks
 #
 # A handful of requests over two short system prompts, arriving one after another, on a
-# cache of a few dozen blocks. In the KV map (lesson 4) a **dark** cell is a block in
+# cache of a couple of dozen blocks. In the KV map (lesson 4) a **dark** cell is a block in
 # several block tables at once: one copy of a system prompt's K/V that several running
 # requests read. A **pale orange** cell is a block nobody holds any more that still keeps
 # its key: free, handed out again only when the free queue reaches it, and until then a
@@ -512,11 +510,14 @@ say(f"Hashing and looking up the {prompt_len // BLOCK} blocks of a {prompt_len}-
 
 # %%
 # NBVAL_CHECK_OUTPUT
+NUM_DECODES, SHORT, LONG = 60, 256, 8192  # lesson 6, section 2
+
+
 def lesson6_example(caching: bool):
     engine = simulated_engine("llama-3.1-8b", "h100", policy="continuous", max_num_seqs=64, max_model_len=8448,
                               enable_prefix_caching=caching, record_kv_blocks=False)
-    specs = [RequestSpec(f"d{i}", [1] * 256, max_tokens=400) for i in range(60)]
-    specs.append(RequestSpec("long", [1] * 8192, max_tokens=32, arrival=1.0))
+    specs = [RequestSpec(f"d{i}", [1] * SHORT, max_tokens=400) for i in range(NUM_DECODES)]
+    specs.append(RequestSpec("long", [1] * LONG, max_tokens=32, arrival=1.0))
     engine.add_workload(specs)
     return engine.run()
 
@@ -526,9 +527,9 @@ for caching in (False, True):
     long = next(r for r in tl.requests if r.request_id == "long")
     gaps = [b - a for r in tl.requests if r.request_id != "long" for a, b in zip(r.token_times, r.token_times[1:])]
     decode_hits = sum(r.num_cached_tokens for r in tl.requests if r.request_id != "long")
-    print(f"caching {'on ' if caching else 'off'}: the 60 short prompts {decode_hits:5d} of {60 * 256} tokens cached, "
-          f"the long prompt {long.num_cached_tokens:3d} of 8192; decodes stall up to {max(gaps) * 1e3:5.1f} ms, "
-          f"the long prompt's TTFT {(long.t_first_token - long.arrival) * 1e3:5.1f} ms (simulated)")
+    print(f"caching {'on ' if caching else 'off'}: the {NUM_DECODES} short prompts {decode_hits:5d} of "
+          f"{NUM_DECODES * SHORT} tokens cached, the long prompt {long.num_cached_tokens:3d} of {LONG}; decodes "
+          f"stall up to {max(gaps) * 1e3:5.1f} ms, the long prompt's TTFT {(long.t_first_token - long.arrival) * 1e3:5.1f} ms (simulated)")
 
 # %% [markdown]
 # Lesson 6's point survives (the long prompt still stalls the decodes), but its numbers
@@ -545,16 +546,17 @@ for caching in (False, True):
 # %%
 # NBVAL_CHECK_OUTPUT
 mode_specs = make_workload("shared-prefix", num_requests=128, seed=0, vocab_size=LLAMA3_VOCAB, max_model_len=4096)
+MODE_BLOCKS = 1024
 modes = []
 for mode in ("reserved", "paged"):
     for caching in (False, True):
-        m = summarize(simulate(mode_specs, kv_mode=mode, num_blocks=1024, max_num_seqs=128,
+        m = summarize(simulate(mode_specs, kv_mode=mode, num_blocks=MODE_BLOCKS, max_num_seqs=len(mode_specs),
                                enable_prefix_caching=caching))
         modes.append({"kv_mode": mode, "caching": "on" if caching else "off", "mean batch": m["mean_batch_size"],
                       "out tok/s": m["output_tok_per_s"], "preemptions": m["preemptions"],
                       "hit rate": m["prefix_cache_hit_rate"]})
 modes = pd.DataFrame(modes)
-print("1024 KV blocks, 128 shared-prefix requests queued at once (simulated)")
+print(f"{MODE_BLOCKS} KV blocks, {len(mode_specs)} shared-prefix requests queued at once (simulated)")
 print(modes.round({"mean batch": 1, "out tok/s": 0, "hit rate": 2}).to_string(index=False))
 
 # %%
