@@ -527,9 +527,10 @@ for caching in (False, True):
     long = next(r for r in tl.requests if r.request_id == "long")
     gaps = [b - a for r in tl.requests if r.request_id != "long" for a, b in zip(r.token_times, r.token_times[1:])]
     decode_hits = sum(r.num_cached_tokens for r in tl.requests if r.request_id != "long")
+    ttft_long = long.t_first_token - long.arrival
     print(f"caching {'on ' if caching else 'off'}: the {NUM_DECODES} short prompts {decode_hits:5d} of "
           f"{NUM_DECODES * SHORT} tokens cached, the long prompt {long.num_cached_tokens:3d} of {LONG}; decodes "
-          f"stall up to {max(gaps) * 1e3:5.1f} ms, the long prompt's TTFT {(long.t_first_token - long.arrival) * 1e3:5.1f} ms (simulated)")
+          f"stall up to {max(gaps) * 1e3:5.1f} ms, the long prompt's TTFT {ttft_long * 1e3:5.1f} ms (simulated)")
 
 # %% [markdown]
 # Lesson 6's point survives (the long prompt still stalls the decodes), but its numbers
