@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from helpers import engine as real_engine
 from minilm import RequestSpec, make_workload
 from minilm.simulator import simulated_engine
 from widgets.radix import build_radix_tree, prefix_hits, radix_figure, walk
@@ -78,6 +79,18 @@ def test_hits_agree_with_the_engine_when_nothing_is_evicted(preset, block_size):
     assert hits.block_hit.sum() > 0
     assert dict(zip(hits.request, hits.block_hit)) == recorded
     assert ((hits.radix_hit - hits.block_hit) < block_size).all()
+
+
+def test_hits_agree_with_the_real_engine():
+    """The same on the real (micro) model, whose outputs are real tokens, with a scrambled free list."""
+    specs = make_workload("shared-prefix", num_requests=16, seed=4, vocab_size=97, rate=50.0, max_model_len=512)
+    e = real_engine("continuous", enable_prefix_caching=True, max_num_seqs=4, max_model_len=512, num_blocks=256)
+    e.add_workload(specs, ignore_eos=True)
+    tl = e.run()
+    assert e.config.num_blocks > sum(-(-(r.prompt_len + r.max_tokens) // e.config.block_size) for r in tl.requests)
+    recorded = {r.request_id: r.num_cached_tokens for r in tl.requests}
+    hits = prefix_hits(specs, e.config.block_size)
+    assert hits.block_hit.sum() > 0 and dict(zip(hits.request, hits.block_hit)) == recorded
 
 
 def test_text_prompts_need_a_tokenizer():
