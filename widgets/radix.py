@@ -184,15 +184,12 @@ def radix_figure(prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], t
     tokens (`decode` turns them into text, for a real tokenizer)."""
     root = build_radix_tree(as_prompts(prompts))
     pos = tree_layout(root)
-    ex, ey = [], []
-    for node, _ in walk(root):
-        for child in node.children.values():
-            ex += [pos[node][0], pos[child][0], None]
-            ey += [pos[node][1], pos[child][1], None]
-    for child in root.children.values():
-        ex += [0, pos[child][0], None]
-        ey += [pos[root][1], pos[child][1], None]
     nodes = [n for n, _ in walk(root)]
+    ex, ey = [], []  # every edge as a line segment; None breaks the line between segments
+    for parent in [root, *nodes]:
+        for child in parent.children.values():
+            ex += [pos[parent][0], pos[child][0], None]
+            ey += [pos[parent][1], pos[child][1], None]
 
     def shown(node: RadixNode) -> str:
         toks = list(node.tokens[:max_hover_tokens])
