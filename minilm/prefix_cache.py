@@ -27,7 +27,7 @@ def block_keys(request: Request, block_size: int, num_blocks: int) -> list[tuple
     keys = request.block_keys
     while len(keys) < num_blocks:
         i = len(keys)
-        parent = hash(keys[-1]) if keys else None
+        parent = hash(keys[-1]) if keys else 0  # ints and tuples of ints hash the same in every process
         keys.append((parent, tuple(request.token_ids(i * block_size, block_size))))
     return keys[:num_blocks]
 
@@ -42,6 +42,8 @@ class PrefixCachingBlockPool:
         self.key: list[tuple | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # head: evicted first
         self.cached: dict[tuple, int] = {}  # key -> block
+        self.cached_free: set[int] = set()  # free blocks that keep a key (kept as it changes: the KV map asks each step)
+        self._snapshot: list[int] | None = []
 
     @property
     def num_free_blocks(self) -> int:
@@ -54,6 +56,7 @@ class PrefixCachingBlockPool:
         blocks = []
         for _ in range(n):
             block, _ = self.free.popitem(last=False)
+            self._unfree(block)
             self.evict(block)
             self.ref_cnt[block] = 1
             blocks.append(block)
@@ -65,12 +68,16 @@ class PrefixCachingBlockPool:
             self.ref_cnt[block] -= 1
             if self.ref_cnt[block] == 0:
                 self.free[block] = None
+                if self.key[block] is not None:
+                    self.cached_free.add(block)
+                    self._snapshot = None
 
     def touch(self, blocks: list[int]) -> None:
         """One reference more on each cached block a request reuses."""
         for block in blocks:
             if self.ref_cnt[block] == 0:
                 del self.free[block]
+                self._unfree(block)
             self.ref_cnt[block] += 1
 
     def num_unheld(self, blocks: list[int]) -> int:
@@ -99,6 +106,14 @@ class PrefixCachingBlockPool:
             del self.cached[key]
             self.key[block] = None
 
+    def _unfree(self, block: int) -> None:
+        if block in self.cached_free:
+            self.cached_free.discard(block)
+            self._snapshot = None
+
     def cached_free_blocks(self) -> list[int]:
-        """Blocks nobody holds that still hold a cached prefix (lesson 8's KV map)."""
-        return [b for b in self.free if self.key[b] is not None]
+        """Blocks nobody holds that still hold a cached prefix (lesson 8's KV map); the
+        same list object while nothing changed, so steps can share it."""
+        if self._snapshot is None:
+            self._snapshot = sorted(self.cached_free)
+        return self._snapshot

@@ -28,6 +28,7 @@ def check_pool(e: Engine) -> None:
     for key, block in pool.cached.items():
         assert pool.key[block] == key
     cached_free = pool.cached_free_blocks()
+    assert cached_free == sorted(b for b in pool.free if pool.key[b] is not None), "the kept set drifted"
     uncached_free = [b for b in pool.free if pool.key[b] is None]
     assert len(holders) + len(cached_free) + len(uncached_free) == kv.num_blocks, "used + cached + free != total"
 
