@@ -119,14 +119,16 @@ _cached: tuple[AttentionMetadata, int, StepLayout] | None = None
 
 def step_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     global _cached
-    if _cached is None or _cached[0] is not meta or _cached[1] != block_size:
-        _cached = (meta, block_size, build_layout(meta, block_size))
-    return _cached[2]
+    cached = _cached  # one read: another thread's engine may replace it meanwhile
+    if cached is None or cached[0] is not meta or cached[1] != block_size:
+        cached = _cached = (meta, block_size, build_layout(meta, block_size))
+    return cached[2]
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Causal attention for a ragged batch of prompt chunks and decode tokens: q [T, Hq, D] -> [T, Hq, D]."""
+    """Causal attention for a ragged batch of prompt chunks and decode tokens: q [T, Hq, D] -> [T, Hq, D].
+    `out`, if given, is written in place and returned (the tests pass one full of NaN)."""
     num_blocks, block_size, hkv, d = k_cache.shape
     hq = q.shape[1]
     keys = k_cache.view(num_blocks * block_size, hkv, d)  # one row per cache slot
