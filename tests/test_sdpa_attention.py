@@ -97,6 +97,16 @@ def test_layout_is_rebuilt_for_new_metadata():
         check(*make_batch(*case, group=2, head_dim=32, dtype=torch.float32, seed=seed), 0.2)
 
 
+def test_layout_follows_metadata_refilled_in_place():
+    """A runner may refill the same metadata tensors every step; the cached layout must follow."""
+    q, kc, vc, meta = make_batch(*DECODE, group=2, head_dim=32, dtype=torch.float32, seed=6)
+    lens = meta.context_lens.clone()
+    meta.context_lens.copy_((lens - 1).clamp(min=1))  # the step before: one token shorter
+    check(q, kc, vc, meta, 0.2)
+    meta.context_lens.copy_(lens)                     # this step: same tensor objects, new contents
+    check(q, kc, vc, meta, 0.2)
+
+
 def test_write_kv_matches_reference():
     gen = torch.Generator().manual_seed(5)
     num_blocks, block_size, hkv, d, t = 6, 16, 2, 32, 11

@@ -111,17 +111,19 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     return StepLayout(decodes, prefills)
 
 
-# Every layer of a step passes the same metadata object: the layout is built for the first
-# and reused by the rest. Holding `meta` keeps its id from being reused by a new object while
-# it is cached. (This assumes metadata is never edited in place; the runner builds new.)
-_cached: tuple[AttentionMetadata, int, StepLayout] | None = None
+# Every layer of a step passes the same metadata, and the layout depends on nothing else:
+# it is built for the first layer and reused by the others. The check compares contents, not
+# identity, so a runner that refills the same tensors in place every step is safe too.
+_cached: tuple[tuple[torch.Tensor, ...], int, StepLayout] | None = None
 
 
 def step_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     global _cached
+    key = (meta.cu_seqlens_q, meta.context_lens, meta.block_tables)
     cached = _cached  # one read: another thread's engine may replace it meanwhile
-    if cached is None or cached[0] is not meta or cached[1] != block_size:
-        cached = _cached = (meta, block_size, build_layout(meta, block_size))
+    if (cached is None or cached[1] != block_size
+            or not all(torch.equal(a, b) for a, b in zip(cached[0], key))):
+        cached = _cached = (tuple(t.clone() for t in key), block_size, build_layout(meta, block_size))
     return cached[2]
 
 
