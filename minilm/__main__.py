@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from .attention import BACKENDS
 from .config import EngineConfig
 from .engine import Engine
 from .metrics import summarize
@@ -51,7 +52,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
-    p.add_argument("--attention-backend", default=None, choices=["reference", "triton"])
+    p.add_argument("--attention-backend", default=None, choices=BACKENDS,
+                   help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth")
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
 

@@ -58,7 +58,9 @@ class EngineParts:
 
 
 def default_backend(device: str) -> str:
-    return "triton" if str(device).startswith("cuda") else "reference"
+    """The Triton kernel on a GPU; on a CPU, PyTorch's fused attention over gathered KV
+    (attention/sdpa.py: about twice the readable reference's speed, same results)."""
+    return "triton" if str(device).startswith("cuda") else "sdpa"
 
 
 def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> EngineParts:

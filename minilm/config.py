@@ -115,7 +115,7 @@ class EngineConfig:
     kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
     enable_prefix_caching: bool = False  # share cached prompt-prefix blocks (lesson 8; vLLM V1 turns it on)
     scheduling_policy: str = "fcfs"  # order of the waiting queue: "fcfs", or "lpm" (SGLang's longest prefix match)
-    attention_backend: str | None = None  # None: "triton" on CUDA, "reference" on CPU
+    attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (builder.default_backend)
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0

@@ -133,17 +133,20 @@ class KVCacheManager:
 
     def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
                      computed: list[int] = ()) -> bool:
-        free = self.pool.num_free_blocks - (self.pool.num_unheld(computed) if computed else 0)
-        return self.blocks_needed(request, num_new_tokens, reserve_tokens, computed) <= free
+        return self.fits(self.blocks_needed(request, num_new_tokens, reserve_tokens, computed), computed)
+
+    def fits(self, need: int, computed: list[int] = ()) -> bool:
+        """`need` fresh blocks are free, besides the cached ones a request is about to share."""
+        return need <= self.pool.num_free_blocks - (self.pool.num_unheld(computed) if computed else 0)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
                        computed: list[int] = ()) -> list[int] | None:
         """Grow the request's table by the `computed` cached blocks it shares and fresh
         blocks for `num_new_tokens` more tokens; its table, or None (and nothing changed)
         when there are not enough free blocks."""
-        if not self.can_allocate(request, num_new_tokens, reserve_tokens, computed):
-            return None
         need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
+        if not self.fits(need, computed):
+            return None
         table = self.block_tables.get(request.request_id, [])
         if need or computed:
             if computed:

@@ -17,8 +17,10 @@
 # | 3 | in-flight (continuous) batching: check, evict, fill, execute |
 # | 4 | the paged KV cache |
 # | 5 | inside the Triton kernel: one kernel for a ragged batch |
-# | 6 | chunked prefill: no more stalls |
+# | 6 | chunked prefill: a long prompt no longer stalls the decodes |
 # | 7 | trade-offs and SLOs |
+# | 8 | prefix caching: shared prompt prefixes computed once |
+# | 9 | serving: an OpenAI-compatible server, its clients, the live Gantt |
 #
 # Each lesson has an exercise in `labs/exercises/` (solutions in `labs/solutions/`).
 # The first cell of every notebook (above) only makes `import minilm` work and pins
