@@ -10,7 +10,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .metrics import summarize
 from .simulator import simulated_engine
-from .workload import PRESETS, get_workload
+from .workload import PRESETS, get_workload, recommended_knobs
 
 # (summary key, header with its unit, scale, format)
 TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None, "{}"),
@@ -18,7 +18,8 @@ TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None
                  ("output_tok_per_s", "out tok/s", 1, "{:.0f}"),
                  ("ttft_p50", "TTFT p50 (ms)", 1e3, "{:.1f}"), ("ttft_p99", "TTFT p99 (ms)", 1e3, "{:.1f}"),
                  ("itl_p50", "ITL p50 (ms)", 1e3, "{:.1f}"), ("itl_p99", "ITL p99 (ms)", 1e3, "{:.1f}"),
-                 ("itl_max", "ITL max (ms)", 1e3, "{:.1f}"), ("mean_batch_size", "batch", 1, "{:.1f}"),
+                 ("itl_worst_p99", "worst gap p99 (ms)", 1e3, "{:.1f}"), ("itl_max", "ITL max (ms)", 1e3, "{:.1f}"),
+                 ("max_num_batched_tokens", "budget", None, "{}"), ("mean_batch_size", "batch", 1, "{:.1f}"),
                  ("padding_fraction", "padding", 1, "{:.2f}"), ("peak_kv_blocks", "peak KV blocks", None, "{}"),
                  ("preemptions", "preempted", None, "{}")]
 
@@ -31,7 +32,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's")
     p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (default: the policy's)")
     p.add_argument("--long-prefill-token-threshold", type=int, default=0,
                    help="chunked: at most this many prompt tokens of one request per step (0: no cap)")
@@ -58,10 +59,14 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
-    return EngineConfig(policy=policy, max_num_seqs=args.max_num_seqs, enable_prefix_caching=prefix_caching,
+    knobs = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
+    preset = recommended_knobs(args.workload, args.num_requests, policy)
+    knobs |= {k: v for k, v in preset.items() if knobs[k] is None}  # what the user gives wins
+    return EngineConfig(policy=policy, max_num_seqs=knobs["max_num_seqs"] or 16,
+                        max_num_batched_tokens=knobs["max_num_batched_tokens"],
+                        enable_prefix_caching=prefix_caching,
                         long_prefill_token_threshold=args.long_prefill_token_threshold,
-                        scheduling_policy=args.scheduling_policy,
-                        max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
+                        scheduling_policy=args.scheduling_policy, block_size=args.block_size,
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
                         gpu_memory_utilization=args.gpu_memory_utilization,
                         attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
@@ -86,7 +91,7 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
                 "seed": args.seed if args.temperature > 0 else None}
     engine.add_workload(specs, **sampling)
     timeline = engine.run(progress=not args.json)
-    m = summarize(timeline)
+    m = summarize(timeline) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
     if prefix_caching:
         m["policy"] += " +prefix cache"
     return engine, m
@@ -95,7 +100,8 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
 def describe_run(meta: dict) -> str:
     """One line saying what the numbers are: simulated ones must say so."""
     times = "SIMULATED times (roofline cost model)" if meta.get("clock") == "simulated" else "measured times"
-    return f"model {meta['model']} on {meta['device']} ({meta['dtype']}), {times}"
+    return (f"model {meta['model']} on {meta['device']} ({meta['dtype']}), {times}; "
+            f"max_num_seqs={meta['max_num_seqs']}, block_size={meta['block_size']}")
 
 
 def print_table(rows: list[dict]) -> None:
@@ -103,7 +109,8 @@ def print_table(rows: list[dict]) -> None:
     if any(r["prefix_cache_hit_rate"] for r in rows):
         columns = [*columns, ("prefix_cache_hit_rate", "prefix hit", 1, "{:.0%}")]
     header = [h for _, h, _, _ in columns]
-    cells = [[fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns] for r in rows]
+    cells = [["-" if r[k] is None else fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns]
+             for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for row in cells:

@@ -74,6 +74,18 @@ def preset_lengths(name: str, n: int, rng: np.random.Generator, max_model_len: i
     raise ValueError(f"workload preset {name!r}; allowed: {', '.join(PRESETS)} (or a JSON file)")
 
 
+def recommended_knobs(preset: str, num_requests: int, policy: str) -> dict:
+    """Engine knobs a preset is meant to be run with (the CLI uses them unless told otherwise).
+
+    `long-prompt` shows a stall only if its short requests decode together when the long
+    prompts arrive: every request gets a batch slot; and a chunk budget near a decode
+    step's size keeps a chunk step short on a CPU (lesson 6 sweeps it)."""
+    if preset != "long-prompt":
+        return {}
+    return {"max_num_seqs": num_requests, **({"max_num_batched_tokens": max(128, num_requests)}
+                                            if policy == "chunked" else {})}
+
+
 def poisson_arrivals(rng: np.random.Generator, rate: float | None, n: int) -> np.ndarray:
     """Arrival times of a Poisson process at `rate` requests/s, or all at t=0 for None."""
     return np.cumsum(rng.exponential(1.0 / rate, n)) if rate is not None else np.zeros(n)
