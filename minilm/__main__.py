@@ -23,13 +23,22 @@ TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
     p.add_argument("--workload", default="mixed", help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
+                   "(minilm/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
+    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
+    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
+    add_engine_args(p)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine's knobs (EngineConfig), shared by run, compare and serve."""
+    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--block-size", type=int, default=16)
@@ -42,15 +51,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)")
     p.add_argument("--device", default="cpu", help="torch device; with --simulate a device spec "
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)")
-    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
-                   "(minilm/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
-    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
     p.add_argument("--attention-backend", default=None, choices=["reference", "triton"])
-    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
 
 def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
@@ -144,6 +149,32 @@ def cmd_run(args) -> None:
     print_table([m])
 
 
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    add_engine_args(p)
+    p.set_defaults(model="docstrings")
+    p.add_argument("--policy", default="continuous", help="static, continuous or chunked")
+    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    p.add_argument("--max-waiting", type=int, default=1024,
+                   help="requests that may wait for a place in the batch; past it, HTTP 429")
+    p.add_argument("--drain-timeout", type=float, default=5.0,
+                   help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted")
+    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
+
+
+def cmd_serve(args) -> None:
+    if args.enable_prefix_caching == "both":
+        raise ValueError("--enable-prefix-caching both compares two runs; a server runs one: use on or off")
+    if args.max_waiting < 0:
+        raise ValueError(f"--max-waiting {args.max_waiting}: must be >= 0")
+    from .server import serve  # FastAPI and uvicorn only when serving
+
+    serve(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minilm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("--policies", default="static,continuous,chunked")
     p_cmp.add_argument("--html", help="write a standalone HTML report (Gantt charts, latency CDFs, step views) here")
     p_cmp.set_defaults(func=cmd_compare)
+    p_serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over one engine (minilm/server.py)")
+    add_serve_args(p_serve)
+    p_serve.set_defaults(func=cmd_serve)
+    p_bench = sub.add_parser("bench-serve", help="send a workload to an OpenAI-compatible server and measure it "
+                             "from the client side (minilm/bench_serve.py)")
+    from .bench_serve import add_args as add_bench_args, cmd_bench_serve
+
+    add_bench_args(p_bench)
+    p_bench.set_defaults(func=cmd_bench_serve)
     args = parser.parse_args(argv)
     try:
         args.func(args)
