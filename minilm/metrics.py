@@ -55,7 +55,10 @@ def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
 def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None) -> dict[str, Any]:
     """Everything `compare` prints, as one flat dict (times in seconds)."""
     steps = tl.steps
-    span = (max(s.t_end for s in steps) - min(r.arrival for r in tl.requests)) if steps else 0.0
+    # the run's end: its last step, or (a client's view, which has no steps) its last request's end
+    end = max(s.t_end for s in steps) if steps else max((r.t_finished for r in tl.requests
+                                                          if r.t_finished is not None), default=None)
+    span = end - min(r.arrival for r in tl.requests) if end is not None and tl.requests else 0.0
     out_tokens = sum(r.output_len for r in tl.requests)
     prompt_tokens = sum(r.prompt_len for r in tl.requests)
     computed = padding = 0

@@ -4,15 +4,17 @@ Every figure function takes `Timeline`s and returns a static `go.Figure` (works 
 nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figures read
 only the timeline, never the engine.
 """
+from .bench import load_bench_result
 from .compare import compare_figure, metrics_table, metrics_table_figure
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
 from .inplace import update_figure
 from .kvmap import kv_cells, kvmap_figure
 from .latency import latency_cdfs_figure, sweep, sweep_figure
+from .live import LiveGantt, live_gantt
 from .report import write_report
 from .steps import steps_figure
 from .trace import save_trace
 
-__all__ = ["compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure", "latency_cdfs_figure",
-           "metrics_table", "metrics_table_figure", "save_trace", "set_gantt_step", "steps_figure", "sweep",
-           "sweep_figure", "update_figure", "write_report"]
+__all__ = ["LiveGantt", "compare_figure", "gantt_figure", "gantt_segments", "kv_cells", "kvmap_figure",
+           "latency_cdfs_figure", "live_gantt", "load_bench_result", "metrics_table", "metrics_table_figure",
+           "save_trace", "set_gantt_step", "steps_figure", "sweep", "sweep_figure", "update_figure", "write_report"]
