@@ -76,6 +76,9 @@ class Snapshot:
     done: Callable[[dict], None]
 
 
+HANDOFF_TIMEOUT = 0.05  # seconds the engine thread waits at most for the event loop after a step
+
+
 class EngineThread:
     def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop, max_waiting: int | None = None,
                  metrics=None):
@@ -218,11 +221,25 @@ class EngineThread:
                 del self.streams[rid]
         if self.metrics is not None:
             self.metrics.observe_step(self.engine, record, finished)
-        self.deliver(events)
+        self.deliver(events, wait=True)
 
-    def deliver(self, events: list[tuple[RequestStream, Any]]) -> None:
-        if events:
+    def deliver(self, events: list[tuple[RequestStream, Any]], wait: bool = False) -> None:
+        """Hand events to the event loop. `wait`: until the loop has run the handlers they wake
+        (a step's tokens are in the sockets), at most HANDOFF_TIMEOUT seconds.
+
+        Why wait: both threads run Python under one GIL. Left to interleave, the handlers'
+        every socket write lets the engine thread in and then waits for it to let go again,
+        dozens of times a step, and on a busy machine each of those waits can cost a
+        scheduler time slice. Taking turns once per step costs the handlers' own work and
+        little more (bench/serve_overhead.py measures what serving costs)."""
+        if not events:
+            return
+        if not wait:
             self.loop.call_soon_threadsafe(put_all, events)
+            return
+        handed = threading.Event()
+        self.loop.call_soon_threadsafe(put_all, events, handed)
+        handed.wait(HANDOFF_TIMEOUT)
 
     def fail_all(self, error: BaseException) -> None:
         events = [(s, Rejected(APIError(500, f"the engine stopped: {error!r}", type="internal_error")))
@@ -256,7 +273,9 @@ def step_dict(s) -> dict:
     return d
 
 
-def put_all(events: list[tuple[RequestStream, Any]]) -> None:
+def put_all(events: list[tuple[RequestStream, Any]], handed: threading.Event | None = None) -> None:
     """In the event loop's thread: each event onto its request's queue."""
     for stream, event in events:
         stream.queue.put_nowait(event)
+    if handed is not None:  # runs after the handlers these events woke up have had their turn
+        asyncio.get_running_loop().call_soon(handed.set)
