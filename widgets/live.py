@@ -44,6 +44,7 @@ class LiveGantt:
         self.timeline = Timeline()                 # what is drawn: steps + finished + unfinished
         self.now = 0.0
         self.polls = self.errors = 0
+        self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
         self.status = W.HTML("starting…")
         self.gantt = go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
         self.steps = go.FigureWidget(steps_figure(self.timeline)) if steps else None
@@ -53,6 +54,10 @@ class LiveGantt:
     # ---- reading the source ----------------------------------------------------------
     async def poll(self) -> bool:
         """Fetch what is new; True when something changed."""
+        async with self.lock:
+            return await self.fetch()
+
+    async def fetch(self) -> bool:
         if self.engine is not None:
             return self.read_engine()
         import httpx
