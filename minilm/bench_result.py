@@ -24,7 +24,7 @@ have done with them (`simulate_result`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -183,6 +183,28 @@ def result_to_timeline(result, label: str | None = None) -> Timeline:
             "model": r.get("model_id"), "source": "bench result (client side)",
             "has_start_times": bool(starts), "duration": r.get("duration")}
     return Timeline(steps=[], requests=requests, meta=meta)
+
+
+def engine_view(engine_tl: Timeline, client_tl: Timeline) -> Timeline:
+    """The server's timeline (`serve --timeline`) cut to the requests of a client's run and put on
+    the client's time axis: both start when the first request was sent. The ids match because
+    bench-serve sends them as X-Request-Id."""
+    ids = {r.request_id for r in client_tl.requests}
+    mine = [r for r in engine_tl.requests if r.request_id in ids]
+    if not mine:
+        raise ValueError("no request of the client's run is on this engine timeline (different run or ids)")
+    first = min(client_tl.requests, key=lambda r: r.arrival)
+    t0 = next(r.arrival for r in mine if r.request_id == first.request_id) - first.arrival
+    start, end = min(r.arrival for r in mine), max(r.t_finished for r in mine)
+    steps = []
+    for s in engine_tl.steps:
+        if s.t_end >= start and s.t_start <= end:
+            steps.append(replace(s, step=len(steps), t_start=s.t_start - t0, t_end=s.t_end - t0,
+                                 items=[i for i in s.items if i.request_id in ids], kv_blocks=None))
+    requests = [replace(r, arrival=r.arrival - t0, t_scheduled=r.t_scheduled - t0 if r.t_scheduled is not None else None,
+                        t_first_token=r.t_first_token - t0 if r.t_first_token is not None else None,
+                        token_times=[t - t0 for t in r.token_times], t_finished=r.t_finished - t0) for r in mine]
+    return Timeline(steps, requests, {**engine_tl.meta, "source": "engine side of a client's run"})
 
 
 def replay_specs(result_or_timeline, token_id: int = 0) -> list[RequestSpec]:
