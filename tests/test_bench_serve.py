@@ -10,7 +10,7 @@ import pytest
 import widgets
 from minilm import summarize
 from minilm.__main__ import main as cli_main
-from minilm.bench_result import replay_specs, simulate_result
+from minilm.bench_result import engine_view, replay_specs, simulate_result
 from minilm.bench_serve import client_tokenizer, make_requests, run
 from serving import docstrings_engine, serving, wait_idle
 
@@ -50,6 +50,12 @@ def test_bench_serve_result_file_round_trips_into_the_views(tmp_path, capsys):
     assert len(ticks.x) == sum(r["output_lens"])
     waiting = next(t for t in fig.data if t.name == "waiting")
     assert np.allclose(sorted(waiting.x), sorted(np.array(r["ttfts"]) * 1e3))
+    side = engine_view(engine.timeline, tl)  # the server's view of the same requests, on the client's axis
+    assert sorted(q.request_id for q in side.requests) == sorted(r["request_ids"]) and side.steps
+    first = min(tl.requests, key=lambda q: q.arrival).request_id
+    assert next(q.arrival for q in side.requests if q.request_id == first) == pytest.approx(0.0)
+    assert {i.request_id for s in side.steps for i in s.items} <= set(r["request_ids"])
+    widgets.compare_figure({"client": tl, "engine": side})
     sim = simulate_result(tl, "llama-3-8b", "h100", "continuous")
     assert sorted(q.output_len for q in sim.requests) == sorted(r["output_lens"])
     widgets.compare_figure({"client (measured)": tl, "simulated H100": sim})
