@@ -168,8 +168,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def cmd_serve(args) -> None:
     if args.enable_prefix_caching == "both":
         raise ValueError("--enable-prefix-caching both compares two runs; a server runs one: use on or off")
-    if args.max_waiting < 0:
-        raise ValueError(f"--max-waiting {args.max_waiting}: must be >= 0")
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting {args.max_waiting}: must be >= 1 (a new request waits until the next step)")
     from .server import serve  # FastAPI and uvicorn only when serving
 
     serve(args)

@@ -37,7 +37,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from .detokenizer import IncrementalDetokenizer
 from .engine import Engine
-from .engine_thread import Accepted, EngineThread, Rejected, RequestStream, Snapshot, Tokens
+from .engine_thread import Accepted, EngineThread, Rejected, RequestStream, Snapshot
 from .openai_api import (CHAT, CHAT_TEMPLATE_DOC, COMPLETIONS, FINISH_REASONS, APIError, BadRequest, GenerateRequest, chat_chunk,
                          completion_chunk, full_response, now_s, parse_request, usage, usage_chunk)
 from .server_metrics import ServerMetrics
@@ -96,6 +96,9 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
                                 max_model_len=engine.config.max_model_len)
         except APIError as e:
             return error_response(e)
+        if not thread.thread.is_alive():
+            return error_response(APIError(503, f"the engine is not running ({thread.error!r})",
+                                           type="service_unavailable"))
         rid = request_id(http, req)
         stream = thread.add(rid, req, arrival)
         try:
@@ -126,7 +129,9 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
                     events.append(stream.queue.get_nowait())
                 out = []
                 for event in events:
-                    assert isinstance(event, Tokens), event
+                    if isinstance(event, Rejected):  # the engine thread died: say so, end the stream
+                        yield sse(event.error.to_json()) + "data: [DONE]\n\n"
+                        return
                     finish_reason = FINISH_REASONS.get(event.finish_reason)
                     if not event.token_ids:  # aborted between steps: an empty last chunk
                         out.append(chunk(req.kind, response_id, created, "", finish_reason, num_tokens == 0))
@@ -154,10 +159,12 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
     async def full_completion(http: Request, thread: EngineThread, stream: RequestStream, req: GenerateRequest,
                               prompt_len: int) -> Response:
         """Non-streaming: wait for the last token, unless the client disconnects first."""
-        async def collect() -> tuple[list[int], str]:
+        async def collect() -> tuple[list[int], str] | APIError:
             token_ids = []
             while True:
                 event = await stream.queue.get()
+                if isinstance(event, Rejected):  # the engine thread died
+                    return event.error
                 token_ids += event.token_ids
                 if event.finish_reason is not None:
                     return token_ids, event.finish_reason
@@ -176,6 +183,8 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
                 thread.abort(stream.request_id)
         if not result.done() or result.cancelled():
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+        if isinstance(result.result(), APIError):
+            return error_response(result.result())
         token_ids, reason = result.result()
         rid = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{stream.request_id}"
         return JSONResponse(full_response(rid, model_name, now_s(), req.kind, engine.tokenizer.decode(token_ids),

@@ -316,3 +316,19 @@ def test_detokenizer_joins_to_the_full_decode():
         d = IncrementalDetokenizer(tok)
         text = "".join(d.add([t], final=k == len(ids) - 1) for k, t in enumerate(ids))
         assert text == tok.decode(ids)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the engine thread's traceback
+def test_an_engine_failure_ends_streams_with_an_error_and_then_the_server_answers_503():
+    engine = docstrings_engine()
+    with serving(engine) as (url, _, _):
+        def broken(plan):
+            raise RuntimeError("the model broke")
+
+        engine.executor.execute = broken  # the engine is idle: nothing else touches it now
+        body = {"prompt": "Return the", "max_tokens": 4, "stream": True}
+        events = [ln for ln in httpx.post(f"{url}/v1/completions", json=body).text.split("\n\n") if ln]
+        assert events[-1] == "data: [DONE]" and "the model broke" in json.loads(events[-2][6:])["error"]["message"]
+        assert httpx.get(f"{url}/health").status_code == 503
+        again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False})
+        assert again.status_code == 503 and again.json()["error"]["type"] == "service_unavailable"
