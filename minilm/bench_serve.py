@@ -224,8 +224,12 @@ async def run(base_url: str = "http://127.0.0.1:8000", workload: str = "docstrin
         rate = None
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency={max_concurrency}: must be >= 1")
-    async with httpx.AsyncClient(timeout=30) as client:
-        served, max_model_len = await server_model(client, base_url)
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            served, max_model_len = await server_model(client, base_url)
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"cannot reach an OpenAI-compatible server at {base_url} (GET /v1/models: "
+                         f"{type(e).__name__}: {e})") from e
     requests = make_requests(workload, num_prompts, seed, rate, client_tokenizer(tokenizer), max_tokens,
                              max_model_len or 256, token_id_prompts, random_input_len, random_output_len,
                              random_range_ratio)

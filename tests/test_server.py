@@ -332,3 +332,21 @@ def test_an_engine_failure_ends_streams_with_an_error_and_then_the_server_answer
         assert httpx.get(f"{url}/health").status_code == 503
         again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False})
         assert again.status_code == 503 and again.json()["error"]["type"] == "service_unavailable"
+
+
+def test_serve_and_bench_serve_command_lines(capsys):
+    from minilm.__main__ import main
+
+    for argv, flags in ((["serve", "--help"], ["--policy", "--max-num-batched-tokens", "--enable-prefix-caching",
+                                               "--timeline", "--max-waiting", "--drain-timeout", "--host"]),
+                        (["bench-serve", "--help"], ["--rate", "--max-concurrency", "--save", "--workload",
+                                                     "--random-input-len", "--tokenizer"])):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        out = capsys.readouterr().out
+        assert exit_.value.code == 0 and all(f in out for f in flags)
+    assert main(["serve", "--block-size", "0"]) == 2 and "block_size=0" in capsys.readouterr().err
+    assert main(["serve", "--max-waiting", "0"]) == 2
+    assert main(["bench-serve", "--base-url", "http://127.0.0.1:9", "--rate", "-1"]) == 2
+    assert main(["bench-serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
+    assert "cannot reach an OpenAI-compatible server" in capsys.readouterr().err
