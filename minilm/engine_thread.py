@@ -15,6 +15,10 @@ this one through two one-way channels:
     handler:  stream = engine_thread.add(request_id, request, arrival)
               event = await stream.queue.get()   # Accepted, Rejected, then Tokens ... (finish_reason set)
 
+The two threads share one interpreter lock (the GIL): only one runs Python at a time.
+The model's tensor operations release it, so the HTTP side's work mostly fits into the
+engine's compute; what serving still costs, bench/serve_overhead.py measures.
+
 A request's arrival is the moment its HTTP request came (the engine's WallClock), not
 when the thread picked it up, so its TTFT includes any wait for the current step.
 Each request gets exactly one Accepted or Rejected and, once accepted, Tokens events
@@ -74,9 +78,6 @@ class Snapshot:
     since_step: int
     since_request: int
     done: Callable[[dict], None]
-
-
-HANDOFF_TIMEOUT = 0.05  # seconds the engine thread waits at most for the event loop after a step
 
 
 class EngineThread:
@@ -221,25 +222,12 @@ class EngineThread:
                 del self.streams[rid]
         if self.metrics is not None:
             self.metrics.observe_step(self.engine, record, finished)
-        self.deliver(events, wait=True)
+        self.deliver(events)
 
-    def deliver(self, events: list[tuple[RequestStream, Any]], wait: bool = False) -> None:
-        """Hand events to the event loop. `wait`: until the loop has run the handlers they wake
-        (a step's tokens are in the sockets), at most HANDOFF_TIMEOUT seconds.
-
-        Why wait: both threads run Python under one GIL. Left to interleave, the handlers'
-        every socket write lets the engine thread in and then waits for it to let go again,
-        dozens of times a step, and on a busy machine each of those waits can cost a
-        scheduler time slice. Taking turns once per step costs the handlers' own work and
-        little more (bench/serve_overhead.py measures what serving costs)."""
-        if not events:
-            return
-        if not wait:
+    def deliver(self, events: list[tuple[RequestStream, Any]]) -> None:
+        """Hand events to the event loop's thread: one wake-up for a whole step's events."""
+        if events:
             self.loop.call_soon_threadsafe(put_all, events)
-            return
-        handed = threading.Event()
-        self.loop.call_soon_threadsafe(put_all, events, handed)
-        handed.wait(HANDOFF_TIMEOUT)
 
     def fail_all(self, error: BaseException) -> None:
         events = [(s, Rejected(APIError(500, f"the engine stopped: {error!r}", type="internal_error")))
@@ -273,9 +261,7 @@ def step_dict(s) -> dict:
     return d
 
 
-def put_all(events: list[tuple[RequestStream, Any]], handed: threading.Event | None = None) -> None:
+def put_all(events: list[tuple[RequestStream, Any]]) -> None:
     """In the event loop's thread: each event onto its request's queue."""
     for stream, event in events:
         stream.queue.put_nowait(event)
-    if handed is not None:  # runs after the handlers these events woke up have had their turn
-        asyncio.get_running_loop().call_soon(handed.set)
