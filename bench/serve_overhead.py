@@ -27,12 +27,12 @@ import argparse
 import json
 import os
 import platform
-import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,31 +58,85 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine has spent busy since boot (/proc/stat)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """Every 50 ms: the machine's busy CPU seconds and those of a few processes, stamped with
+    time.perf_counter() (one monotonic clock for all processes on Linux, the clock bench-serve
+    stamps its requests with), so the CPU used inside any window of the run can be read off."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids, self.samples, self.stop = pids, [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def sample(self) -> tuple:
+        procs = {}
+        for name, pid in self.pids.items():
+            try:
+                procs[name] = cpu_seconds(pid)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                procs[name] = None  # not started yet or gone
+        return time.perf_counter(), machine_busy_seconds(), procs
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(self.sample())
+            self.stop.wait(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds used between t0 and t1 (nearest samples): the machine, each process, the rest."""
+        a = min(self.samples, key=lambda x: abs(x[0] - t0))
+        b = min(self.samples, key=lambda x: abs(x[0] - t1))
+        out = {"seconds": b[0] - a[0], "machine_busy": b[1] - a[1]}
+        for name in self.pids:
+            out[name] = (b[2][name] or 0.0) - (a[2][name] or b[2][name] or 0.0)
+        out["other_processes"] = out["machine_busy"] - sum(out[n] for n in self.pids)
+        out["idle"] = (os.cpu_count() or 1) * out["seconds"] - out["machine_busy"]
+        return out
 
 
 def offline(prompts, max_num_seqs: int) -> dict:
     engine = Engine("docstrings", EngineConfig(max_num_seqs=max_num_seqs))
     for i, r in enumerate(prompts):
         engine.add_request(f"o{i}", prompt=r.prompt, max_tokens=r.max_tokens, temperature=0.0)
+    sampler = CpuSampler({"engine": os.getpid()})
     cpu, t0 = time.process_time(), time.perf_counter()
     tl = engine.run()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    t1 = time.perf_counter()
+    wall, cpu = t1 - t0, time.process_time() - cpu
+    time.sleep(0.06)
+    sampler.close()
     out = sum(r.output_len for r in tl.requests)
     busy = sum(s.duration for s in tl.steps)
     return {"output_tokens": out, "time_s": wall, "out_tok_per_s": out / wall, "steps": len(tl.steps),
             "busy_s": busy, "between_steps_s": wall - busy, "mean_step_ms": busy / len(tl.steps) * 1e3,
-            "cpu_s": cpu, "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))}}
+            "cpu_s": cpu, "cpu_window": sampler.window(t0, t1),
+            "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))}}
 
 
-def bench_serve(url: str, out: Path, *extra: str) -> tuple[dict, float]:
-    """Run bench-serve in its own process; its result and the CPU seconds it used."""
-    cpu = children_cpu()
-    subprocess.run([sys.executable, "-m", "minilm", "bench-serve", "--base-url", url, "--save", str(out), *extra],
-                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text()), children_cpu() - cpu
+def bench_serve(url: str, out: Path, server_pid: int, *extra: str) -> tuple[dict, dict]:
+    """Run bench-serve in its own process; its result and the CPU seconds used while it sent
+    requests (its own import time excluded: the window is its first send to its last token)."""
+    client = subprocess.Popen([sys.executable, "-m", "minilm", "bench-serve", "--base-url", url, "--save", str(out),
+                               *extra], cwd=ROOT, stdout=subprocess.DEVNULL)
+    sampler = CpuSampler({"server": server_pid, "client": client.pid, "bench": os.getpid()})
+    if client.wait() != 0:
+        raise RuntimeError("bench-serve failed")
+    time.sleep(0.06)
+    sampler.close()
+    result = json.loads(out.read_text())
+    start = min(result["start_times"])
+    end = max(t + ttft + sum(gaps) for t, ttft, gaps in zip(result["start_times"], result["ttfts"], result["itls"]))
+    return result, sampler.window(start, end)
 
 
 def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
@@ -117,16 +171,14 @@ def served(args, tmp: Path, k: int) -> dict:
         import httpx
 
         httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 4}, timeout=60)
-        cpu0 = cpu_seconds(proc.pid)
-        result, client_cpu = bench_serve(url, tmp / f"load{k}.json", "--num-prompts", str(args.num_prompts),
-                                         "--seed", str(args.seed))
-        server_cpu = cpu_seconds(proc.pid) - cpu0
-        low, _ = bench_serve(url, tmp / f"low{k}.json", "--num-prompts", str(args.low_load_requests),
+        result, cpu = bench_serve(url, tmp / f"load{k}.json", proc.pid, "--num-prompts", str(args.num_prompts),
+                                  "--seed", str(args.seed))
+        low, _ = bench_serve(url, tmp / f"low{k}.json", proc.pid, "--num-prompts", str(args.low_load_requests),
                              "--max-concurrency", "1", "--max-tokens", "8", "--seed", str(args.seed + 1))
     finally:
         stop_server(proc)
     tl = Timeline.from_json(tl_path)
-    return {"result": result, "low": low, "timeline": tl, "client_cpu_s": client_cpu, "server_cpu_s": server_cpu}
+    return {"result": result, "low": low, "timeline": tl, "cpu_window": cpu}
 
 
 def engine_side(tl: Timeline, ids: list[str]) -> dict:
@@ -179,7 +231,7 @@ def main() -> None:
             repeats.append({"offline": {k2: v for k2, v in off.items() if k2 != "texts"},
                             "server": {"output_tokens": r["total_output_tokens"], "time_s": r["duration"],
                                        "out_tok_per_s": r["output_throughput"], "failed": r["failed"],
-                                       "client_cpu_s": run["client_cpu_s"], "server_cpu_s": run["server_cpu_s"]},
+                                       "cpu_window": run["cpu_window"]},
                             "engine_side": eng, "low_load": low_load(run), "same_texts": same,
                             "ratio": r["output_throughput"] / off["out_tok_per_s"]})
             print(f"repeat {k}: offline {off['out_tok_per_s']:.0f} tok/s, server {r['output_throughput']:.0f} tok/s "
@@ -211,10 +263,20 @@ def report(med: dict, repeats: list[dict], c: dict) -> None:
             ("total (s)", off["time_s"], srv["time_s"]),
             ("steps", off["steps"], eng["steps"]),
             ("mean step (ms)", off["mean_step_ms"], eng["mean_step_ms"]),
-            ("CPU s: engine process / server", off["cpu_s"], srv["server_cpu_s"]),
-            ("CPU s: bench-serve client", 0.0, srv["client_cpu_s"])]
+            ("CPU s: engine process / server", off["cpu_window"]["engine"], srv["cpu_window"]["server"]),
+            ("CPU s: bench-serve client", 0.0, srv["cpu_window"]["client"]),
+            ("CPU s: other processes", off["cpu_window"]["other_processes"], srv["cpu_window"]["other_processes"]),
+            ("CPU s: idle (all cores)", off["cpu_window"]["idle"], srv["cpu_window"]["idle"])]
     for name, a, b in rows:
         print(f"{name:34} {a:>10.2f} {b:>10.2f}" if isinstance(a, float) else f"{name:34} {a:>10} {b:>10}")
+    oc, sc = off["cpu_window"], srv["cpu_window"]
+    need = sc["server"] + sc["client"]
+    print(f"\nCPU the work needed: offline {oc['engine']:.2f} s; served {sc['server']:.2f} (server) + "
+          f"{sc['client']:.2f} (client) = {need:.2f} s, {need / oc['engine']:.2f}x. Other processes used "
+          f"{sc['other_processes'] / sc['seconds']:.2f} of the {c['cpus']} cores during the server run, "
+          f"{oc['other_processes'] / oc['seconds']:.2f} during the offline one.")
+    print(f"With one core to itself, the served run can reach at most {oc['engine'] / need:.0%} of offline; "
+          f"the server process alone (engine and HTTP threads) needs {sc['server'] / oc['engine']:.2f}x the offline CPU.")
     print(f"\nlow load ({low['requests']} requests one at a time, 8 tokens): client TTFT p50 "
           f"{low['client_ttft_p50_ms']:.2f} ms, engine TTFT p50 {low['engine_ttft_p50_ms']:.2f} ms")
     ratios = [r["ratio"] for r in repeats]

@@ -160,6 +160,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="requests that may wait for a place in the batch; past it, HTTP 429")
     p.add_argument("--drain-timeout", type=float, default=5.0,
                    help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
+                        "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams")
     p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
@@ -168,6 +171,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def cmd_serve(args) -> None:
     if args.enable_prefix_caching == "both":
         raise ValueError("--enable-prefix-caching both compares two runs; a server runs one: use on or off")
+    if args.stream_interval < 1:
+        raise ValueError(f"--stream-interval {args.stream_interval}: must be >= 1")
     if args.max_waiting < 1:
         raise ValueError(f"--max-waiting {args.max_waiting}: must be >= 1 (a new request waits until the next step)")
     from .server import serve  # FastAPI and uvicorn only when serving

@@ -82,11 +82,12 @@ class Snapshot:
 
 class EngineThread:
     def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop, max_waiting: int | None = None,
-                 metrics=None):
+                 metrics=None, stream_interval: int = 1):
         """`max_waiting`: requests allowed to wait for a place in the batch; past it, new ones
         get HTTP 429. `metrics` (server_metrics.ServerMetrics) is updated in this thread after
         each step and each abort."""
         self.engine, self.loop, self.max_waiting, self.metrics = engine, loop, max_waiting, metrics
+        self.stream_interval = stream_interval
         self.cond = threading.Condition()
         self.commands: list = []
         self.streams: dict[str, RequestStream] = {}  # unfinished requests (engine thread only)
@@ -213,8 +214,8 @@ class EngineThread:
                 continue
             req = self.engine.requests[rid]
             new = req.output_ids[stream.sent:]
-            if not new and not req.finished:
-                continue  # a prompt chunk that samples nothing yet
+            if not req.finished and (not new or (stream.sent and len(new) < self.stream_interval)):
+                continue  # nothing sampled yet (a prompt chunk), or fewer tokens than --stream-interval
             stream.sent = len(req.output_ids)
             events.append((stream, Tokens(new, req.finish_reason if req.finished else None)))
             if req.finished:

@@ -55,14 +55,15 @@ def error_response(e: APIError) -> JSONResponse:
 
 
 def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 1024,
-               timeline_path: str | None = None) -> FastAPI:
+               timeline_path: str | None = None, stream_interval: int = 1) -> FastAPI:
     """The FastAPI app. The engine thread starts and stops with the app (its lifespan)."""
     metrics = ServerMetrics(model_name)
     ids = itertools.count()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.engine_thread = EngineThread(engine, asyncio.get_running_loop(), max_waiting, metrics)
+        app.state.engine_thread = EngineThread(engine, asyncio.get_running_loop(), max_waiting, metrics,
+                                               stream_interval)
         metrics.update_gauges(engine)
         app.state.engine_thread.start()
         yield
@@ -270,7 +271,8 @@ def serve(args) -> None:
     config = engine_config(args, args.policy, args.enable_prefix_caching == "on")
     engine = Engine(args.model, config, clock=WallClock(config.device))
     name = args.served_model_name or Path(str(args.model)).name
-    app = create_app(engine, name, max_waiting=args.max_waiting, timeline_path=args.timeline)
+    app = create_app(engine, name, max_waiting=args.max_waiting, timeline_path=args.timeline,
+                     stream_interval=args.stream_interval)
     c = engine.config
     print(f"minilm serve: {name}, policy {engine.policy.name}, "
           f"max_num_seqs {c.max_num_seqs}, max_model_len {c.max_model_len}, {c.num_blocks} KV blocks of "
