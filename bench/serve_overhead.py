@@ -141,7 +141,8 @@ def bench_serve(url: str, out: Path, server_pid: int, *extra: str) -> tuple[dict
 
 def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "minilm", "serve", "--port", str(port), "--max-num-seqs",
-                             str(args.max_num_seqs), "--timeline", str(timeline)], cwd=ROOT,
+                             str(args.max_num_seqs), "--stream-interval", str(args.stream_interval),
+                             "--timeline", str(timeline)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import httpx
 
@@ -210,6 +211,7 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--low-load-requests", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "bench/results/serve_overhead.json"))
     args = ap.parse_args()
@@ -218,6 +220,7 @@ def main() -> None:
                   "python": platform.python_version(), "torch": torch.__version__, "torch_threads": 1,
                   "loadavg_before": os.getloadavg(), "model": "docstrings", "policy": "continuous",
                   "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts,
+                  "stream_interval": args.stream_interval,
                   "command": "python bench/serve_overhead.py " + " ".join(sys.argv[1:])}
     offline(prompts[:4], 4)  # warm up
     repeats = []
@@ -249,7 +252,7 @@ def main() -> None:
 def report(med: dict, repeats: list[dict], c: dict) -> None:
     off, srv, eng, low = med["offline"], med["server"], med["engine_side"], med["low_load"]
     print(f"docstrings model, continuous, max_num_seqs {c['max_num_seqs']}, {c['num_prompts']} prompts all at once, "
-          f"greedy; {c['cpus']} CPUs ({c['machine']}), torch {c['torch']} with 1 thread; load average "
+          f"greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch {c['torch']} with 1 thread; load average "
           f"{c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} after; median of {len(repeats)} repeats")
     print(f"\n{'run':34} {'out tokens':>10} {'time (s)':>9} {'out tok/s':>10} {'vs offline':>10}")
     print(f"{'offline engine (wall clock)':34} {off['output_tokens']:>10} {off['time_s']:>9.2f} "
