@@ -70,7 +70,7 @@ class Add:
 
 @dataclass
 class Abort:
-    request_id: str
+    stream: RequestStream  # the stream, not just its id: a refused duplicate id must not abort the original
 
 
 @dataclass
@@ -110,8 +110,8 @@ class EngineThread:
         self.send(Add(stream, request, arrival))
         return stream
 
-    def abort(self, request_id: str) -> None:
-        self.send(Abort(request_id))
+    def abort(self, stream: RequestStream) -> None:
+        self.send(Abort(stream))
 
     def drain(self, timeout: float) -> None:
         """Stop taking requests (503); those in flight may finish for `timeout` seconds, then are aborted."""
@@ -182,9 +182,11 @@ class EngineThread:
             self.streams[stream.request_id] = stream
             self.deliver([(stream, Accepted(added.prompt_len))])
         elif isinstance(command, Abort):
-            stream = self.streams.pop(command.request_id, None)
-            if stream is not None and self.abort_request(command.request_id):
-                self.deliver([(stream, Tokens([], "aborted"))])
+            stream = command.stream
+            if self.streams.get(stream.request_id) is stream:  # still running, and it is this one
+                del self.streams[stream.request_id]
+                if self.abort_request(stream.request_id):
+                    self.deliver([(stream, Tokens([], "aborted"))])
         elif isinstance(command, Snapshot):
             command.done(self.snapshot(command.since_step, command.since_request))
 

@@ -105,7 +105,7 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
         try:
             first = await stream.queue.get()
         except asyncio.CancelledError:  # the server is going down before the engine took it
-            thread.abort(rid)
+            thread.abort(stream)
             raise
         if isinstance(first, Rejected):
             return error_response(first.error)
@@ -150,7 +150,7 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
                 yield "".join(out)
         finally:
             if finish_reason is None:  # the client went away (or the server stops): free its KV now
-                thread.abort(rid)
+                thread.abort(stream)
 
     def chunk(kind: str, response_id: str, created: int, text: str, finish_reason: str | None, first: bool) -> str:
         if kind == CHAT:
@@ -181,7 +181,7 @@ def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 102
             gone.cancel()
             if not result.done():
                 result.cancel()
-                thread.abort(stream.request_id)
+                thread.abort(stream)
         if not result.done() or result.cancelled():
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
         if isinstance(result.result(), APIError):

@@ -22,9 +22,11 @@ def run(thread: EngineThread) -> None:
         thread.publish(thread.engine.step())
 
 
-def add(thread: EngineThread, rid: str, max_tokens: int, prompt=(1, 2, 3)) -> None:
+def add(thread: EngineThread, rid: str, max_tokens: int, prompt=(1, 2, 3)) -> RequestStream:
     request = GenerateRequest(COMPLETIONS, list(prompt), max_tokens, {"ignore_eos": True})
-    thread.apply(Add(RequestStream(rid), request, thread.engine.clock.now))
+    stream = RequestStream(rid)
+    thread.apply(Add(stream, request, thread.engine.clock.now))
+    return stream
 
 
 def test_tokens_once_each_and_one_finish_per_request_with_a_stream_interval():
@@ -48,14 +50,17 @@ def test_abort_frees_kv_and_finishes_once_and_a_full_queue_refuses():
     loop = RecordingLoop()
     engine = micro_engine(max_num_seqs=1)
     thread = EngineThread(engine, loop, max_waiting=1)
-    add(thread, "a", 50)
+    a = add(thread, "a", 50)
     thread.publish(engine.step())  # a runs
+    duplicate = add(thread, "a", 5)  # refused (its id is taken): aborting it must not touch the original
+    thread.apply(Abort(duplicate))
+    assert not engine.requests["a"].finished
     add(thread, "b", 5)            # waits (1 waiting: the limit)
     add(thread, "c", 5)            # refused: 429
     assert [type(e).__name__ for r, e in loop.events if r == "c"] == ["Rejected"]
     assert [e.error.status for r, e in loop.events if r == "c"] == [429]
-    thread.apply(Abort("a"))
-    thread.apply(Abort("a"))  # a second abort of the same request does nothing
+    thread.apply(Abort(a))
+    thread.apply(Abort(a))  # a second abort of the same request does nothing
     assert [e.finish_reason for r, e in loop.events if r == "a" and isinstance(e, Tokens)][-1] == "aborted"
     assert sum(e.finish_reason == "aborted" for r, e in loop.events if r == "a" and isinstance(e, Tokens)) == 1
     assert "a" not in engine.kv_cache.block_tables
@@ -63,4 +68,4 @@ def test_abort_frees_kv_and_finishes_once_and_a_full_queue_refuses():
     assert [r.request_id for r in engine.timeline.requests] == ["a", "b"]
     assert [r.finish_reason for r in engine.timeline.requests] == ["aborted", "length"]
     add(thread, "a", 5)  # ids stay taken: the engine's own check, a 400
-    assert [e.error.status for r, e in loop.events if r == "a" and isinstance(e, Rejected)] == [400]
+    assert [e.error.status for r, e in loop.events if r == "a" and isinstance(e, Rejected)] == [400, 400]
