@@ -8,16 +8,18 @@ this one through two one-way channels:
               A list under a condition variable; the engine thread applies them *between*
               steps, so a step never sees a half-added request. With nothing to do, the
               thread sleeps on the condition (no busy waiting) until a command comes.
-    events    engine thread -> handler: each request's new tokens after every step, on the
-              request's own asyncio.Queue. asyncio objects are not thread-safe, so the
+    events    engine thread -> handler: each request's new tokens after every step (or every
+              `stream_interval` tokens), on the request's own asyncio.Queue. asyncio objects are not thread-safe, so the
               thread hands a step's events to the event loop in one `call_soon_threadsafe`.
 
     handler:  stream = engine_thread.add(request_id, request, arrival)
               event = await stream.queue.get()   # Accepted, Rejected, then Tokens ... (finish_reason set)
 
 The two threads share one interpreter lock (the GIL): only one runs Python at a time.
-The model's tensor operations release it, so the HTTP side's work mostly fits into the
-engine's compute; what serving still costs, bench/serve_overhead.py measures.
+The model's tensor operations release it, but a small model's step is mostly Python, so
+the HTTP side's work adds to the engine's more than it runs beside it; the README's
+"Serving: what HTTP costs" (bench/serve_overhead.py) measures by how much. vLLM puts its
+engine in a process of its own for this reason; the lab keeps one process, for clarity.
 
 A request's arrival is the moment its HTTP request came (the engine's WallClock), not
 when the thread picked it up, so its TTFT includes any wait for the current step.
