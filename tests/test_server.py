@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import widgets
 from minilm import Engine, Timeline
 from minilm.detokenizer import IncrementalDetokenizer
 from minilm.openai_api import chat_prompt
@@ -138,6 +139,8 @@ def test_a_client_that_disconnects_aborts_and_frees_its_blocks(server):
     assert engine.kv_cache.num_used_blocks == 0 and "leaver" not in engine.kv_cache.block_tables
     later = [s for s in engine.timeline.steps if s.t_start >= record.t_finished]
     assert not any(i.request_id == "leaver" for s in later for i in s.items)
+    cross = next(t for t in widgets.gantt_figure(engine.timeline).data if t.name == "aborted")
+    assert list(cross.y) == ["leaver"] and cross.x[0] == pytest.approx(record.t_finished * 1e3)
     # a non-streaming client that gives up aborts too
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{url}/v1/completions", json={**body, "stream": False}, headers={"X-Request-Id": "impatient"},

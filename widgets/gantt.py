@@ -12,6 +12,7 @@ padding    static batching's dead work: pad tokens of a shorter prompt, and a fi
            row that keeps computing until the longest row of its batch ends
 cached     prompt tokens found in the prefix cache when admitted: no compute, drawn as a
            stripe over the step that admitted the request (lesson 8)
+aborted    a cross where a request stopped because its client went away (lesson 9)
 waiting    a client's view (a timeline with requests and no engine steps, e.g. from a
            `vllm bench serve` result file, lesson 9): sent -> first token; then one decode
            bar to the last token, with a tick per token
@@ -114,6 +115,17 @@ def token_ticks_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter:
                       hovertemplate="%{y}: a token at %{x:.1f} ms<extra></extra>")
 
 
+def aborted_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter | None:
+    """A cross where each aborted request stopped (its client went away, lesson 9); None if none was."""
+    aborted = [r for r in tl.requests if r.finish_reason == "aborted" and r.t_finished is not None]
+    if not aborted:
+        return None
+    return go.Scatter(name="aborted", legendgroup="aborted", showlegend=showlegend, mode="markers",
+                      x=[r.t_finished * MS for r in aborted], y=[r.request_id for r in aborted],
+                      marker=dict(symbol="x", size=10, color="#d62728"),
+                      hovertemplate="%{y}: aborted at %{x:.1f} ms (its client went away)<extra></extra>")
+
+
 def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.Bar:
     """One horizontal bar trace for all segments of one kind."""
     part = seg[seg["kind"] == kind]
@@ -179,6 +191,8 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
     fig = go.Figure([segment_trace(seg, k) for k in SEGMENT_KINDS] + [highlight_trace(tl, step)])
     if not tl.steps and tl.requests:  # a client's view: no steps, a tick per token instead
         fig.add_trace(token_ticks_trace(tl))
+    if (aborted := aborted_trace(tl)) is not None:
+        fig.add_trace(aborted)
     xaxis, yaxis = gantt_axes(tl)
     fig.update_layout(barmode="overlay", xaxis=xaxis, yaxis=yaxis, shapes=step_band(tl, step),
                       title=title or gantt_title(tl), height=gantt_height(len(tl.requests)),
