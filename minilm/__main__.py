@@ -25,13 +25,22 @@ TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
     p.add_argument("--workload", default="mixed", help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
+                   "(minilm/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
+    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
+    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
+    add_engine_args(p)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine's knobs (EngineConfig), shared by run, compare and serve."""
+    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's")
     p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (default: the policy's)")
     p.add_argument("--long-prefill-token-threshold", type=int, default=0,
@@ -46,22 +55,19 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)")
     p.add_argument("--device", default="cpu", help="torch device; with --simulate a device spec "
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)")
-    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
-                   "(minilm/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
-    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
     p.add_argument("--attention-backend", default=None, choices=BACKENDS,
                    help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth")
-    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
 
-def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
+def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None = None) -> EngineConfig:
+    """The knobs from the command line; `preset`: a workload's recommended knobs, used
+    where the command line gives none."""
     knobs = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
-    preset = recommended_knobs(args.workload, args.num_requests, policy)
-    knobs |= {k: v for k, v in preset.items() if knobs[k] is None}  # what the user gives wins
+    knobs |= {k: v for k, v in (preset or {}).items() if knobs[k] is None}
     return EngineConfig(policy=policy, max_num_seqs=knobs["max_num_seqs"] or 16,
                         max_num_batched_tokens=knobs["max_num_batched_tokens"],
                         enable_prefix_caching=prefix_caching,
@@ -74,12 +80,12 @@ def engine_config(args, policy: str, prefix_caching: bool) -> EngineConfig:
 
 
 def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
+    config = engine_config(args, policy, prefix_caching, recommended_knobs(args.workload, args.num_requests, policy))
     if args.simulate:
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
-        return simulated_engine(args.model, args.device, config=engine_config(args, policy, prefix_caching),
-                                dtype=dtype, tp=args.tp)
-    return Engine(args.model, engine_config(args, policy, prefix_caching))
+        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp)
+    return Engine(args.model, config)
 
 
 def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
@@ -156,6 +162,37 @@ def cmd_run(args) -> None:
     print_table([m])
 
 
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    add_engine_args(p)
+    p.set_defaults(model="docstrings")
+    p.add_argument("--policy", default="continuous", help="static, continuous or chunked")
+    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    p.add_argument("--max-waiting", type=int, default=1024,
+                   help="requests that may wait for a place in the batch; past it, HTTP 429")
+    p.add_argument("--drain-timeout", type=float, default=5.0,
+                   help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
+                        "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams")
+    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
+
+
+def cmd_serve(args) -> None:
+    if args.enable_prefix_caching == "both":
+        raise ValueError("--enable-prefix-caching both compares two runs; a server runs one: use on or off")
+    if args.stream_interval < 1:
+        raise ValueError(f"--stream-interval {args.stream_interval}: must be >= 1")
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting {args.max_waiting}: must be >= 1 (a new request waits until the next step)")
+    from .server import serve  # FastAPI and uvicorn only when serving
+
+    serve(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minilm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,6 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("--policies", default="static,continuous,chunked")
     p_cmp.add_argument("--html", help="write a standalone HTML report (Gantt charts, latency CDFs, step views) here")
     p_cmp.set_defaults(func=cmd_compare)
+    p_serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over one engine (minilm/server.py)")
+    add_serve_args(p_serve)
+    p_serve.set_defaults(func=cmd_serve)
+    p_bench = sub.add_parser("bench-serve", help="send a workload to an OpenAI-compatible server and measure it "
+                             "from the client side (minilm/bench_serve.py)")
+    from .bench_serve import add_args as add_bench_args, cmd_bench_serve
+
+    add_bench_args(p_bench)
+    p_bench.set_defaults(func=cmd_bench_serve)
     args = parser.parse_args(argv)
     try:
         args.func(args)

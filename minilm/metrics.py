@@ -64,8 +64,11 @@ def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
 
 
 def run_span(tl: Timeline) -> float:
-    """Seconds from the first arrival to the end of the last step."""
-    return (max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests)) if tl.steps else 0.0
+    """Seconds from the first arrival to the run's end: its last step, or (a client's view,
+    which has no steps) its last request's end."""
+    end = max(s.t_end for s in tl.steps) if tl.steps else max((r.t_finished for r in tl.requests
+                                                               if r.t_finished is not None), default=None)
+    return end - min(r.arrival for r in tl.requests) if end is not None and tl.requests else 0.0
 
 
 def slo_attainment(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:

@@ -220,8 +220,8 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
         assert len(drawn) == len(items(tl, "prefill"))
         assert f"{max(s.t_end for s in tl.steps) * 1e3:.1f} ms" in fig.layout.annotations[row - 1].text
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    # chunked brings recompute, preempted; nothing is cached without prefix caching
-    assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached"} | {HIGHLIGHT_NAME})
+    # chunked brings recompute, preempted; nothing is cached without prefix caching; "waiting" is a client's view
+    assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached", "waiting"} | {HIGHLIGHT_NAME})
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
 

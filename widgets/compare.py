@@ -12,9 +12,8 @@ from plotly.subplots import make_subplots
 from minilm.metrics import summarize
 from minilm.timeline import Timeline
 
-from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, check_step, gantt_segments, highlight_trace,
-                    request_order,
-                    segment_trace)
+from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, gantt_segments,
+                    highlight_trace, request_order, segment_trace, token_ticks_trace)
 
 TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("output_tok_per_s", "{:.0f}"),
                  ("ttft_p50", "{:.4f}"), ("ttft_p99", "{:.4f}"), ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"),
@@ -23,7 +22,10 @@ TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("ou
 
 
 def finish_time(tl: Timeline) -> float:
-    return max((s.t_end for s in tl.steps), default=0.0)
+    """The last step's end, or (a client's view, no steps) the last request's."""
+    if tl.steps:
+        return max(s.t_end for s in tl.steps)
+    return max((r.t_finished for r in tl.requests if r.t_finished is not None), default=0.0)
 
 
 def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None = None) -> go.Figure:
@@ -47,6 +49,12 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
             in_legend |= {kind} if first else set()
             fig.add_trace(segment_trace(seg, kind, showlegend=bool(first)), row=row, col=1)
         fig.add_trace(highlight_trace(tl, step.get(name), showlegend=row == 1), row=row, col=1)
+        if not tl.steps and tl.requests:  # a client's view: a tick per token
+            fig.add_trace(token_ticks_trace(tl, showlegend="token" not in in_legend), row=row, col=1)
+            in_legend.add("token")
+        if (aborted := aborted_trace(tl, showlegend="aborted" not in in_legend)) is not None:
+            fig.add_trace(aborted, row=row, col=1)
+            in_legend.add("aborted")
         order = request_order(tl)
         fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
                          showticklabels=len(order) <= 30, row=row, col=1)

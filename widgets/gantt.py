@@ -12,6 +12,10 @@ padding    static batching's dead work: pad tokens of a shorter prompt, and a fi
            row that keeps computing until the longest row of its batch ends
 cached     prompt tokens found in the prefix cache when admitted: no compute, drawn as a
            stripe over the step that admitted the request (lesson 8)
+aborted    a cross where a request stopped because its client went away (lesson 9)
+waiting    a client's view (a timeline with requests and no engine steps, e.g. from a
+           `vllm bench serve` result file, lesson 9): sent -> first token; then one decode
+           bar to the last token, with a tick per token
 
 Plotly's `px.timeline` only takes datetimes, so the chart is horizontal bars on a
 numeric axis: `go.Bar(base=start, x=duration, orientation="h")` (`x` is the length).
@@ -27,9 +31,9 @@ import plotly.graph_objects as go
 
 from minilm.timeline import Timeline
 
-SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached")
+SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached", "waiting")
 KIND_COLORS = {"queued": "#d9d9d9", "prefill": "#1f77b4", "recompute": "#ff7f0e", "decode": "#2ca02c",
-               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c"}
+               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c", "waiting": "#c5b0d5"}
 STRIPES = ("padding", "cached")  # drawn thin over their row's work in the same step
 SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len"]
 HIGHLIGHT_NAME = "selected step"
@@ -52,6 +56,8 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
 
     One pass over the steps. A segment is a list in SEGMENT_COLUMNS order (lists, not
     dicts: a 1,000-request run has ~500k step items and this loop is the figure's cost)."""
+    if not tl.steps and tl.requests:
+        return client_segments(tl)
     rows: list[list] = []
     runs: dict[str, dict[str, list]] = {"decode": {}, "padding": {}}  # open stretch of each request
     last_end: dict[str, float] = {}          # t_end of each request's latest item
@@ -86,6 +92,40 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
 
 
+def client_segments(tl: Timeline) -> pd.DataFrame:
+    """A timeline without engine steps (what a client saw): waiting from sent to the first token,
+    then decoding to the last token. Steps are unknown (NaN)."""
+    nan, rows = float("nan"), []
+    for r in tl.requests:
+        first = r.t_first_token
+        rows.append([r.request_id, "waiting", r.arrival, first if first is not None else (r.t_finished or r.arrival),
+                     nan, nan, r.prompt_len, r.prompt_len])
+        if first is not None and r.token_times:
+            rows.append([r.request_id, "decode", first, r.token_times[-1], nan, nan, r.output_len,
+                         r.prompt_len + r.output_len])
+    return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
+
+
+def token_ticks_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter:
+    """A tick at every token a client received (timelines without engine steps)."""
+    x = [t * MS for r in tl.requests for t in r.token_times]
+    y = [r.request_id for r in tl.requests for _ in r.token_times]
+    return go.Scatter(name="token", legendgroup="token", showlegend=showlegend, x=x, y=y, mode="markers",
+                      marker=dict(symbol="line-ns-open", size=8, color="#0b4d0b"),
+                      hovertemplate="%{y}: a token at %{x:.1f} ms<extra></extra>")
+
+
+def aborted_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter | None:
+    """A cross where each aborted request stopped (its client went away, lesson 9); None if none was."""
+    aborted = [r for r in tl.requests if r.finish_reason == "aborted" and r.t_finished is not None]
+    if not aborted:
+        return None
+    return go.Scatter(name="aborted", legendgroup="aborted", showlegend=showlegend, mode="markers",
+                      x=[r.t_finished * MS for r in aborted], y=[r.request_id for r in aborted],
+                      marker=dict(symbol="x", size=10, color="#d62728"),
+                      hovertemplate="%{y}: aborted at %{x:.1f} ms (its client went away)<extra></extra>")
+
+
 def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.Bar:
     """One horizontal bar trace for all segments of one kind."""
     part = seg[seg["kind"] == kind]
@@ -103,8 +143,10 @@ def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.B
         width=0.45 if kind in STRIPES else 0.8,
         marker=dict(color=KIND_COLORS[kind], line=dict(width=0),
                     pattern=dict(shape="/") if kind in ("padding", "preempted") else None),
-        hovertemplate=("%{y} · " + kind + "<br>steps %{customdata[0]}–%{customdata[1]}<br>tokens %{customdata[2]}"
-                       "<br>context len %{customdata[3]}<br>%{base:.2f} – %{customdata[4]:.2f} ms<extra></extra>"))
+        hovertemplate=("%{y} · " + kind + ("" if len(part) and part["first_step"].isna().all() else
+                                           "<br>steps %{customdata[0]}–%{customdata[1]}") +
+                       "<br>tokens %{customdata[2]}<br>context len %{customdata[3]}"
+                       "<br>%{base:.2f} – %{customdata[4]:.2f} ms<extra></extra>"))
 
 
 def highlight_trace(tl: Timeline, step: int | None, showlegend: bool = True) -> go.Bar:
@@ -147,6 +189,10 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
     check_step(tl, step)
     seg = gantt_segments(tl)
     fig = go.Figure([segment_trace(seg, k) for k in SEGMENT_KINDS] + [highlight_trace(tl, step)])
+    if not tl.steps and tl.requests:  # a client's view: no steps, a tick per token instead
+        fig.add_trace(token_ticks_trace(tl))
+    if (aborted := aborted_trace(tl)) is not None:
+        fig.add_trace(aborted)
     xaxis, yaxis = gantt_axes(tl)
     fig.update_layout(barmode="overlay", xaxis=xaxis, yaxis=yaxis, shapes=step_band(tl, step),
                       title=title or gantt_title(tl), height=gantt_height(len(tl.requests)),
@@ -156,6 +202,8 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
 
 def gantt_title(tl: Timeline) -> str:
     m = tl.meta
+    if not tl.steps and tl.requests:
+        return f"{m.get('policy', '?')} · {len(tl.requests)} requests · client side: sent -> tokens"
     clock = " (simulated)" if m.get("clock") == "simulated" else ""
     return f"{m.get('policy', '?')} · {len(tl.requests)} requests · {len(tl.steps)} steps{clock}"
 

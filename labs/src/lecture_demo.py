@@ -85,3 +85,54 @@ widgets.compare_figure(simulated)
 
 # %%
 widgets.metrics_table(simulated).round(3)
+
+# %% [markdown]
+# ## Part 2: the audience's requests, live
+#
+# Start the lab's server from here (its own process, `minilm/server.py`), on every
+# network interface so that the room can reach it. Everyone opens the printed address,
+# types the beginning of a docstring and a name, and presses Send: the model writes the
+# rest, streamed token by token, and their request appears as a row below, named after
+# them. Set `port=8000` for an address that is easy to read out.
+
+# %%
+from minilm.serve_process import ServerProcess
+
+lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8)
+print("audience: open", lecture_server.public_url)
+room = widgets.live_gantt(lecture_server.url, interval=0.5)
+room
+
+# %% [markdown]
+# No audience (or a quiet one)? The same page's requests, sent from here: a few named
+# users at a Poisson rate (`bench_serve.run` is the `bench-serve` client; `await` keeps
+# the kernel, and so the chart, running meanwhile).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import asyncio
+
+import httpx
+
+names = ["ada", "alan", "grace", "edsger", "barbara", "donald"]
+
+
+async def visitor(client, name, delay):
+    await asyncio.sleep(delay)
+    body = {"prompt": "Return the number of", "max_tokens": 32, "temperature": 0.8, "user": name}
+    return (await client.post(f"{lecture_server.url}/v1/completions", json=body)).json()["choices"][0]["text"]
+
+
+async with httpx.AsyncClient(timeout=60) as client:
+    texts = await asyncio.gather(*(visitor(client, n, 0.3 * i) for i, n in enumerate(names)))
+for name, text in zip(names, texts):
+    print(f"{name:8} Return the number of{text!r}")
+await room.refresh()
+
+# %% [markdown]
+# When the lecture is over: stop the chart and the server (Ctrl-C by its pid: requests in
+# flight get a moment to finish).
+
+# %%
+room.stop()
+lecture_server.stop()

@@ -1,0 +1,296 @@
+"""What serving over HTTP costs: the same workload through the server and through the offline engine.
+
+    python bench/serve_overhead.py [--num-prompts 64] [--max-num-seqs 16] [--out bench/results/serve_overhead.json]
+
+1. offline   Engine("docstrings") runs the docstrings workload's prompts (greedy), timed
+             by the wall clock around `engine.run()` (timeline recording included, as in
+             the server).
+2. server    `python -m minilm serve` with the same knobs in its own process;
+             `python -m minilm bench-serve` in another sends the same prompts all at once
+             and measures output tok/s from the client side. Greedy: the same tokens.
+3. low load  bench-serve sends short requests one at a time (--max-concurrency 1): the
+             client's TTFT minus the engine's own TTFT for the same request (arrival ->
+             first token on the server's timeline, matched by X-Request-Id) is what the
+             HTTP layer adds: parsing, tokenizing, handing over to the engine thread and
+             back, SSE, and the client's own parsing.
+
+Targets (issue 13): server output tok/s >= 90% of offline; at low load, the TTFT the
+HTTP layer adds has p50 < 5 ms. Each repeat runs offline and server back to back, so
+both see the same machine; the table shows the median repeat. Where the server falls
+short, the second table splits its time: the engine's steps, the engine thread between
+steps, and the client's share, with each process's CPU seconds (on 2 cores the client,
+the HTTP layer and the engine compete).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from minilm import Engine, EngineConfig, Timeline  # noqa: E402
+from minilm.bench_serve import client_tokenizer, make_requests  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine has spent busy since boot (/proc/stat)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """Every 50 ms: the machine's busy CPU seconds and those of a few processes, stamped with
+    time.perf_counter() (one monotonic clock for all processes on Linux, the clock bench-serve
+    stamps its requests with), so the CPU used inside any window of the run can be read off."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids, self.samples, self.stop = pids, [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def sample(self) -> tuple:
+        procs = {}
+        for name, pid in self.pids.items():
+            try:
+                procs[name] = cpu_seconds(pid)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                procs[name] = None  # not started yet or gone
+        return time.perf_counter(), machine_busy_seconds(), procs
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(self.sample())
+            self.stop.wait(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds used between t0 and t1 (nearest samples): the machine, each process, the rest."""
+        a = min(self.samples, key=lambda x: abs(x[0] - t0))
+        b = min(self.samples, key=lambda x: abs(x[0] - t1))
+        out = {"seconds": b[0] - a[0], "machine_busy": b[1] - a[1]}
+        for name in self.pids:
+            out[name] = (b[2][name] or 0.0) - (a[2][name] or b[2][name] or 0.0)
+        out["other_processes"] = out["machine_busy"] - sum(out[n] for n in self.pids)
+        out["idle"] = (os.cpu_count() or 1) * out["seconds"] - out["machine_busy"]
+        return out
+
+
+def offline(prompts, max_num_seqs: int) -> dict:
+    engine = Engine("docstrings", EngineConfig(max_num_seqs=max_num_seqs))
+    for i, r in enumerate(prompts):
+        engine.add_request(f"o{i}", prompt=r.prompt, max_tokens=r.max_tokens, temperature=0.0)
+    sampler = CpuSampler({"engine": os.getpid()})
+    cpu, t0 = time.process_time(), time.perf_counter()
+    tl = engine.run()
+    t1 = time.perf_counter()
+    wall, cpu = t1 - t0, time.process_time() - cpu
+    time.sleep(0.06)
+    sampler.close()
+    out = sum(r.output_len for r in tl.requests)
+    busy = sum(s.duration for s in tl.steps)
+    return {"output_tokens": out, "time_s": wall, "out_tok_per_s": out / wall, "steps": len(tl.steps),
+            "busy_s": busy, "between_steps_s": wall - busy, "mean_step_ms": busy / len(tl.steps) * 1e3,
+            "cpu_s": cpu, "cpu_window": sampler.window(t0, t1),
+            "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))}}
+
+
+def bench_serve(url: str, out: Path, server_pid: int, *extra: str) -> tuple[dict, dict]:
+    """Run bench-serve in its own process; its result and the CPU seconds used while it sent
+    requests (its own import time excluded: the window is its first send to its last token)."""
+    client = subprocess.Popen([sys.executable, "-m", "minilm", "bench-serve", "--base-url", url, "--save", str(out),
+                               *extra], cwd=ROOT, stdout=subprocess.DEVNULL)
+    sampler = CpuSampler({"server": server_pid, "client": client.pid, "bench": os.getpid()})
+    if client.wait() != 0:
+        raise RuntimeError("bench-serve failed")
+    time.sleep(0.06)
+    sampler.close()
+    result = json.loads(out.read_text())
+    start = min(result["start_times"])
+    end = max(t + ttft + sum(gaps) for t, ttft, gaps in zip(result["start_times"], result["ttfts"], result["itls"]))
+    return result, sampler.window(start, end)
+
+
+def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "minilm", "serve", "--port", str(port), "--max-num-seqs",
+                             str(args.max_num_seqs), "--stream-interval", str(args.stream_interval),
+                             "--timeline", str(timeline)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return proc
+        except httpx.ConnectError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.2)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: drains, stops the engine thread, writes --timeline
+    proc.wait(60)
+
+
+def served(args, tmp: Path, k: int) -> dict:
+    """One server process: a warm-up request, the all-at-once run, then the low-load run."""
+    port, tl_path = free_port(), tmp / f"timeline{k}.json"
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(args, port, tl_path)
+    try:
+        import httpx
+
+        httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 4}, timeout=60)
+        result, cpu = bench_serve(url, tmp / f"load{k}.json", proc.pid, "--num-prompts", str(args.num_prompts),
+                                  "--seed", str(args.seed))
+        low, _ = bench_serve(url, tmp / f"low{k}.json", proc.pid, "--num-prompts", str(args.low_load_requests),
+                             "--max-concurrency", "1", "--max-tokens", "8", "--seed", str(args.seed + 1))
+    finally:
+        stop_server(proc)
+    tl = Timeline.from_json(tl_path)
+    return {"result": result, "low": low, "timeline": tl, "cpu_window": cpu}
+
+
+def engine_side(tl: Timeline, ids: list[str]) -> dict:
+    """The engine's share of the server run: steps that ran the benchmark's requests."""
+    ids = set(ids)
+    reqs = [r for r in tl.requests if r.request_id in ids]
+    start, end = min(r.arrival for r in reqs), max(r.t_finished for r in reqs)
+    steps = [s for s in tl.steps if s.t_start >= start and s.t_end <= end]
+    busy = sum(s.duration for s in steps)
+    return {"span_s": end - start, "steps": len(steps), "busy_s": busy, "between_steps_s": end - start - busy,
+            "mean_step_ms": busy / len(steps) * 1e3, "output_tokens": sum(r.output_len for r in reqs)}
+
+
+def low_load(run: dict) -> dict:
+    """Client TTFT - engine TTFT, per request of the one-at-a-time run."""
+    low, tl = run["low"], run["timeline"]
+    engine_ttft = {r.request_id: r.t_first_token - r.arrival for r in tl.requests}
+    client = np.array(low["ttfts"])
+    engine = np.array([engine_ttft[rid] for rid in low["request_ids"]])
+    added = (client - engine) * 1e3
+    return {"client_ttft_p50_ms": float(np.median(client) * 1e3), "engine_ttft_p50_ms": float(np.median(engine) * 1e3),
+            "added_p50_ms": float(np.median(added)), "added_p90_ms": float(np.percentile(added, 90)),
+            "added_max_ms": float(added.max()), "requests": len(added)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--low-load-requests", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(ROOT / "bench/results/serve_overhead.json"))
+    args = ap.parse_args()
+    prompts = make_requests("docstrings", args.num_prompts, args.seed, tokenizer=client_tokenizer("docstrings"))
+    conditions = {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+                  "python": platform.python_version(), "torch": torch.__version__, "torch_threads": 1,
+                  "loadavg_before": os.getloadavg(), "model": "docstrings", "policy": "continuous",
+                  "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts,
+                  "stream_interval": args.stream_interval,
+                  "command": "python bench/serve_overhead.py " + " ".join(sys.argv[1:])}
+    offline(prompts[:4], 4)  # warm up
+    repeats = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.repeats):
+            off = offline(prompts, args.max_num_seqs)
+            run = served(args, Path(tmp), k)
+            r = run["result"]
+            same = all(off["texts"][f"o{i}"] == text for i, text in enumerate(r["generated_texts"]))
+            eng = engine_side(run["timeline"], r["request_ids"])
+            repeats.append({"offline": {k2: v for k2, v in off.items() if k2 != "texts"},
+                            "server": {"output_tokens": r["total_output_tokens"], "time_s": r["duration"],
+                                       "out_tok_per_s": r["output_throughput"], "failed": r["failed"],
+                                       "cpu_window": run["cpu_window"]},
+                            "engine_side": eng, "low_load": low_load(run), "same_texts": same,
+                            "ratio": r["output_throughput"] / off["out_tok_per_s"]})
+            print(f"repeat {k}: offline {off['out_tok_per_s']:.0f} tok/s, server {r['output_throughput']:.0f} tok/s "
+                  f"({repeats[-1]['ratio']:.0%}), HTTP adds {repeats[-1]['low_load']['added_p50_ms']:.2f} ms "
+                  f"TTFT p50", file=sys.stderr)
+    conditions["loadavg_after"] = os.getloadavg()
+    med = sorted(repeats, key=lambda x: x["ratio"])[len(repeats) // 2]
+    report(med, repeats, conditions)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"conditions": conditions, "median_repeat": med, "repeats": repeats},
+                                         indent=1))
+    print(f"\nJSON: {args.out}")
+
+
+def report(med: dict, repeats: list[dict], c: dict) -> None:
+    off, srv, eng, low = med["offline"], med["server"], med["engine_side"], med["low_load"]
+    print(f"docstrings model, continuous, max_num_seqs {c['max_num_seqs']}, {c['num_prompts']} prompts all at once, "
+          f"greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch {c['torch']} with 1 thread; load average "
+          f"{c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} after; median of {len(repeats)} repeats")
+    print(f"\n{'run':34} {'out tokens':>10} {'time (s)':>9} {'out tok/s':>10} {'vs offline':>10}")
+    print(f"{'offline engine (wall clock)':34} {off['output_tokens']:>10} {off['time_s']:>9.2f} "
+          f"{off['out_tok_per_s']:>10.0f} {1:>10.0%}")
+    print(f"{'server, bench-serve client side':34} {srv['output_tokens']:>10} {srv['time_s']:>9.2f} "
+          f"{srv['out_tok_per_s']:>10.0f} {med['ratio']:>10.0%}")
+    print(f"\nwhere the time goes{'':15} {'offline':>10} {'server':>10}")
+    rows = [("engine steps (s)", off["busy_s"], eng["busy_s"]),
+            ("engine thread between steps (s)", off["between_steps_s"], eng["between_steps_s"]),
+            ("client beyond the engine (s)", 0.0, srv["time_s"] - eng["span_s"]),
+            ("total (s)", off["time_s"], srv["time_s"]),
+            ("steps", off["steps"], eng["steps"]),
+            ("mean step (ms)", off["mean_step_ms"], eng["mean_step_ms"]),
+            ("CPU s: engine process / server", off["cpu_window"]["engine"], srv["cpu_window"]["server"]),
+            ("CPU s: bench-serve client", 0.0, srv["cpu_window"]["client"]),
+            ("CPU s: other processes", off["cpu_window"]["other_processes"], srv["cpu_window"]["other_processes"]),
+            ("CPU s: idle (all cores)", off["cpu_window"]["idle"], srv["cpu_window"]["idle"])]
+    for name, a, b in rows:
+        print(f"{name:34} {a:>10.2f} {b:>10.2f}" if isinstance(a, float) else f"{name:34} {a:>10} {b:>10}")
+    oc, sc = off["cpu_window"], srv["cpu_window"]
+    need = sc["server"] + sc["client"]
+    print(f"\nCPU the work needed: offline {oc['engine']:.2f} s; served {sc['server']:.2f} (server) + "
+          f"{sc['client']:.2f} (client) = {need:.2f} s, {need / oc['engine']:.2f}x. Other processes used "
+          f"{sc['other_processes'] / sc['seconds']:.2f} of the {c['cpus']} cores during the server run, "
+          f"{oc['other_processes'] / oc['seconds']:.2f} during the offline one.")
+    print(f"With one core to itself, the served run can reach at most {oc['engine'] / need:.0%} of offline; "
+          f"the server process alone (engine and HTTP threads) needs {sc['server'] / oc['engine']:.2f}x the offline CPU.")
+    print(f"\nlow load ({low['requests']} requests one at a time, 8 tokens): client TTFT p50 "
+          f"{low['client_ttft_p50_ms']:.2f} ms, engine TTFT p50 {low['engine_ttft_p50_ms']:.2f} ms")
+    ratios = [r["ratio"] for r in repeats]
+    added = [r["low_load"]["added_p50_ms"] for r in repeats]
+    print(f"\n{'check':52} {'median':>8} {'repeats':>18}  target")
+    print(f"{'server / offline output tok/s':52} {med['ratio']:>8.2f} "
+          f"{' '.join(f'{x:.2f}' for x in ratios):>18}  >= 0.90  {'PASS' if med['ratio'] >= 0.9 else 'FAIL'}")
+    print(f"{'TTFT the HTTP layer adds, p50 (ms)':52} {low['added_p50_ms']:>8.2f} "
+          f"{' '.join(f'{x:.2f}' for x in added):>18}  < 5     {'PASS' if low['added_p50_ms'] < 5 else 'FAIL'}")
+    print(f"{'same texts through the server as offline':52} {str(med['same_texts']):>8}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""widgets.live_gantt: the chart grows while a server serves, without blocking the event loop (issue 13)."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+import widgets
+from helpers import engine as micro_engine
+from serving import docstrings_engine, serving
+
+
+def bar_rows(fig, name: str) -> set[str]:
+    return {y for t in fig.data if t.name == name for y in t.y}
+
+
+def test_live_gantt_of_a_server_shows_requests_in_flight_then_finished():
+    with serving(docstrings_engine(max_num_seqs=4)) as (url, engine, _):
+        async def scenario():
+            live = widgets.live_gantt(url, interval=0.05)
+            async with httpx.AsyncClient(timeout=60) as client:
+                body = {"prompt": "Return the", "max_tokens": 60, "ignore_eos": True}
+                long = asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body,
+                                                         headers={"X-Request-Id": "long"}))
+                await asyncio.sleep(0.4)  # the poller runs meanwhile: the loop is free
+                in_flight = [r.request_id for r in live.unfinished]
+                drawn_in_flight = bar_rows(live.gantt, "decode") | bar_rows(live.gantt, "prefill")
+                await long
+                await asyncio.gather(*(client.post(f"{url}/v1/completions", json={**body, "max_tokens": 3},
+                                                   headers={"X-Request-Id": f"short{i}"}) for i in range(3)))
+            await live.refresh()
+            live.stop()
+            return live, in_flight, drawn_in_flight
+
+        live, in_flight, drawn_in_flight = asyncio.run(scenario())
+        assert in_flight == ["long"] and "long" in drawn_in_flight
+        assert live.polls >= 3 and live.unfinished == []
+        assert [r.request_id for r in live.timeline.requests] == ["long", "short0", "short1", "short2"]
+        assert len(live.timeline.steps) == len(engine.timeline.steps)
+        assert bar_rows(live.gantt, "decode") == {"long", "short0", "short1", "short2"}
+        assert "4 finished" in live.status.value
+
+
+def test_live_gantt_of_an_engine_stepped_in_the_same_loop():
+    engine = micro_engine(max_num_seqs=2)
+    for i in range(3):
+        engine.add_request(f"r{i}", prompt_ids=[1, 2, 3], max_tokens=4, ignore_eos=True)
+
+    async def scenario():
+        live = widgets.live_gantt(engine, interval=0.01, steps=False)
+        while engine.step() is not None:
+            await asyncio.sleep(0.01)
+        await live.refresh()
+        live.stop()
+        return live
+
+    live = asyncio.run(scenario())
+    assert len(live.timeline.steps) == len(engine.timeline.steps) and live.steps is None
+    assert bar_rows(live.gantt, "decode") == {"r0", "r1", "r2"}

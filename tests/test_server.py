@@ -1,0 +1,355 @@
+"""The HTTP server (minilm/server.py), over real HTTP on a free port (issue 13)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import widgets
+from minilm import Engine, Timeline
+from minilm.detokenizer import IncrementalDetokenizer
+from minilm.openai_api import chat_prompt
+from minilm.tokenizer import load_tokenizer
+from minilm.loader import CHECKPOINTS_DIR
+from minilm.workload import DOCSTRINGS_HELDOUT, docstring_prompt
+from serving import docstrings_engine, free_port, serving, wait_idle
+
+PROMPTS = [docstring_prompt(d) for d in json.loads(DOCSTRINGS_HELDOUT.read_text())[:6]]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving(docstrings_engine(max_num_seqs=32)) as s:
+        yield s
+
+
+def offline(prompts: list[str], max_tokens: int) -> list[str]:
+    """The engine's own greedy output, no server."""
+    return Engine("docstrings", max_num_seqs=4).generate(prompts, max_tokens=max_tokens)
+
+
+def test_openai_client_streams_the_engines_offline_greedy_text(server):
+    openai = pytest.importorskip("openai")
+    url, _, _ = server
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused")
+
+    async def streamed(prompt: str) -> str:
+        stream = await client.completions.create(model="docstrings", prompt=prompt, max_tokens=48, temperature=0,
+                                                 stream=True)
+        return "".join([c.choices[0].text async for c in stream if c.choices])
+
+    async def chat(prompt: str) -> str:
+        stream = await client.chat.completions.create(model="docstrings", messages=[{"role": "user", "content": prompt}],
+                                                      max_tokens=48, temperature=0, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    async def whole(prompt: str) -> str:
+        return (await client.completions.create(model="docstrings", prompt=prompt, max_tokens=48,
+                                                temperature=0)).choices[0].text
+
+    async def all_at_once():  # concurrently: the engine batches them, which must not change greedy text
+        return await asyncio.gather(*(f(p) for f in (streamed, chat, whole) for p in PROMPTS))
+
+    texts = asyncio.run(all_at_once())
+    n = len(PROMPTS)
+    expected = offline(PROMPTS, 48)
+    assert texts[:n] == expected and texts[2 * n:] == expected
+    assert texts[n:2 * n] == offline([chat_prompt([{"role": "user", "content": p}]) for p in PROMPTS], 48)
+    assert any(len(t) > 20 for t in expected)  # real text, not empty answers
+
+
+def test_stream_format_and_usage(server):
+    url, _, _ = server
+    body = {"model": "docstrings", "prompt": PROMPTS[0], "max_tokens": 5, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    lines = [ln for ln in httpx.post(f"{url}/v1/completions", json=body).text.split("\n\n") if ln]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
+    tokens, usage = chunks[:-1], chunks[-1]
+    assert len(tokens) == 5 and all(c["object"] == "text_completion" for c in chunks)
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 4 + ["length"]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
+    assert usage["usage"]["prompt_tokens"] == len(load_tokenizer(CHECKPOINTS_DIR / "docstrings").encode(PROMPTS[0]))
+    body["messages"] = [{"role": "user", "content": PROMPTS[0]}]
+    chat = [json.loads(ln.removeprefix("data: ")) for ln in
+            httpx.post(f"{url}/v1/chat/completions", json=body).text.split("\n\n")[:-2] if ln]
+    assert chat[0]["object"] == "chat.completion.chunk" and chat[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "docstrings"
+    assert httpx.get(f"{url}/health").status_code == 200
+    assert "<textarea" in httpx.get(f"{url}/").text
+
+
+def test_200_concurrent_streams_all_complete_with_their_token_counts(server):
+    url, engine, _ = server
+    n = 200
+    want = {f"many-{i}": 3 + i % 6 for i in range(n)}
+
+    async def one(client, rid: str) -> tuple[str, int, list, dict]:
+        body = {"prompt": PROMPTS[int(rid.split("-")[1]) % len(PROMPTS)], "max_tokens": want[rid],
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        chunks = []
+        async with client.stream("POST", f"{url}/v1/completions", json=body, headers={"X-Request-Id": rid}) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    chunks.append(json.loads(line[6:]))
+        tokens = [c for c in chunks if c["choices"]]
+        return rid, len(tokens), [c["choices"][0]["finish_reason"] for c in tokens], chunks[-1]["usage"]
+
+    async def all_of_them():
+        limits = httpx.Limits(max_connections=n)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            return await asyncio.gather(*(one(client, rid) for rid in want))
+
+    results = asyncio.run(all_of_them())
+    for rid, count, reasons, usage in results:
+        assert count == want[rid] == usage["completion_tokens"], rid
+        assert reasons == [None] * (count - 1) + ["length"]
+    wait_idle(engine)
+    records = [r for r in engine.timeline.requests if r.request_id in want]
+    assert Counter(r.request_id for r in records) == Counter(list(want))  # each finished exactly once
+    assert all(r.output_len == want[r.request_id] and r.finish_reason == "length" for r in records)
+    assert max(s.num_running for s in engine.timeline.steps) <= engine.config.max_num_seqs
+
+
+def test_a_client_that_disconnects_aborts_and_frees_its_blocks(server):
+    url, engine, _ = server
+    body = {"prompt": PROMPTS[1], "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"{url}/v1/completions", json=body, headers={"X-Request-Id": "leaver"}) as r:
+            got = 0
+            for line in r.iter_lines():
+                got += line.startswith("data: {")
+                if got == 3:
+                    break  # leaving the block closes the connection mid-stream
+    wait_idle(engine)
+    record = next(r for r in engine.timeline.requests if r.request_id == "leaver")
+    assert record.finish_reason == "aborted" and 3 <= record.output_len < 200
+    assert engine.kv_cache.num_used_blocks == 0 and "leaver" not in engine.kv_cache.block_tables
+    later = [s for s in engine.timeline.steps if s.t_start >= record.t_finished]
+    assert not any(i.request_id == "leaver" for s in later for i in s.items)
+    cross = next(t for t in widgets.gantt_figure(engine.timeline).data if t.name == "aborted")
+    assert list(cross.y) == ["leaver"] and cross.x[0] == pytest.approx(record.t_finished * 1e3)
+    # a non-streaming client that gives up aborts too
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/completions", json={**body, "stream": False}, headers={"X-Request-Id": "impatient"},
+                   timeout=0.3)
+    wait_idle(engine)
+    record = next(r for r in engine.timeline.requests if r.request_id == "impatient")
+    assert record.finish_reason == "aborted" and engine.kv_cache.num_used_blocks == 0
+
+
+BAD = [  # (body or raw text, the parameter the error names, a word its message must contain)
+    ({"model": "gpt-4", "prompt": "x"}, "model", "gpt-4"),
+    ({"prompt": "word " * 300}, "prompt", "maximum context length"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens", "max_tokens=0"),
+    ({"prompt": "x", "max_tokens": "8"}, "max_tokens", "'8'"),
+    ({"prompt": "x", "max_tokens": 256}, "max_tokens", "maximum context length"),
+    ({"prompt": "x", "temperature": -1}, "temperature", "temperature=-1"),
+    ({"prompt": "x", "top_p": 0}, "top_p", "top_p=0"),
+    ({"prompt": "x", "top_k": 1.5}, "top_k", "top_k=1.5"),
+    ({"prompt": "x", "n": 2}, "n", "n=2"),
+    ({"prompt": "x", "stop": ["\n"]}, "stop", "stop_token_ids"),
+    ({"prompt": ["a", "b"]}, "prompt", "one prompt"),
+    ({"prompt": [1, 99999]}, "prompt", "99999"),
+    ({"prompt": ""}, "prompt", "empty"),
+    ({"prompt": "x", "stream": "yes"}, "stream", "'yes'"),
+    ('{"prompt": "x",', None, "not valid JSON"),
+    ("[1, 2]", None, "JSON object"),
+]
+
+
+@pytest.mark.parametrize("bad,param,word", BAD)
+def test_each_bad_request_gets_a_400_json_and_the_server_keeps_serving(server, bad, param, word):
+    url, engine, _ = server
+    content = bad if isinstance(bad, str) else json.dumps(bad)
+    n_before = len(engine.requests)
+    r = httpx.post(f"{url}/v1/completions", content=content, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param and word in error["message"]
+    assert len(engine.requests) == n_before  # refused before the engine saw it
+    good = httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 2})
+    assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_bad_chat_request_and_duplicate_id(server):
+    url, _, _ = server
+    r = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "robot", "content": "x"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    ok = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers={"X-Request-Id": "dup"})
+    again = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers={"X-Request-Id": "dup"})
+    assert ok.status_code == 200 and again.status_code == 400 and "'dup'" in again.json()["error"]["message"]
+
+
+def test_metrics_parse_and_match_the_timeline(server):
+    url, engine, _ = server
+    httpx.post(f"{url}/v1/completions", json={"prompt": PROMPTS[2], "max_tokens": 7, "temperature": 0})
+    wait_idle(engine)
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+
+    def value(name: str, sample: str | None = None, **labels) -> float:
+        return sum(s.value for s in families[name].samples if s.name == (sample or name)
+                   and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    tl = engine.timeline
+    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert value(gauge) == 0
+    assert value("vllm:generation_tokens", "vllm:generation_tokens_total") == sum(r.output_len for r in tl.requests)
+    started = [r for r in tl.requests if r.t_first_token is not None]
+    assert value("vllm:prompt_tokens", "vllm:prompt_tokens_total") == sum(r.prompt_len for r in started)
+    for reason, n in Counter(r.finish_reason for r in tl.requests).items():
+        assert value("vllm:request_success", "vllm:request_success_total", finished_reason=reason) == n
+    ttft = "vllm:time_to_first_token_seconds"
+    assert value(ttft, ttft + "_count") == len(started)
+    assert value(ttft, ttft + "_sum") == pytest.approx(sum(r.t_first_token - r.arrival for r in started))
+    itl = "vllm:inter_token_latency_seconds"
+    assert value(itl, itl + "_count") == sum(len(r.token_times) - 1 for r in tl.requests)
+    e2e = "vllm:e2e_request_latency_seconds"
+    assert value(e2e, e2e + "_count") == len(tl.requests)
+    assert value("vllm:num_preemptions", "vllm:num_preemptions_total") == sum(s.num_preempted for s in tl.steps)
+
+
+def test_timeline_endpoint_returns_new_records_since_a_step(server):
+    url, engine, _ = server
+    httpx.post(f"{url}/v1/completions", json={"prompt": PROMPTS[3], "max_tokens": 3, "ignore_eos": True})
+    first = httpx.get(f"{url}/timeline").json()
+    assert first["next_step"] == len(first["steps"]) and first["next_request"] == len(first["requests"])
+    httpx.post(f"{url}/v1/completions", json={"prompt": PROMPTS[3], "max_tokens": 3, "ignore_eos": True,
+                                              "user": "ada"})
+    more = httpx.get(f"{url}/timeline", params={"since": first["next_step"],
+                                                 "since_request": first["next_request"]}).json()
+    assert [r["request_id"] for r in more["requests"]] == ["ada-" + more["requests"][0]["request_id"].split("-")[1]]
+    assert [s["step"] for s in more["steps"]] == list(range(first["next_step"], more["next_step"]))
+    tl = Timeline.from_dict({"meta": more["meta"], "steps": first["steps"] + more["steps"],
+                             "requests": first["requests"] + more["requests"]})
+    assert tl.meta["policy"] == "continuous" and len(tl.steps) == more["next_step"]
+    assert httpx.get(f"{url}/timeline", params={"since": -1}).status_code == 400
+
+
+def test_past_the_waiting_limit_requests_get_429_and_the_rest_complete():
+    with serving(docstrings_engine(max_num_seqs=1), max_waiting=2) as (url, engine, _):
+        async def burst():
+            async with httpx.AsyncClient(timeout=60) as client:
+                return await asyncio.gather(*(client.post(f"{url}/v1/completions", json={
+                    "prompt": "Return the", "max_tokens": 8, "ignore_eos": True}) for _ in range(10)))
+
+        responses = asyncio.run(burst())
+        codes = Counter(r.status_code for r in responses)
+        assert set(codes) == {200, 429} and codes[429] >= 1
+        assert all(r.json()["error"]["type"] == "rate_limit_exceeded" for r in responses if r.status_code == 429)
+        assert all(r.json()["usage"]["completion_tokens"] == 8 for r in responses if r.status_code == 200)
+        wait_idle(engine)
+        assert len(engine.timeline.requests) == codes[200]
+
+
+def test_static_policy_serves_too():
+    with serving(docstrings_engine(policy="static", max_num_seqs=4)) as (url, engine, _):
+        async def four():
+            async with httpx.AsyncClient(timeout=60) as client:
+                return await asyncio.gather(*(client.post(f"{url}/v1/completions", json={
+                    "prompt": p, "max_tokens": 12, "temperature": 0}) for p in PROMPTS[:5]))
+
+        texts = [r.json()["choices"][0]["text"] for r in asyncio.run(four())]
+        assert texts == offline(PROMPTS[:5], 12)
+        wait_idle(engine)
+        assert any(i.kind == "padding" for s in engine.timeline.steps for i in s.items)
+
+
+def test_serve_command_drains_on_ctrl_c_and_writes_the_timeline(tmp_path):
+    port, path = free_port(), tmp_path / "run.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "minilm", "serve", "--port", str(port), "--timeline", str(path),
+                             "--drain-timeout", "0.5", "--max-num-seqs", "4"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+            time.sleep(0.1)
+        lines: list[str] = []
+        started = threading.Event()
+
+        def long_stream():
+            body = {"prompt": "Return the", "max_tokens": 240, "ignore_eos": True, "stream": True}
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+                    started.set()
+
+        reader = threading.Thread(target=long_stream)
+        reader.start()
+        assert started.wait(30)
+        proc.send_signal(signal.SIGINT)
+        reader.join(30)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = [ln for ln in lines if ln.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "abort"
+    tl = Timeline.from_json(path)
+    assert [r.finish_reason for r in tl.requests] == ["aborted"] and tl.meta["clock"] == "wall"
+
+
+def test_detokenizer_joins_to_the_full_decode():
+    tok = load_tokenizer(CHECKPOINTS_DIR / "docstrings")
+    rng = np.random.default_rng(0)
+    samples = [tok.encode("naïve café → 数据 🙂 done")] + [rng.integers(3, tok.vocab_size, 60).tolist()
+                                                          for _ in range(30)]
+    for ids in samples:
+        d = IncrementalDetokenizer(tok)
+        text = "".join(d.add([t], final=k == len(ids) - 1) for k, t in enumerate(ids))
+        assert text == tok.decode(ids)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the engine thread's traceback
+def test_an_engine_failure_ends_streams_with_an_error_and_then_the_server_answers_503():
+    engine = docstrings_engine()
+    with serving(engine) as (url, _, _):
+        def broken(plan):
+            raise RuntimeError("the model broke")
+
+        engine.executor.execute = broken  # the engine is idle: nothing else touches it now
+        body = {"prompt": "Return the", "max_tokens": 4, "stream": True}
+        events = [ln for ln in httpx.post(f"{url}/v1/completions", json=body).text.split("\n\n") if ln]
+        assert events[-1] == "data: [DONE]" and "the model broke" in json.loads(events[-2][6:])["error"]["message"]
+        assert httpx.get(f"{url}/health").status_code == 503
+        again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False})
+        assert again.status_code == 503 and again.json()["error"]["type"] == "service_unavailable"
+
+
+def test_serve_and_bench_serve_command_lines(capsys):
+    from minilm.__main__ import main
+
+    for argv, flags in ((["serve", "--help"], ["--policy", "--max-num-batched-tokens", "--enable-prefix-caching",
+                                               "--timeline", "--max-waiting", "--drain-timeout", "--host"]),
+                        (["bench-serve", "--help"], ["--rate", "--max-concurrency", "--save", "--workload",
+                                                     "--random-input-len", "--tokenizer"])):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        out = capsys.readouterr().out
+        assert exit_.value.code == 0 and all(f in out for f in flags)
+    assert main(["serve", "--block-size", "0"]) == 2 and "block_size=0" in capsys.readouterr().err
+    assert main(["serve", "--max-waiting", "0"]) == 2
+    assert main(["bench-serve", "--base-url", "http://127.0.0.1:9", "--rate", "-1"]) == 2
+    assert main(["bench-serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
+    assert "cannot reach an OpenAI-compatible server" in capsys.readouterr().err

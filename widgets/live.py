@@ -1,0 +1,139 @@
+"""A Gantt chart that grows while an engine serves (lesson 9, the lecture demo's second part).
+
+    live = widgets.live_gantt("http://127.0.0.1:8000")   # a `python -m minilm serve` server
+    live                                                  # shows it; rows appear as requests arrive
+    live.stop()
+
+Every `interval` seconds it asks the server for what is new (`GET /timeline?since=STEP`:
+the steps and finished requests since the last poll, and the unfinished requests as they
+are now) and redraws the shown `FigureWidget`s in one update each. The polling is an
+asyncio task in the kernel's own event loop, so the kernel stays free: cells run while
+the chart grows (a cell that blocks the kernel, like `time.sleep`, pauses it; `await`
+does not).
+
+Given an `Engine` instead of a URL, it draws that engine's timeline as it grows (an
+engine stepped elsewhere, e.g. in a thread); requests show once they run, from the steps.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from minilm.timeline import RequestRecord, StepItem, StepRecord, Timeline
+
+from .gantt import gantt_figure
+from .inplace import update_figure
+from .steps import steps_figure
+
+
+class LiveGantt:
+    def __init__(self, source, interval: float = 0.5, steps: bool = True):
+        """`source`: a server's base URL or an Engine. `interval`: seconds between polls."""
+        if interval <= 0:
+            raise ValueError(f"interval={interval}: must be > 0 seconds")
+        self.source, self.interval = source, interval
+        self.url = source.rstrip("/") if isinstance(source, str) else None
+        self.engine = None if self.url else source
+        if self.engine is not None and not hasattr(self.engine, "timeline"):
+            raise ValueError(f"live_gantt({source!r}): give a server URL ('http://host:port') or an Engine")
+        self.finished: list[RequestRecord] = []   # finished requests, in the order they finished
+        self.unfinished: list[RequestRecord] = []  # the server's unfinished requests at the last poll
+        self.timeline = Timeline()                 # what is drawn: steps + finished + unfinished
+        self.now = 0.0
+        self.polls = self.errors = 0
+        self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
+        self.status = W.HTML("starting…")
+        self.gantt = go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
+        self.steps = go.FigureWidget(steps_figure(self.timeline)) if steps else None
+        self.widget = W.VBox([self.status, self.gantt] + ([self.steps] if steps else []))
+        self.task = asyncio.ensure_future(self.run())
+
+    # ---- reading the source ----------------------------------------------------------
+    async def poll(self) -> bool:
+        """Fetch what is new; True when something changed."""
+        async with self.lock:
+            return await self.fetch()
+
+    async def fetch(self) -> bool:
+        if self.engine is not None:
+            return self.read_engine()
+        import httpx
+
+        params = {"since": len(self.timeline.steps), "since_request": len(self.finished)}
+        async with httpx.AsyncClient(timeout=10) as client:
+            data = (await client.get(f"{self.url}/timeline", params=params)).raise_for_status().json()
+        steps = [StepRecord(**{**s, "items": [StepItem(**i) for i in s["items"]]}) for s in data["steps"]]
+        finished = [RequestRecord(**r) for r in data["requests"]]
+        unfinished = [RequestRecord(**r) for r in data["unfinished"]]
+        changed = bool(steps or finished) or [r.request_id for r in unfinished] != \
+            [r.request_id for r in self.unfinished]
+        self.timeline.meta, self.now = data["meta"], data["now"]
+        self.timeline.steps += steps
+        self.finished += finished
+        self.unfinished = unfinished
+        return changed or bool(unfinished)  # waiting rows grow with time
+
+    def read_engine(self) -> bool:
+        tl = self.engine.timeline
+        steps, finished = tl.steps[len(self.timeline.steps):], tl.requests[len(self.finished):]
+        self.timeline.meta = tl.meta
+        self.timeline.steps += steps
+        self.finished += finished
+        self.now = self.timeline.steps[-1].t_end if self.timeline.steps else 0.0
+        return bool(steps or finished)
+
+    # ---- drawing ------------------------------------------------------------------------
+    def shown_requests(self) -> list[RequestRecord]:
+        """Finished requests, then unfinished ones; one still in the queue is drawn queued until now."""
+        waiting = [dataclasses.replace(r, t_scheduled=self.now) if r.t_scheduled is None else r
+                   for r in self.unfinished]
+        return self.finished + waiting
+
+    def redraw(self) -> None:
+        self.timeline.requests = self.shown_requests()
+        tl = self.timeline
+        update_figure(self.gantt, gantt_figure(tl), keep_view=True)
+        if self.steps is not None:
+            update_figure(self.steps, steps_figure(tl), keep_view=True)
+        running = sum(r.t_scheduled is not None for r in self.unfinished)
+        self.status.value = (f"<b>{self.url or 'engine'}</b> · {tl.meta.get('policy', '?')} · "
+                             f"{len(self.finished)} finished, {len(self.unfinished)} in flight "
+                             f"({len(self.unfinished) - running} queued) · {len(tl.steps)} steps · "
+                             f"server time {self.now:.1f} s")
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if await self.poll():
+                    self.redraw()
+                self.polls += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the server went away: say so, keep trying a little
+                self.errors += 1
+                self.status.value = f"<b>{self.url}</b>: {type(e).__name__}: {e} (poll {self.errors} failed)"
+                if self.errors >= 20:
+                    return
+            await asyncio.sleep(self.interval)
+
+    async def refresh(self) -> None:
+        """One poll and redraw now (`await live.refresh()`)."""
+        await self.poll()
+        self.redraw()
+
+    def stop(self) -> None:
+        """Stop polling; the figures keep what they show."""
+        self.task.cancel()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def live_gantt(url_or_engine, interval: float = 0.5, steps: bool = True) -> LiveGantt:
+    """A live Gantt (and step view) of a server at `url_or_engine`, or of an Engine; see LiveGantt."""
+    return LiveGantt(url_or_engine, interval, steps)
