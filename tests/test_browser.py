@@ -148,6 +148,23 @@ def wait_accepting_kernel_dialog(page, selector: str) -> None:
             return
 
 
+def run_all_cells(page) -> None:
+    """Run > Run All Cells, until the last cell has started. JupyterLab 4.6 sometimes runs only
+    the first cell of a notebook opened moments before (seen 2 in 8 runs: the rest stay "[ ]",
+    the kernel idle); running all again is what a user would do."""
+    last_prompt = page.locator(".jp-Notebook .jp-Cell").last.locator(".jp-InputPrompt")
+    for _ in range(3):
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        try:
+            page.wait_for_function("el => el.textContent.trim() !== '[ ]:'", arg=last_prompt.element_handle(),
+                                   timeout=10_000)
+            return
+        except Exception:  # Playwright's TimeoutError: try the menu again
+            continue
+    raise TimeoutError("Run All Cells did not start the notebook's last cell")
+
+
 def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -159,9 +176,7 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(f"{jupyterlab}/lab/tree/panel.ipynb")
             wait_accepting_kernel_dialog(page, ".jp-Notebook-ExecutionIndicator[data-status='idle']")
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-
+            run_all_cells(page)
             # the Gantt chart (the panel's first Plotly figure) draws its bars as SVG paths
             wait_accepting_kernel_dialog(page, ".js-plotly-plot .trace.bars path")
             assert "chunked" in page.locator(".js-plotly-plot .gtitle").first.text_content()
