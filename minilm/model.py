@@ -11,7 +11,7 @@ Parameter names match Hugging Face's `LlamaForCausalLM` / `Qwen2ForCausalLM`, so
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -35,6 +35,9 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     block_tables: torch.Tensor
     slot_mapping: torch.Tensor
+    # What an attention backend derives from the above, kept for the step's other layers
+    # (attention/sdpa.py). Metadata describes one step: the runner builds a new one each step.
+    scratch: dict = field(default_factory=dict)
 
 
 # attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> [T,Hq,D]; see attention/
@@ -58,15 +61,15 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[
     """Rotary embedding angles for each token's own position (not its index in the batch)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     angles = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat([angles, angles], dim=-1)  # HF's non-interleaved ("rotate_half") layout
-    return emb.cos(), emb.sin()
+    # HF's non-interleaved ("rotate_half") layout; the sin of the first half carries rotate_half's minus sign
+    return torch.cat([angles, angles], dim=-1).cos()[:, None, :], torch.cat([-angles, angles], dim=-1).sin()[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H, D]; cos/sin [T, D]."""
+    """x [T, H, D]; cos/sin [T, 1, D] (from `rope_cos_sin`): x*cos + rotate_half(x)*sin, where
+    rotate_half(x) = [-x2, x1] for x = [x1, x2]."""
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+    return (x * cos + torch.cat([x[..., half:], x[..., :half]], dim=-1) * sin).to(x.dtype)
 
 
 class Attention(nn.Module):

@@ -7,6 +7,8 @@ NaN too, so a row the backend forgets to write fails.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -97,14 +99,17 @@ def test_layout_is_rebuilt_for_new_metadata():
         check(*make_batch(*case, group=2, head_dim=32, dtype=torch.float32, seed=seed), 0.2)
 
 
-def test_layout_follows_metadata_refilled_in_place():
-    """A runner may refill the same metadata tensors every step; the cached layout must follow."""
+def test_layout_is_kept_per_step_metadata():
+    """The layout is built once per metadata (one step) and serves all its layers; the next
+    step's metadata gets its own."""
     q, kc, vc, meta = make_batch(*DECODE, group=2, head_dim=32, dtype=torch.float32, seed=6)
-    lens = meta.context_lens.clone()
-    meta.context_lens.copy_((lens - 1).clamp(min=1))  # the step before: one token shorter
     check(q, kc, vc, meta, 0.2)
-    meta.context_lens.copy_(lens)                     # this step: same tensor objects, new contents
+    layout = meta.scratch["sdpa"]
     check(q, kc, vc, meta, 0.2)
+    assert meta.scratch["sdpa"] is layout
+    shorter = replace(meta, context_lens=(meta.context_lens - 1).clamp(min=1), scratch={})
+    check(q, kc, vc, shorter, 0.2)
+    assert shorter.scratch["sdpa"] is not layout
 
 
 def test_write_kv_matches_reference():

@@ -12,8 +12,8 @@ The rule is the reference's: sequence i's `n_i` new queries are the last `n_i`
 positions of its `context_lens[i]` keys, so query j sits at position
 `context_len - n_i + j` and sees the keys at positions `<=` that.
 
-How a step is laid out (`StepLayout`: built for the first layer, reused by the others,
-since every layer of a step passes the same metadata):
+How a step is laid out (`StepLayout`: built for the first layer and kept in
+`meta.scratch` for the others, since every layer of a step passes the same metadata):
 
 - Decode tokens (n_i = 1) are sorted by context length and cut into groups in which no
   context is shorter than 1/MAX_PADDING of the group's longest. A group is padded to its
@@ -111,20 +111,12 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     return StepLayout(decodes, prefills)
 
 
-# Every layer of a step passes the same metadata, and the layout depends on nothing else:
-# it is built for the first layer and reused by the others. The check compares contents, not
-# identity, so a runner that refills the same tensors in place every step is safe too.
-_cached: tuple[tuple[torch.Tensor, ...], int, StepLayout] | None = None
-
-
 def step_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
-    global _cached
-    key = (meta.cu_seqlens_q, meta.context_lens, meta.block_tables)
-    cached = _cached  # one read: another thread's engine may replace it meanwhile
-    if (cached is None or cached[1] != block_size
-            or not all(torch.equal(a, b) for a, b in zip(cached[0], key))):
-        cached = _cached = (tuple(t.clone() for t in key), block_size, build_layout(meta, block_size))
-    return cached[2]
+    """The step's layout, built for its first layer and kept in the metadata for the others
+    (every layer of a step passes the same metadata, and the layout depends on nothing else)."""
+    if "sdpa" not in meta.scratch:
+        meta.scratch["sdpa"] = build_layout(meta, block_size)
+    return meta.scratch["sdpa"]
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
