@@ -148,7 +148,8 @@ class Engine:
             req.t_finished = t_end
             self.timeline.requests.append(request_record(req))
             self.executor.forget(req.request_id)
-        items = []
+        items, stored = [], 0
+        tables = dict(self.kv_cache.block_tables) if self.config.record_kv_blocks else None
         for w in plan.work:
             rid = w.request.request_id
             if w.num_cached:
@@ -157,15 +158,16 @@ class Engine:
                 items.append(StepItem(rid, w.kind, w.num_tokens, w.start + w.num_tokens))
             if w.num_padding:
                 items.append(StepItem(rid, "padding", w.num_padding, w.end))
-        # every table as the step ran: the live ones, plus those its finished requests just freed
-        tables = {**self.kv_cache.block_tables, **{w.request.request_id: w.block_table for w in plan.work}}
-        ends = {w.request.request_id: w.end for w in plan.work}
-        stored = sum(ends[rid] if rid in ends else self.requests[rid].num_computed_tokens for rid in tables)
-        record_kv = self.config.record_kv_blocks
-        cached_free = self.kv_cache.pool.cached_free_blocks() if record_kv and self.kv_cache.caching else None
+            stored += w.end
+            if tables is not None:
+                tables[rid] = w.block_table  # the table as the step ran (a finished request's is freed now)
+        # KV slots holding a token: the step's requests up to their new end, the others as they were
+        unscheduled = self.kv_cache.block_tables.keys() - self.scheduler.scheduled
+        stored += sum(self.requests[rid].num_computed_tokens for rid in unscheduled)
+        cached_free = self.kv_cache.pool.cached_free_blocks() if tables is not None and self.kv_cache.caching else None
         rec = StepRecord(len(self.timeline.steps), t_start, t_end, items, plan.num_running, plan.num_waiting,
                          plan.kv_blocks_used, self.config.num_blocks, len(plan.preempted), stored,
-                         tables if record_kv else None, model_time, cached_free)
+                         tables, model_time, cached_free)
         self.timeline.steps.append(rec)
         return rec
 

@@ -93,7 +93,7 @@ class StaticPolicy(Policy):
         pass  # no budget; the engine checks that a request's KV fits alone
 
     def schedule(self, s: Scheduler) -> None:
-        if all(r.finished for r in self.batch):
+        if not s.running:  # the last batch has fully finished (only its rows ever run)
             self.batch = self.start_batch(s)
             return
         for req in self.batch:

@@ -35,15 +35,11 @@ class SeqWork:
     num_tokens: int          # real tokens: the request's sequence[start : start + num_tokens]
     num_padding: int         # dummy tokens after them, computed and discarded (static batching)
     start: int               # position of the first new token
+    end: int                 # context length after this step: start + num_tokens + num_padding
     block_table: list[int]   # the request's KV blocks for this step
     kind: str                # decode | prefill (a prompt, a chunk, or recomputing a preempted sequence)
     samples: bool            # this step computes the sequence's last token, so it samples the next
     num_cached: int = 0      # tokens before `start` found in the prefix cache when admitted: no compute
-
-    @property
-    def end(self) -> int:
-        """Context length after this step (real and padding tokens)."""
-        return self.start + self.num_tokens + self.num_padding
 
 
 @dataclass
@@ -69,9 +65,10 @@ class Scheduler:
         self.pending: list[Request] = []   # not arrived yet, sorted by arrival
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []   # in admission order: the last is the newest
-        # Static batching holds a batch's KV until its last row ends (`admit(hold_kv=True)`).
-        self.held: list[list[Request]] = []
-        self._new_batch = False
+        # Static batching holds a batch's KV until its last row ends (`admit(hold_kv=True)`):
+        # each held request's id -> its batch (one list shared by the batch's rows).
+        self.held: dict[str, list[Request]] = {}
+        self._new_batch: list[Request] | None = None
         # this step
         self.now = 0.0
         self.budget = 0
@@ -106,7 +103,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         self.now, self.budget = now, budget if budget is not None else 1 << 62  # static: no budget
         self.work, self.preempted, self.scheduled = [], [], set()
-        self._new_batch = True
+        self._new_batch = None
         self.policy.schedule(self)
         return StepPlan(self.work, self.preempted, len(self.running), len(self.waiting),
                         self.kv_cache.num_used_blocks)
@@ -125,13 +122,19 @@ class Scheduler:
             if req.finished:
                 finished.append(req)
                 self.running.remove(req)
-                if not self.is_held(req):
-                    self.kv_cache.free(req)
-        for batch in [b for b in self.held if all(r.finished for r in b)]:
-            self.held.remove(batch)
-            for req in batch:
-                self.kv_cache.free(req)
+                self.release(req)
         return finished
+
+    def release(self, req: Request) -> None:
+        """Free a finished request's KV, or, for a row of a held batch, the whole batch's once
+        its last row has finished."""
+        batch = self.held.get(req.request_id)
+        if batch is None:
+            self.kv_cache.free(req)
+        elif all(r.finished for r in batch):
+            for r in batch:
+                del self.held[r.request_id]
+                self.kv_cache.free(r)
 
     # ---- the verbs policies use -------------------------------------------------
     def unscheduled_running(self) -> Iterator[Request]:
@@ -190,10 +193,10 @@ class Scheduler:
             req.t_scheduled, req.num_cached_tokens = self.now, num_cached
         self.running.append(req)
         if hold_kv:
-            if self._new_batch:
-                self.held.append([])
-                self._new_batch = False
-            self.held[-1].append(req)
+            if self._new_batch is None:
+                self._new_batch = []
+            self._new_batch.append(req)
+            self.held[req.request_id] = self._new_batch
         self._add_work(req, num_tokens, num_padding, num_cached, table, num_cached)
 
     def uncached(self, req: Request, num_tokens: int, computed: list[int]) -> int:
@@ -203,16 +206,16 @@ class Scheduler:
     def schedule_padding(self, req: Request, num_padding: int) -> None:
         """Dummy tokens for a finished row of a held batch: a dense padded batch still
         computes it until its longest row ends (lesson 2)."""
-        if not (req.finished and self.is_held(req)):
-            raise RuntimeError(f"policy {self.policy.name!r}: padding only for finished rows of a held batch, "
-                               f"not {req.request_id!r}")
-        table = self.kv_cache.block_tables[req.request_id]
-        if req.num_computed_tokens + num_padding > len(table) * self.kv_cache.block_size:
-            raise RuntimeError(f"policy {self.policy.name!r}: {req.request_id!r} has no KV slots for "
-                               f"{num_padding} more padding tokens")
-        self._check_budget(num_padding)
-        self.scheduled.add(req.request_id)
-        self.work.append(SeqWork(req, 0, num_padding, req.num_computed_tokens, table, "padding", False))
+        rid, start = req.request_id, req.num_computed_tokens
+        table = self.kv_cache.block_tables.get(rid) if rid in self.held else None
+        # one test on the hot path (a simulated static run pads a few hundred thousand rows)
+        if (table is None or req.status is not Status.FINISHED or rid in self.scheduled
+                or start + num_padding > len(table) * self.kv_cache.block_size or num_padding > self.budget):
+            raise RuntimeError(f"policy {self.policy.name!r}: cannot pad {rid!r} by {num_padding}: padding is for "
+                               f"finished rows of a held batch, once a step, within their KV slots and the budget")
+        self.scheduled.add(rid)
+        self.budget -= num_padding
+        self.work.append(SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False))
 
     def preempt(self, req: Request) -> None:
         """Recompute-style preemption: free its blocks, back to the head of the queue, output kept."""
@@ -228,12 +231,8 @@ class Scheduler:
         """Drop an unfinished request (its client went away): out of its queue, and its KV
         freed at once (a row of a held static batch keeps it until the batch ends)."""
         {Status.PENDING: self.pending, Status.WAITING: self.waiting, Status.RUNNING: self.running}[req.status].remove(req)
-        if not self.is_held(req):
-            self.kv_cache.free(req)
         req.status, req.finish_reason = Status.FINISHED, "aborted"
-
-    def is_held(self, req: Request) -> bool:
-        return any(req in batch for batch in self.held)
+        self.release(req)
 
     # ---- bookkeeping ------------------------------------------------------------
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:
@@ -255,7 +254,7 @@ class Scheduler:
                   num_cached: int = 0) -> None:
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
-        self.work.append(SeqWork(req, num_tokens, num_padding, start, table,
+        self.work.append(SeqWork(req, num_tokens, num_padding, start, start + num_tokens + num_padding, table,
                                  "decode" if decode else "prefill", samples, num_cached))
         self.scheduled.add(req.request_id)
         self.budget -= num_tokens + num_padding

@@ -50,8 +50,8 @@ def run_steps(model, steps, num_blocks=64, block_size=4, seed=0):
     attention, write_kv = get_backend("reference")
     out = []
     for work in steps:
-        plan = StepPlan([SeqWork(r, n, 0, r.num_computed_tokens, kv_cache.allocate_slots(r, n), "prefill", True)
-                         for r, n in work], [], 0, 0, 0)
+        plan = StepPlan([SeqWork(r, n, 0, r.num_computed_tokens, r.num_computed_tokens + n,
+                                 kv_cache.allocate_slots(r, n), "prefill", True) for r, n in work], [], 0, 0, 0)
         inp = build_step_inputs(plan, block_size, 0)
         with torch.no_grad():
             h = model(inp.input_ids, inp.positions, kv, inp.meta, attention, write_kv)
