@@ -96,11 +96,9 @@ class StaticPolicy(Policy):
         if not s.running:  # the last batch has fully finished (only its rows ever run)
             self.batch = self.start_batch(s)
             return
-        for req in self.batch:
-            if req.finished:  # a dead row: the padded tensor still computes it
-                s.schedule_padding(req, 1)
-            else:
-                s.schedule_running(req, 1)
+        for req in s.unscheduled_running():
+            s.schedule_running(req, 1)
+        s.schedule_padding([r for r in self.batch if r.finished], 1)  # dead rows: the padded tensor still computes them
 
     def start_batch(self, s: Scheduler) -> list[Request]:
         """The longest run of waiting requests whose padded rows fit the batch and the KV

@@ -203,19 +203,22 @@ class Scheduler:
         """Of the `num_tokens` a policy asks for, those left to compute after the cached prefix."""
         return min(num_tokens, req.num_tokens - len(computed) * self.kv_cache.block_size)
 
-    def schedule_padding(self, req: Request, num_padding: int) -> None:
-        """Dummy tokens for a finished row of a held batch: a dense padded batch still
-        computes it until its longest row ends (lesson 2)."""
-        rid, start = req.request_id, req.num_computed_tokens
-        table = self.kv_cache.block_tables.get(rid) if rid in self.held else None
-        # one test on the hot path (a simulated static run pads a few hundred thousand rows)
-        if (table is None or req.status is not Status.FINISHED or rid in self.scheduled
-                or start + num_padding > len(table) * self.kv_cache.block_size or num_padding > self.budget):
-            raise RuntimeError(f"policy {self.policy.name!r}: cannot pad {rid!r} by {num_padding}: padding is for "
-                               f"finished rows of a held batch, once a step, within their KV slots and the budget")
-        self.scheduled.add(rid)
-        self.budget -= num_padding
-        self.work.append(SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False))
+    def schedule_padding(self, rows: list[Request], num_padding: int) -> None:
+        """Dummy tokens for the finished rows of a held batch: a dense padded batch still
+        computes them until its longest row ends (lesson 2)."""
+        block_size, tables = self.kv_cache.block_size, self.kv_cache.block_tables
+        for req in rows:
+            rid, start = req.request_id, req.num_computed_tokens
+            table = tables.get(rid) if rid in self.held else None
+            # one test on the hot path (a simulated static run pads a few hundred thousand rows)
+            if (table is None or req.status is not Status.FINISHED or rid in self.scheduled
+                    or start + num_padding > len(table) * block_size or num_padding > self.budget):
+                raise RuntimeError(f"policy {self.policy.name!r}: cannot pad {rid!r} by {num_padding}: padding is "
+                                   f"for finished rows of a held batch, once a step, within their KV slots and "
+                                   f"the budget")
+            self.scheduled.add(rid)
+            self.budget -= num_padding
+            self.work.append(SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False))
 
     def preempt(self, req: Request) -> None:
         """Recompute-style preemption: free its blocks, back to the head of the queue, output kept."""
