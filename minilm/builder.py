@@ -64,7 +64,7 @@ def default_backend(device: str) -> str:
 
 
 def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> EngineParts:
-    """Everything an engine needs. Bad knobs raise ValueError before anything is allocated.
+    """Everything an engine needs. Bad knobs raise ValueError before the KV cache is allocated.
     `block_pool(num_blocks)` replaces the KV cache's free list (exercise 4)."""
     config.validate()
     if config.attention_backend is not None and config.attention_backend not in BACKENDS:
