@@ -36,6 +36,10 @@ def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None
     fig.add_trace(go.Scatter(x=x, y=df["duration"] * MS if len(df) else [], name="step time", mode="lines",
                              line=dict(color="#9467bd"), hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"),
                   row=2, col=1)
+    # the model's (and sampler's) share; the gap above it is the engine's own work: scheduling, updating
+    fig.add_trace(go.Scatter(x=x, y=df["model_time"] * MS if len(df) else [], name="of which the model",
+                             mode="lines", line=dict(color="#9467bd", dash="dot"),
+                             hovertemplate="step %{x}: model %{y:.2f} ms<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Scatter(x=x, y=df["batch_size"] if len(df) else [], name="batch size", mode="lines",
                              line=dict(color="#2ca02c", shape="hv")), row=3, col=1)
     fig.add_trace(go.Scatter(x=x, y=df["num_waiting"] if len(df) else [], name="waiting", mode="lines",
