@@ -9,7 +9,12 @@ pip_install() {  # quiet, minus this machine's warnings about missing local pack
   return "${PIPESTATUS[0]}"
 }
 
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-pip_install --upgrade pip >/dev/null || true
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $("$PY" --version)" >&2
+  "$PY" -m venv .venv
+  pip_install --upgrade pip >/dev/null || true
+fi
+echo "setup: installing requirements.txt into .venv (the first time takes a few minutes)" >&2
 pip_install -r requirements.txt
 .venv/bin/python -m pip show -q minilm-lab >/dev/null 2>&1 || pip_install --no-deps -e .
+echo "setup: ready" >&2
