@@ -8,14 +8,14 @@ NaN too, so a row the backend forgets to write fails.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
 
-from helpers import scramble_free_list
+from helpers import paged_attention_batch, scramble_free_list
 from minilm import Engine, EngineConfig
 from minilm.attention import BACKENDS, get_backend, reference, sdpa
-from minilm.model import AttentionMetadata
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
@@ -28,31 +28,8 @@ CHUNKS = ([7, 16, 3], [23, 48, 100])                          # only chunks afte
 CASES = {"decode": DECODE, "prefill": PREFILL, "mixed": MIXED, "chunks": CHUNKS}
 
 
-def make_batch(q_lens, ctx_lens, group, head_dim, dtype, block_size=16, num_kv_heads=2, seed=0):
-    """Random q and caches; metadata whose block tables point at shuffled blocks; NaN in every
-    cache slot that no sequence's context covers."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [-(-c // block_size) for c in ctx_lens]
-    num_blocks = sum(blocks_per_seq) + 5  # some blocks nobody owns
-    width = max(blocks_per_seq) + 2
-    shuffled = torch.randperm(num_blocks, generator=gen)
-    tables = torch.randint(0, num_blocks, (len(ctx_lens), width), generator=gen, dtype=torch.int32)
-    cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.full(cache_shape, float("nan"), dtype=dtype)
-    v_cache = torch.full(cache_shape, float("nan"), dtype=dtype)
-    used = 0
-    for i, (n, c) in enumerate(zip(blocks_per_seq, ctx_lens)):
-        tables[i, :n] = shuffled[used:used + n]
-        used += n
-        for p in range(c):  # only the slots of real key positions get numbers
-            block, slot = tables[i, p // block_size], p % block_size
-            k_cache[block, slot] = torch.randn(num_kv_heads, head_dim, generator=gen).to(dtype)
-            v_cache[block, slot] = torch.randn(num_kv_heads, head_dim, generator=gen).to(dtype)
-    cu = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
-    meta = AttentionMetadata(cu_seqlens_q=cu, context_lens=torch.tensor(ctx_lens, dtype=torch.int32),
-                             block_tables=tables, slot_mapping=torch.zeros(0, dtype=torch.int64))
-    q = torch.randn(int(cu[-1]), num_kv_heads * group, head_dim, generator=gen).to(dtype)
-    return q, k_cache, v_cache, meta
+# NaN in every cache slot no context covers: reading one poisons the answer
+make_batch = partial(paged_attention_batch, nan_outside_context=True)
 
 
 def check(q, k_cache, v_cache, meta, scale):

@@ -20,16 +20,17 @@ from __future__ import annotations
 import builtins
 import random
 import types
+from functools import partial
 
 import pytest
 import torch
 import triton
 import triton.language as tl
 
+from helpers import paged_attention_batch
 from minilm import Engine, EngineConfig
 from minilm.attention import reference, triton_paged
 from minilm.attention.triton_paged import _key_tiles, _program_rows
-from minilm.model import AttentionMetadata
 
 TOL = {torch.float32: 1e-3, torch.float16: 1e-2}
 
@@ -41,28 +42,8 @@ MIXED = ([1, 24, 0, 13, 1, 40], [90, 24, 5, 61, 33, 40])       # decodes, a prom
 LONG = ([1, 20, 1], [700, 820, 1000])                          # long contexts: many tiles and blocks
 
 
-def make_batch(q_lens, ctx_lens, group, head_dim, dtype, block_size=16, num_kv_heads=2, seed=0):
-    """Random q and caches, and metadata whose block tables point at shuffled blocks."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [-(-c // block_size) for c in ctx_lens]
-    num_blocks = sum(blocks_per_seq) + 7  # some blocks nobody owns
-    width = max(blocks_per_seq) + 2
-    shuffled = torch.randperm(num_blocks, generator=gen)
-    tables = torch.randint(0, num_blocks, (len(ctx_lens), width), generator=gen, dtype=torch.int32)
-    used = 0
-    for i, n in enumerate(blocks_per_seq):
-        tables[i, :n] = shuffled[used:used + n]
-        used += n
-    cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    meta = AttentionMetadata(cu_seqlens_q=cu, context_lens=torch.tensor(ctx_lens, dtype=torch.int32),
-                             block_tables=tables, slot_mapping=torch.zeros(0, dtype=torch.int64))
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen).to(dtype)
-
-    cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    q = randn(int(cu[-1]), num_kv_heads * group, head_dim)
-    return q, randn(*cache_shape), randn(*cache_shape), meta
+# random numbers everywhere: reading a wrong slot changes the answer
+make_batch = partial(paged_attention_batch, nan_outside_context=False)
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -88,7 +69,7 @@ def poisoned(q):
 @pytest.mark.parametrize("case,block_size", [(MIXED, 16), (DECODE, 16), (PREFILL, 32)],
                          ids=["mixed", "decode", "prefill"])
 def test_unified_matches_reference(case, block_size, group, head_dim, dtype):
-    q, kc, vc, meta = make_batch(*case, group, head_dim, dtype, block_size, seed=group * head_dim)
+    q, kc, vc, meta = make_batch(*case, group, head_dim, dtype, block_size=block_size, seed=group * head_dim)
     out = triton_paged.attention_unified(q, kc, vc, meta, head_dim ** -0.5, out=poisoned(q))
     check(out, q, kc, vc, meta, head_dim ** -0.5)
 
