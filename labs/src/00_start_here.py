@@ -22,9 +22,10 @@
 # | 8 | prefix caching: shared prompt prefixes computed once |
 # | 9 | serving: an OpenAI-compatible server, its clients, the live Gantt |
 #
-# Each lesson has an exercise in `labs/exercises/` (solutions in `labs/solutions/`).
-# The first cell of every notebook (above) only makes `import minilm` work and pins
-# PyTorch to one thread.
+# Every lesson but the last (serving) has an exercise in `labs/exercises/` (solutions
+# in `labs/solutions/`). The first cell of every notebook (above) only makes `import
+# minilm` work; the engine itself runs PyTorch on one CPU thread unless told otherwise
+# (`EngineConfig.cpu_threads`).
 
 # %% [markdown]
 # ## 1. Check the install

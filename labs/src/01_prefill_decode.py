@@ -135,8 +135,9 @@ say(f"A prefill of 2,048 tokens does **{intensity['tiny', shapes[0][0]]:,.0f}** 
 # ## 3. Measured on this machine: step time against tokens in the step
 #
 # Now measure. One engine runs prompts of growing length one at a time (each prefill
-# alone in its step), then batches of B requests decoding together. We keep the best of
-# three runs of each, the usual way to time on a busy machine.
+# alone in its step), then batches of B requests decoding together. We keep the fastest
+# of three runs of each prompt, and of three decode steps of each batch: the usual way to
+# time on a busy machine.
 
 # %%
 import numpy as np
@@ -181,14 +182,24 @@ def per_token_us(times_ms):
 p, dd = per_token_us(prefill), per_token_us(decode)
 say(f"Per token, a decode step alone costs **{dd[1]:.0f} us**, one in a batch of {max(dd)} "
     f"**{dd[max(dd)]:.0f} us**; a prefill token costs {p[min(p)]:.1f} us in a {min(p)}-token prompt and "
-    f"{p[max(p)]:.1f} us in a {max(p):,}-token one (measured here).")
+    f"{p[max(p)]:.1f} us in a {max(p):,}-token one (measured here). Decode steps of "
+    f"{min(decode)} to {sorted(decode)[-2]} sequences took {min(list(decode.values())[:-1]):.1f}–"
+    f"{max(list(decode.values())[:-1]):.1f} ms.")
+cpu_decode = CostModel("tiny", "cpu").cost([(1, 17)])  # this lab's CPU model, fitted by bench/calibrate_cpu.py
+say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab was built on) splits a "
+    f"one-sequence decode step into **{cpu_decode.overhead_s * 1e3:.1f} ms** of fixed cost, {cpu_decode.memory_s * 1e3:.2f} ms of "
+    f"reading the weights and {cpu_decode.compute_s * 1e3:.2f} ms of arithmetic.")
 
 # %% [markdown]
-# On a CPU much of a small step is fixed cost (Python, launching each operation), so the
-# cost per token falls as a step holds more tokens: batching decodes makes each token
-# cheaper. It stops falling once the arithmetic takes over, and a long prompt's
-# attention grows as N², so the longest prefill can cost more per token than a shorter
-# one. A GPU has the same two regimes, with a sharper edge between them: the roofline.
+# So on this CPU, what makes a small step cost "a noticeable time" is mostly neither
+# arithmetic nor the weight read: it is fixed cost (Python, launching each of a few
+# hundred operations), which is why small decode batches all take about the same time
+# here, whatever their size (the differences between them are noise). The cost per token falls as a step holds
+# more tokens: batching decodes makes each token cheaper. It stops falling once the
+# arithmetic takes over, and a long prompt's attention grows as N², so the longest
+# prefill can cost more per token than a shorter one. A GPU has a flat regime too, but
+# there it is the weight read (and the KV read) that sets it, with a sharp edge to the
+# compute-bound regime: the roofline.
 
 # %% [markdown]
 # ## 4. The roofline of a real GPU (simulated)
@@ -250,7 +261,9 @@ say(f"On an H100 a prefill must hold about **{n_cross} tokens** before its arith
 # %% [markdown]
 # **A note on source `000`.** It labels prefill "compute-bound, arithmetic intensity O(N)".
 # The O(N) is right; "compute-bound" holds only above the crossover. Prompts shorter than
-# it, and the prompt *chunks* of chunked prefill, are memory-bound, as decode is. (With
+# it, and prompt *chunks* of chunked prefill shorter than it, are memory-bound, as decode
+# is; a chunk that rides with many decodes can cross it together with them (section 5).
+# (With
 # the source's own FLOP formula, too small by the factor counted in section 2, the crossover
 # would come that many times later.)
 

@@ -87,10 +87,21 @@ for preset in ("uniform", "mixed"):
 # like real ones), so on this machine it costs time.
 
 # %%
-steps = tl.steps_df()
-padding_time = (steps.duration * steps.padding_tokens / steps.num_tokens).sum()
-say(f"In the batch of section 1, about **{padding_time / steps.duration.sum():.0%}** of the measured step time "
-    f"went to padding (each step's time shared out by its tokens; measured on this CPU).")
+def summed_step_ms(policy, repeats=5):
+    """Section 1's batch under a policy: its steps' summed time, the fastest of a few runs."""
+    runs = [run_workload(specs, policy=policy, max_num_seqs=len(specs), sampling={"ignore_eos": True})
+            for _ in range(repeats)]
+    return min(sum(s.duration for s in t.steps) for t in runs) * 1e3, len(runs[0].steps)
+
+
+padded_ms, padded_steps = summed_step_ms("static")
+unpadded_ms, unpadded_steps = summed_step_ms("continuous")  # lesson 3: the same rows, without padding
+assert padded_steps == unpadded_steps
+say(f"Section 1's batch without its padding (in-flight batching, lesson 3: the same {padded_steps} steps with "
+    f"only the real rows) took **{unpadded_ms:.1f} ms** of steps against **{padded_ms:.1f} ms** padded, so "
+    f"padding cost about **{1 - unpadded_ms / padded_ms:.0%}** of the time here (measured on this CPU), though "
+    f"it was {summarize(tl)['padding_fraction']:.0%} of the tokens: most of a small CPU step is fixed cost "
+    f"(lesson 1), which extra rows do not add to.")
 
 # %% [markdown]
 # On a GPU the same padding costs much less time, and the reason is lesson 1: a decode
@@ -163,7 +174,8 @@ say(f"Output lengths from {doc_lens.min()} to {doc_lens.max()} tokens (median {n
     f"coefficient of variation {doc_cv:.2f}); {stopped} of {len(doc_lens)} requests stopped at EOS, the others "
     f"at `max_tokens`. Static batching: **{tput['static']:.0f}** output tokens/s; in-flight: "
     f"**{tput['continuous']:.0f}**, **{tput['continuous'] / tput['static']:.1f}x** (measured here). Static batching "
-    f"also reserved KV for every row's `max_tokens`, because it cannot know where EOS will come: "
+    f"also reserved KV for every row's padded length (the batch's longest prompt plus its largest `max_tokens`), "
+    f"because it cannot know where EOS will come: "
     f"**{empty_kv_share(measured['static']):.0%}** of the KV slots it held stayed empty, against "
     f"{empty_kv_share(measured['continuous']):.0%} for the paged cache of in-flight batching.")
 
@@ -213,6 +225,12 @@ fig
 # > vLLM (Kwon et al., SOSP 2023) reports 2–4x the throughput of FasterTransformer and Orca
 # > at the same latency; Orca (Yu et al., OSDI 2022) 36.9x over FasterTransformer for
 # > GPT-3 175B at the same latency.
+#
+# Orca's is the in-flight-batching number. vLLM's is not: Orca already schedules per
+# iteration, so vLLM's gain over it comes from PagedAttention's memory management
+# (lesson 4), which fits more sequences in the batch. (Source `001` credits continuous
+# batching to "Orca 论文与 vLLM" — the Orca paper and vLLM; it is Orca's idea, and vLLM
+# built on it.)
 #
 # Test the claim the lab can test: how the speed-up moves with the spread of output
 # lengths. Llama-3-8B on an H100, **simulated**: all requests waiting at the start, equal
@@ -281,7 +299,9 @@ say(f"With equal lengths there is nothing to gain (at most {flat.max():.2f}x): n
 # %% [markdown]
 # **A note on the sources.** Source `000` is right that the gain depends on the spread of
 # lengths; the lab adds that it depends on the batch size too, and that with equal
-# lengths there is no gain at all, which source `001`'s single range leaves out. Where
+# lengths and a full queue there is no throughput gain at all, which source `001`'s
+# single range leaves out. (Under arrivals, static batching still makes a newcomer wait
+# for the running batch, whatever the lengths: section 4.) Where
 # the docstrings model's own lengths land against the two ranges, the figure shows. A
 # throughput ratio like these is measured with a full queue, as here; under a light load
 # both policies keep up, and the difference moves into latency: the next section.

@@ -19,6 +19,25 @@ say(f"Llama-3-8B keeps **{per_token / 2**10:.0f} KiB** of K and V per token, so 
     f"{conversation:,}-token conversation holds **{per_token * conversation / 2**30:.1f} GiB**.")
 
 # %% [markdown]
+# > Source 000: with 128K–1M-token context windows now common, static batching is
+# > "几乎不可用" (nearly unusable) for long contexts.
+#
+# What a long context costs at that rate, against the KV memory an H100 has left after
+# Llama-3-8B's weights (the cost model's figure, at vLLM's default
+# `gpu_memory_utilization=0.9`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+kv_memory = llama.kv_cache_bytes(0.9)
+need_128k, need_1m = per_token * 128 * 2**10, per_token * 2**20
+assert kv_memory // need_128k < 8 and need_1m > kv_memory  # "a few rows, or none" below
+say(f"A 128K-token context holds **{need_128k / 2**30:.0f} GiB** of K and V: **{kv_memory // need_128k}** such "
+    f"requests fill the H100's {kv_memory / 2**30:.0f} GiB of KV memory; a 1M-token one (**{need_1m / 2**30:.0f} "
+    f"GiB**) does not fit at all. A static engine reserves every row's longest possible length for the whole "
+    f"batch, so such a window leaves it a batch of a few rows, or none: the source is right. Paging gives each "
+    f"request only the blocks it has filled, so short requests still share the memory with a long one.")
+
+# %% [markdown]
 # Before vLLM, engines gave each request one **contiguous** region big enough for its
 # longest possible length, reserved when it was admitted. Much of it sits empty: the
 # tokens not generated yet, everything past the point where the request actually
@@ -56,15 +75,18 @@ while engine.has_unfinished():
 # The story of the run above, read from the recorded tables (not typed in)
 grew = next(k for k in range(1, len(history)) if len(history[k].get("b", [])) > len(history[k - 1].get("b", [])))
 a_gone = next(k for k, t in enumerate(history) if "a" not in t)
-a_blocks = history[a_gone - 1]["a"]
+a_blocks = engine.timeline.steps[a_gone].kv_blocks["a"]  # its table as its last step ran
 c_first = next(k for k, t in enumerate(history) if "c" in t)
 c_table = history[c_first]["c"]
 reused = [b for b in c_table if b in a_blocks]
+assert c_table[:len(a_blocks)] == a_blocks[::-1]  # the free list is a stack: the last freed goes out first
 say(f"Tables are printed after each step, so a request that just finished has already given its blocks back. "
     f"`a` holds {len(history[0]['a'])} blocks for its prompt; `b` takes another block in step {grew}, when its "
-    f"next token needs a slot past the end of its last block. When `a` finishes in step {a_gone}, its blocks "
-    f"{a_blocks} go straight back to the free list, and in step {c_first} `c` — which waited for a place in "
-    f"the batch (`max_num_seqs=2`) — gets {c_table}: {len(reused)} of them were `a`'s until step {a_gone}. "
+    f"next token needs a slot past the end of its last block. In step {a_gone}, `a`'s last, it too takes a block "
+    f"(for the K and V of the token it computes there), so it ran with {a_blocks}; all {len(a_blocks)} go straight "
+    f"back to the free list when it finishes, and in step {c_first} `c` — which waited for a place in "
+    f"the batch (`max_num_seqs=2`) — gets {c_table}: {len(reused)} of them were `a`'s until step {a_gone}, "
+    f"the last freed handed out first. "
     f"Block ids need not be contiguous: the block table is the only map.")
 
 # %% [markdown]
@@ -217,7 +239,7 @@ print("KV memory while requests wait:  holds tokens  held, empty   free | batch 
 for a, tl in runs.items():
     use, m = memory_use(tl), summarize(tl)
     print(f"{a:>10s}{'':20s}{use['holds tokens']:6.0%}{use['held, empty']:13.0%}{use['free']:7.0%} |"
-          f"{m['mean_batch_size']:11.1f}{m['output_tok_per_s']:13.0f}   (simulated)")
+          f"{m['mean_batch_size']:11.1f}{m['output_tok_per_s']:13.0f}   (simulated; {m['preemptions']} preempted)")
 
 # %% [markdown]
 # Read the columns. *Held, empty* is over-reservation: both reserving allocators pay
@@ -354,8 +376,9 @@ in_range = [f"{cv:.2f}" for cv in cvs if 0.6 <= sweep[cv]["contiguous"] <= 0.8]
 at = " to ".join(in_range[::max(1, len(in_range) - 1)]) or "between two of the points above"
 say(f"With equal lengths, reservation wastes **{sweep[cvs[0]]['reserved']:.0%}** — the tokens not generated "
     f"yet — against paging's **{sweep[cvs[0]]['paged']:.0%}**. At a coefficient of variation of "
-    f"{cvs[-1]:.1f} it wastes **{sweep[cvs[-1]]['contiguous']:.0%}** (contiguous), while paging stays at "
-    f"**{sweep[cvs[-1]]['paged']:.0%}** throughout. The sources' 60–80% is what reservation costs here at a "
+    f"{cvs[-1]:.1f} it wastes **{sweep[cvs[-1]]['contiguous']:.0%}** (contiguous), while paging stays between "
+    f"**{min(w['paged'] for w in sweep.values()):.0%}** and **{max(w['paged'] for w in sweep.values()):.0%}** "
+    f"throughout. The sources' 60–80% is what reservation costs here at a "
     f"coefficient of variation of {at}: "
     f"a point on a curve, not a constant.")
 

@@ -10,7 +10,8 @@
 #   longest, and mask the padding away. Simple, but the padded positions are computed.
 # * **Ragged** (vLLM's and SGLang's Triton backends, FlashAttention's varlen API):
 #   concatenate every new token of the step into one flat list `q [T, heads, dim]`, and
-#   describe the pieces with a few small tensors. No padding at all.
+#   describe the pieces with a few small tensors. No padding between sequences (a
+#   kernel still rounds each piece up to its own tiles: section 4 counts it).
 #
 # This lesson builds the ragged description from a real step, measures what padding
 # would cost, and runs `minilm/attention/triton_paged.py` against the reference.
@@ -144,6 +145,11 @@ print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_
 # * the grid is (query blocks, KV heads); one program takes up to `BLOCK_Q` new tokens of
 #   **one** sequence and all the query heads that share one KV head (grouped-query
 #   attention), so each K/V tile it loads serves all of them;
+# * a decode-only step of few sequences would give the GPU too few programs (one per
+#   sequence and KV head, fewer than it has SMs), so
+#   `paged_attention` then splits each context into segments that run side by side and
+#   merges their partial softmaxes with a second small kernel (flash-decoding,
+#   `attention_split_kv`; the cell after the check below shows the choice);
 # * a program finds its sequence by binary search over `cu_seqlens_q`, so no per-program
 #   table has to be built on the host;
 # * it walks the sequence's keys tile by tile through the block table, keeping
@@ -177,9 +183,48 @@ print("Triton kernel equals the reference (relative error < 1e-4):", err < 1e-4)
 print(f"max relative error {err:.1e}; the kernel took {seconds:.2f} s "
       f"({'interpreted on the CPU' if triton_paged.interpreting() else 'compiled, on the GPU'})")
 
+# %%
+# NBVAL_CHECK_OUTPUT
+# What the kernel really computes for this step: each program takes BLOCK_Q tokens of one
+# sequence and walks its keys in tiles of TILE_N, masking what lies past a token's position.
+cfg = triton_paged.launch_config(len(q), len(meta.context_lens), q_heads // kv_heads, dim, q.element_size())
+block_q, tile_n = cfg["BLOCK_Q"], cfg["TILE_N"]
+tiled = 0
+for num_new, ctx in zip(meta.cu_seqlens_q.diff().tolist(), meta.context_lens.tolist()):
+    for first in range(0, num_new, block_q):  # one program's query block
+        last_position = ctx - num_new + min(first + block_q, num_new) - 1
+        tiled += block_q * -(-(last_position + 1) // tile_n) * tile_n
+counts = widgets.mask_counts(step)
+say(f"Ragged is not free of waste inside a sequence: the kernel works in tiles of {block_q} query tokens x "
+    f"{tile_n} keys here and masks what falls outside, so for this step it computes **{tiled:,}** scores per "
+    f"head ({tiled / counts['needed']:.1f}x the {counts['needed']:,} needed), still "
+    f"**{counts['padded'] / tiled:.1f}x** fewer than the padded layout. What ragged removes is the padding "
+    f"*between* sequences: no sequence computes, or reads, another one's length — and for decodes the read "
+    f"is what costs (lesson 1).")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm.model import AttentionMetadata
+
+seqs, context, q_heads_8b, kv_heads_8b, dim_8b = 8, 4096, 32, 8, 128  # Llama-3-8B's attention shape
+few_long = AttentionMetadata(cu_seqlens_q=torch.arange(seqs + 1, dtype=torch.int32),
+                             context_lens=torch.full((seqs,), context, dtype=torch.int32),
+                             block_tables=torch.zeros(seqs, context // 16, dtype=torch.int32),
+                             slot_mapping=torch.zeros(seqs, dtype=torch.int64))
+cache_shape_only = torch.empty(1, 16, kv_heads_8b, dim_8b, dtype=torch.float16)  # blocks of 16 slots
+segments = triton_paged.split_kv_segments(torch.empty(seqs, q_heads_8b, dim_8b, dtype=torch.float16),
+                                          cache_shape_only, few_long)
+say(f"{seqs} decodes with {context:,}-token contexts on a Llama-3-8B-shaped layer ({q_heads_8b} query heads, "
+    f"{kv_heads_8b} KV heads) make {seqs * kv_heads_8b} programs; for {triton_paged.NOMINAL_SM_COUNT} SMs (an "
+    f"H100's count, which the interpreter assumes) the kernel splits each context into **{segments}** segments "
+    f"of {context // segments:,} keys: {seqs * kv_heads_8b * segments} programs, then a merge.")
+
 # %% [markdown]
-# The whole engine runs with it too: `attention_backend="triton"`. Batching must never
-# change what is generated, and neither may the kernel: greedy tokens match.
+# The whole engine runs with it too: `attention_backend="triton"`. A batch should compute
+# each sequence's attention as if it ran alone, up to rounding, and so should the kernel:
+# here, in fp32, greedy tokens match. (In bf16, a different batch can change the
+# rounding enough to flip a near-tie between two tokens; vLLM documents this and offers
+# a slower batch-invariant mode.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -210,6 +255,8 @@ print(results.read_text() if results.exists() else
 # **What to remember.** A serving engine's step is ragged. Flattening it and describing it
 # with `cu_seqlens_q`, `context_lens`, `block_tables` and `slot_mapping` lets one kernel
 # launch serve prompt chunks and decodes of any lengths, reading K/V straight out of the
-# paged cache, with no padded work.
+# paged cache, with no padding between sequences (only each piece's rounding to tiles).
+# When a decode step has too few sequences to fill the GPU, the same kernel splits their
+# contexts into segments and a second one merges them (flash-decoding).
 #
 # **Exercise 5** (`exercises/05_triton_kernel.ipynb`): build this metadata yourself.

@@ -81,7 +81,8 @@ def compute_bound_batch(num_params: float, bytes_per_param: float, peak_flops: f
 checks.check_compute_bound_batch(compute_bound_batch)
 
 # %% [markdown]
-# **Think further (no check).** In lesson 1's table, Llama-3-8B's largest decode batch is
-# still memory-bound, far above the batch size you just found. Put the KV
-# cache back into `decode_bytes`: as B grows, what does the step's intensity (FLOPs per
-# byte) approach, and what does that say about batching decodes with long contexts?
+# **Think further (no check).** The batch you found leaves out the KV cache. Put it back
+# into `decode_bytes`, with every sequence holding a context of a thousand tokens, and let B grow
+# far past your answer: does the step ever turn compute-bound? What does its intensity
+# (FLOPs per byte) approach as B grows, and what does that say about batching decodes
+# with long contexts?

@@ -14,9 +14,9 @@
 # padding tokens the engine computes over the whole run. Questions to settle first:
 #
 # * Which requests share a batch?
-# * In the prefill step, how long is every row of a batch?
-# * How many decode steps does a batch run, given that its first output tokens come
-#   out of the prefill step? In how many of them does row i compute a real token?
+# * What decides the length of every row in the prefill step?
+# * What decides how many steps a batch runs after its prefill, and in how many of them
+#   a row computes a real token? (Where does a request's first output token come from?)
 #
 # The check runs the real engine on workloads you have not seen and compares.
 

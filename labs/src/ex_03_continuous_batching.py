@@ -22,14 +22,15 @@
 # has already happened: after every step the scheduler retires finished requests and
 # frees their KV blocks. Your `schedule` does **check** and **fill** as lesson 3's
 # engine does (Orca's iteration-level scheduling, whole prompts, no chunking), and
-# must decide two things the verbs do not decide for you:
+# must decide what the verbs do not decide for you:
 #
 # 1. **In which order?** Running requests and waiting prompts compete for the same
-#    budget and the same KV blocks. Which must be served first so that nobody who is
-#    already generating is ever held back by a newcomer?
-# 2. **When to stop filling?** The queue is first come, first served. What should
-#    happen when the prompt at its head does not fit, but a shorter one behind it
-#    would?
+#    budget and the same KV blocks. Which do you serve first, and what goes wrong for
+#    the other kind if you choose the other way round? (Think of a step whose budget or
+#    free blocks cannot hold everyone.)
+# 2. **When to stop filling?** The queue is first come, first served, and `admit` only
+#    takes its head. What must your loop do when the head does not fit — and what would
+#    a scheduler that let a shorter prompt behind it go first gain, and risk?
 #
 # The check runs your policy and the engine's `continuous` policy on the same
 # requests (simulated, so arrivals fall between the same steps everywhere) and compares

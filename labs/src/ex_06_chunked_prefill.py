@@ -2,7 +2,7 @@
 # # Exercise 6 · The chunk-splitting rule
 #
 # Chunked prefill (Sarathi-Serve's stall-free batching, DeepSpeed-FastGen's Dynamic
-# SplitFuse, vLLM's default scheduler) plans each step against a token budget,
+# SplitFuse, vLLM V0's chunked-prefill scheduler) plans each step against a token budget,
 # `max_num_batched_tokens`. What the rule has to guarantee:
 #
 # - a running decode needs exactly one token a step and cannot be cut, so no prompt may
