@@ -104,9 +104,11 @@ room = widgets.live_gantt(lecture_server.url, interval=0.5)
 room
 
 # %% [markdown]
-# No audience (or a quiet one)? The same page's requests, sent from here: a few named
-# users at a Poisson rate (`bench_serve.run` is the `bench-serve` client; `await` keeps
-# the kernel, and so the chart, running meanwhile).
+# No audience (or a quiet one)? Requests like the page's, sent from here: a few named
+# users, one after another a fixed gap apart, each asking the model to finish the same
+# docstring beginning with sampling on, so each gets a text of their own. Unlike the page,
+# they do not stream: each answer comes back whole, while the chart shows its tokens
+# arriving. `await` keeps the kernel, and so the chart, running meanwhile.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -115,18 +117,22 @@ import asyncio
 import httpx
 
 names = ["ada", "alan", "grace", "edsger", "barbara", "donald"]
+PROMPT, MAX_TOKENS, TEMPERATURE = "Return the number of", 32, 0.8
+GAP_S = 0.3  # seconds between two visitors' requests
 
 
 async def visitor(client, name, delay):
     await asyncio.sleep(delay)
-    body = {"prompt": "Return the number of", "max_tokens": 32, "temperature": 0.8, "user": name}
+    body = {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": TEMPERATURE, "user": name}
     return (await client.post(f"{lecture_server.url}/v1/completions", json=body)).json()["choices"][0]["text"]
 
 
+print(f"{len(names)} visitors, one every {GAP_S} s, each a POST /v1/completions (not streamed) for up to "
+      f"{MAX_TOKENS} tokens at temperature {TEMPERATURE}:")
 async with httpx.AsyncClient(timeout=60) as client:
-    texts = await asyncio.gather(*(visitor(client, n, 0.3 * i) for i, n in enumerate(names)))
+    texts = await asyncio.gather(*(visitor(client, n, GAP_S * i) for i, n in enumerate(names)))
 for name, text in zip(names, texts):
-    print(f"{name:8} Return the number of{text!r}")
+    print(f"{name:8} {PROMPT}{text!r}")
 await room.refresh()
 
 # %% [markdown]
