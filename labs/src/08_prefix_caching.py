@@ -168,7 +168,8 @@ say(f"The chain has one weak link. The dictionary compares a block's own token i
 # > prefix-caching design doc notes that the key structure "is not 100% collision free",
 # > and that SHA-256 is supported since v0.8.3 and the default block hash since v0.10.2.
 #
-# This lab's engine keeps `hash()`: it is short to read, and nobody attacks a notebook.
+# This lab's engine keeps `hash()` because it is short to read; a server open to users
+# you do not trust should not run it with prefix caching on.
 
 # %% [markdown]
 # ## 3. Hit rate, TTFT and throughput
