@@ -162,11 +162,18 @@ class Scheduler:
         """Whether `admit` would succeed: a free slot in the batch, budget and KV blocks,
         and no preemption this step (as vLLM: nobody is admitted into a step that had to
         evict someone, or the two would thrash)."""
+        return self._admission(req, num_tokens, num_padding, reserve_tokens) is not None
+
+    def _admission(self, req: Request, num_tokens: int, num_padding: int,
+                   reserve_tokens: int) -> tuple[list[int], int] | None:
+        """(its cached prefix blocks, the tokens left to compute) if `req` can be admitted now, else None."""
         computed = self.kv_cache.get_computed_blocks(req)
         num_tokens = self.uncached(req, num_tokens, computed)
-        return (not self.preempted and len(self.running) < self.config.max_num_seqs
+        if (not self.preempted and len(self.running) < self.config.max_num_seqs
                 and num_tokens + num_padding <= self.budget
-                and self.kv_cache.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed))
+                and self.kv_cache.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)):
+            return computed, num_tokens
+        return None
 
     def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0,
               hold_kv: bool = False) -> None:
@@ -180,11 +187,11 @@ class Scheduler:
             raise RuntimeError(f"policy {self.policy.name!r}: admit() takes the head of the waiting queue, "
                                f"not {req.request_id!r}")
         self._check(req, num_tokens, Status.WAITING)
-        if not self.can_admit(req, num_tokens, num_padding, reserve_tokens):
+        admission = self._admission(req, num_tokens, num_padding, reserve_tokens)
+        if admission is None:
             raise RuntimeError(f"policy {self.policy.name!r}: cannot admit {req.request_id!r} now "
                                f"(check can_admit first)")
-        computed = self.kv_cache.get_computed_blocks(req)
-        num_tokens = self.uncached(req, num_tokens, computed)
+        computed, num_tokens = admission
         table = self.kv_cache.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
         self.waiting.popleft()
         req.status = Status.RUNNING
