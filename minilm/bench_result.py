@@ -64,6 +64,11 @@ def stats_ms(values: list[float], name: str) -> dict[str, float]:
     return out
 
 
+def token_times(first: float, itl: list[float]) -> np.ndarray:
+    """When each of a request's tokens came: the first at `first`, each next one an inter-token gap later."""
+    return first + np.concatenate([[0.0], np.cumsum(itl)])
+
+
 def peak_output_per_s(outputs: list[RequestOutput]) -> tuple[float, int]:
     """vLLM's max_output_tokens_per_s and max_concurrent_requests: the busiest one-second bucket."""
     ok = [o for o in outputs if o.success]
@@ -73,7 +78,7 @@ def peak_output_per_s(outputs: list[RequestOutput]) -> tuple[float, int]:
     n = int(np.ceil(max(o.start_time + o.latency for o in ok) - t0)) + 1
     tokens, running = np.zeros(n), np.zeros(n)
     for o in ok:
-        times = o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)])
+        times = token_times(o.start_time + o.ttft, o.itl)
         np.add.at(tokens, (times - t0).astype(int).clip(0, n - 1), 1)
         running[int(o.start_time - t0):int(o.start_time + o.latency - t0) + 1] += 1
     return float(tokens.max()), int(running.max())
@@ -172,7 +177,7 @@ def result_to_timeline(result, label: str | None = None) -> Timeline:
         arrival = (starts[i] - t0) if starts else 0.0
         failed = bool(errors[i]) or (r["ttfts"][i] == 0 and not r["itls"][i] and r["output_lens"][i] == 0)
         first = arrival + r["ttfts"][i]
-        times = [] if failed else (first + np.concatenate([[0.0], np.cumsum(r["itls"][i])])).tolist()
+        times = [] if failed else token_times(first, r["itls"][i]).tolist()
         requests.append(RequestRecord(
             request_id=str(ids[i]), arrival=float(arrival), prompt_len=int(r["input_lens"][i]),
             max_tokens=int(r["output_lens"][i]), t_scheduled=None, t_first_token=times[0] if times else None,

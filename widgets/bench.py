@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minilm.bench_result import load_result, result_to_timeline
+from minilm.bench_result import result_to_timeline
 from minilm.timeline import Timeline
 
 
 def load_bench_result(path: str | Path | dict, label: str | None = None) -> Timeline:
     """The client-side timeline of a result file (or of a result dict, as `bench_serve.run` returns)."""
-    return result_to_timeline(load_result(path), label)
+    return result_to_timeline(path, label)  # it reads and checks the file
