@@ -23,7 +23,7 @@
    non-negative least-squares fit on relative errors (every subset of the features,
    keeping the best one with no negative coefficient) gives the rest, and the k with the
    smallest error wins.
-3. Saves the spec to minilm/cpu_device.json, and reports the prediction error on a
+3. Saves the spec to minilm/sim/cpu_device.json, and reports the prediction error on a
    held-out workload (the `tiny` engine on the `mixed` preset with another seed and a
    different token budget, not used by the fit): the median absolute error must stay
    under 10%.
@@ -48,11 +48,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minilm.clock import MeasuredClock  # noqa: E402
+from minilm.core.clock import MeasuredClock  # noqa: E402
 from minilm.config import MODEL_PRESETS, EngineConfig, ModelConfig  # noqa: E402
-from minilm.costmodel import CostModel, DeviceSpec, items_shape, save_cpu_spec  # noqa: E402
-from minilm.engine import Engine  # noqa: E402
-from minilm.model import LlamaModel  # noqa: E402
+from minilm.sim.costmodel import CostModel, DeviceSpec, items_shape, save_cpu_spec  # noqa: E402
+from minilm.core.engine import Engine  # noqa: E402
+from minilm.model.llama import LlamaModel  # noqa: E402
 from minilm.workload import make_workload  # noqa: E402
 
 THREADS = 1

@@ -17,7 +17,7 @@ prefill  one prompt chunk of 512..4096 tokens after 0..16k cached tokens. TFLOP/
          contiguous tensors (the kernel reads them through the block table).
 
 Before timing a shape, the kernel's output on it is checked against the pure-torch
-reference (`minilm/attention/reference.py`). Times are `triton.testing.do_bench`
+reference (`minilm/model/attention/reference.py`). Times are `triton.testing.do_bench`
 medians (L2 cleared before each run). Targets on an H200: decode at batch >= 64 and
 context >= 4k at >= 80% of the copy bandwidth; prefill at >= 60% of SDPA flash.
 """
@@ -86,7 +86,7 @@ def copy_bandwidth(setup: Setup, nbytes: int) -> float:
 def new_cache(setup: Setup, num_seqs: int, max_context: int, gen: torch.Generator):
     """Random K and V caches for `num_seqs` sequences of up to `max_context` tokens, and a
     shuffled order of their blocks."""
-    from minilm.kv_cache import cdiv
+    from minilm.core.kv_cache import cdiv
 
     num_blocks = num_seqs * cdiv(max_context, setup.block_size)
     shape = (num_blocks, setup.block_size, setup.num_kv_heads, setup.head_dim)
@@ -98,8 +98,8 @@ def new_cache(setup: Setup, num_seqs: int, max_context: int, gen: torch.Generato
 
 def metadata(q_lens: list[int], ctx_lens: list[int], order: torch.Tensor, block_size: int):
     """Sequence i takes the next blocks of the shuffled `order`: scrambled, never shared."""
-    from minilm.kv_cache import cdiv
-    from minilm.model import AttentionMetadata
+    from minilm.core.kv_cache import cdiv
+    from minilm.model.llama import AttentionMetadata
 
     need = [cdiv(c, block_size) for c in ctx_lens]
     width, device = max(need), order.device
@@ -124,7 +124,7 @@ def checked(name: str, err: float, tolerance: float) -> float:
 
 
 def bench_decode(setup: Setup, batches, contexts, tolerance: float, copy_bps: float, gen) -> list[dict]:
-    from minilm.attention import reference, triton_paged as tp
+    from minilm.model.attention import reference, triton_paged as tp
 
     k_cache, v_cache, order = new_cache(setup, max(batches), max(contexts), gen)
     scale = setup.head_dim ** -0.5
@@ -167,7 +167,7 @@ def sdpa_flash(q, k, v, cached: int):
 
 
 def bench_prefill(setup: Setup, chunks, cached_lens, tolerance: float, gen) -> list[dict]:
-    from minilm.attention import reference, triton_paged as tp
+    from minilm.model.attention import reference, triton_paged as tp
 
     k_cache, v_cache, order = new_cache(setup, 1, max(chunks) + max(cached_lens), gen)
     scale = setup.head_dim ** -0.5

@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 from minilm import Engine, EngineConfig, make_workload, summarize
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 
 WORKLOAD = "shared-prefix"
 LLAMA3_VOCAB = 128256

@@ -65,9 +65,9 @@ def main() -> None:
     run = stats.total_tt
     # LlamaModel.forward is the outermost model.py forward; the layers' forwards are inside it.
     model = max(cum for (file, _, name), (_, _, _, cum, _) in stats.stats.items()
-                if name == "forward" and "minilm/model.py" in file)
+                if name == "forward" and "minilm/model/llama.py" in file)
     linear = total(stats, "", "<built-in method torch._C._nn.linear>", "own")
-    logits = total(stats, "minilm/model.py", "logits")
+    logits = total(stats, "minilm/model/llama.py", "logits")
     attention = total(stats, "minilm/attention", "paged_attention")
     write_kv = total(stats, "minilm/attention", "write_kv")
     groups = {

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,13 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from minilm import Engine, EngineConfig, Timeline  # noqa: E402
-from minilm.bench_serve import client_tokenizer, make_requests  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from minilm.serve.bench_serve import client_tokenizer, make_requests  # noqa: E402
+from minilm.serve.process import free_port  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

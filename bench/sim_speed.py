@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minilm.metrics import summarize  # noqa: E402
-from minilm.simulator import simulated_engine  # noqa: E402
+from minilm.sim import simulated_engine  # noqa: E402
 from minilm.workload import make_workload  # noqa: E402
 
 LIMIT_S = 1.0

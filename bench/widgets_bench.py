@@ -42,7 +42,7 @@ KNOBS = dict(max_num_seqs=32, max_model_len=2048)
 
 def make_timeline(policy: str, num_requests: int, seed: int) -> Timeline:
     if importlib.util.find_spec("minilm.simulator") is not None:
-        from minilm.simulator import simulated_engine
+        from minilm.sim import simulated_engine
 
         engine = simulated_engine(model="llama-3-8b", device="h100", policy=policy, **KNOBS)
         specs = make_workload("mixed", num_requests, seed, engine.model_config.vocab_size,

@@ -14,10 +14,10 @@ import random
 import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, summarize
-from minilm.attention.reference import paged_attention
+from minilm.model.attention.reference import paged_attention
 from minilm.config import ModelConfig
-from minilm.kv_cache import cdiv
-from minilm.model import AttentionMetadata, LlamaModel
+from minilm.core.kv_cache import cdiv
+from minilm.model.llama import AttentionMetadata, LlamaModel
 
 
 def ok(message: str) -> None:
@@ -89,7 +89,7 @@ def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
         got, B = decode_bytes(W, kv, ctx), len(ctx)
         # three honest definitions, differing only in the step's own new token per sequence:
         # the cached K/V read (+0), plus its K/V written (+1), plus read back by attention
-        # (+2: the cost model's count, minilm/costmodel.py)
+        # (+2: the cost model's count, minilm/sim/costmodel.py)
         accepted = {W + kv * (sum(ctx) + extra * B): extra for extra in (0, 1, 2)}
         match = next((extra for want, extra in accepted.items() if close(got, want)), None)
         assert match is not None, \
@@ -167,7 +167,7 @@ def refused(run, what: str):
 
 
 def check_policy(make_policy) -> None:
-    from minilm.simulator import simulated_engine
+    from minilm.sim import simulated_engine
 
     # 1. Step by step against the engine's `continuous` policy, on the simulated clock (so the
     # arrivals fall between the same steps on every machine). Requests arrive faster than they
@@ -344,7 +344,7 @@ def check_ragged_metadata(ragged_metadata) -> None:
         tables.append(order[used:used + n])
         used += n
     meta = ragged_metadata(query_lens, cached_lens, [list(t) for t in tables], block_size)
-    assert isinstance(meta, AttentionMetadata), "return a minilm.model.AttentionMetadata"
+    assert isinstance(meta, AttentionMetadata), "return a minilm.model.llama.AttentionMetadata"
     for field, dtype in (("cu_seqlens_q", torch.int32), ("context_lens", torch.int32), ("block_tables", torch.int32),
                          ("slot_mapping", torch.int64)):
         value = getattr(meta, field)
@@ -404,7 +404,7 @@ def check_split_budget(split_budget) -> None:
         got = split_budget(*args)
         assert list(got) == want, f"split_budget{args} = {got}, expected {want}: {why}"
     # the engine's chunked policy, step by step (the simulator runs the same scheduler, fast)
-    from minilm.simulator import simulated_engine
+    from minilm.sim import simulated_engine
 
     budget = 48
     specs = make_workload("uniform", num_requests=6, seed=6)
@@ -464,7 +464,7 @@ def call(fn, *args):
 
 def goodput_run():
     """A small simulated run (identical on every machine) with one request of one output token."""
-    from minilm.simulator import simulated_engine
+    from minilm.sim import simulated_engine
 
     specs = make_workload("mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512, vocab_size=128256)
     specs.append(RequestSpec("one-token", [1] * 32, max_tokens=1, arrival=specs[4].arrival))
@@ -500,7 +500,7 @@ def attainment_runs(good_of_ten: dict[float, int]):
 
 def check_distserve_goodput(distserve_goodput) -> None:
     from minilm.metrics import distserve_goodput as reference
-    from minilm.simulator import simulated_engine
+    from minilm.sim import simulated_engine
 
     runs = attainment_runs({4.0: 8, 1.0: 10, 8.0: 3, 2.0: 9})  # given out of order on purpose
     for target, want, why in [(0.9, 2.0, "9 of 10 is 90%: a run exactly at the target meets it"),
@@ -608,7 +608,7 @@ def check_lookup_cases(block_keys, cached_prefix_len) -> int:
 def check_lookup_against_engine(block_keys, cached_prefix_len) -> tuple[int, int]:
     """Replay real runs: each request looks up the prompts before it, as the engine did.
     A cache that evicts nothing, and whole prompts in one step (continuous policy)."""
-    from minilm.simulator import simulated_engine  # here, so the checks of lessons 0-7 do not import it
+    from minilm.sim import simulated_engine  # here, so the checks of lessons 0-7 do not import it
 
     block_size, requests, hits = 16, 0, 0
     for preset in ("shared-prefix", "multi-turn"):

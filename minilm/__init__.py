@@ -1,6 +1,12 @@
-"""minilm: a compact LLM inference engine for learning how serving engines batch requests."""
+"""minilm: a compact LLM inference engine for learning how serving engines batch requests.
+
+The layers, bottom up (docs/DESIGN.md): the contracts (config, request, plan, timeline;
+workload and metrics beside them), `model/` (the model and its execution), `core/` (the
+engine loop, scheduler, policies, KV cache), `sim/` (the simulator), `serve/` (HTTP),
+and the command line (cli.py).
+"""
 from .config import EngineConfig, ModelConfig, MODEL_PRESETS
-from .engine import Engine, run_workload
+from .core.engine import Engine, run_workload
 from .metrics import summarize
 from .timeline import Timeline
 from .workload import RequestSpec, get_workload, make_workload

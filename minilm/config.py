@@ -1,4 +1,5 @@
-"""Configuration: the model's shape (HF `config.json` fields) and the engine's knobs.
+"""Configuration: the model's shape (HF `config.json` fields), the engine's knobs, and
+the one way a bad value is reported.
 
 Knob names follow vLLM (`max_num_seqs`, `max_num_batched_tokens`, `block_size`,
 `max_model_len`) so what a learner tunes here carries over to a real deployment.
@@ -11,6 +12,28 @@ from pathlib import Path
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+ATTENTION_BACKENDS = ("reference", "sdpa", "triton")  # minilm/model/attention/
+KV_MODES = ("paged", "reserved")
+SCHEDULING_POLICIES = ("fcfs", "lpm")  # vLLM's word: the waiting queue's order
+
+
+class InvalidValue(ValueError):
+    """A bad value, said one way everywhere: `name=value: what is allowed`, after the request
+    it belongs to if any. Raised before any state changes; the HTTP server answers it with
+    a 400 whose `param` is `name` (minilm/serve/openai_api.py)."""
+
+    def __init__(self, name: str, value: Any, allowed: str, request_id: str | None = None,
+                 code: str | None = None):
+        self.name, self.value, self.request_id, self.code = name, value, request_id, code
+        where = f"request {request_id!r}: " if request_id is not None else ""
+        text = repr(value)
+        super().__init__(f"{where}{name}={text if len(text) <= 60 else text[:60] + '...'}: {allowed}")
+
+
+def check_int(name: str, value: Any, low: int, allowed: str = "", request_id: str | None = None) -> None:
+    """`value` must be an int (not a bool) >= `low`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidValue(name, value, allowed or f"must be an integer >= {low}", request_id)
 
 
 @dataclass
@@ -39,14 +62,12 @@ class ModelConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+            check_int(name, getattr(self, name), 1)
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}")
+            raise InvalidValue("num_attention_heads", self.num_attention_heads,
+                               f"must be a multiple of num_key_value_heads={self.num_key_value_heads}")
         if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model_type={self.model_type!r}; supported: {SUPPORTED_MODEL_TYPES}")
+            raise InvalidValue("model_type", self.model_type, f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}")
 
     @property
     def num_params(self) -> int:
@@ -58,6 +79,10 @@ class ModelConfig:
         embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         return self.num_hidden_layers * per_layer + embed + d
 
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V of one token in every layer: what the KV cache stores per token."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
+
     def to_hf_dict(self) -> dict[str, Any]:
         arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
         d = asdict(self)
@@ -68,9 +93,9 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
         if d.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act={d['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
+            raise InvalidValue("hidden_act", d["hidden_act"], "only 'silu' (SwiGLU) is supported")
         if d.get("rope_scaling"):
-            raise ValueError(f"rope_scaling={d['rope_scaling']!r} is not supported by the minilm model")
+            raise InvalidValue("rope_scaling", d["rope_scaling"], "not supported by the minilm model")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         if d.get("model_type") == "qwen2" and "attention_bias" not in d:
@@ -93,9 +118,6 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                          num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048),
 }
 
-KV_MODES = ("paged", "reserved")
-SCHEDULING_POLICIES = ("fcfs", "lpm")
-
 
 @dataclass
 class EngineConfig:
@@ -103,9 +125,9 @@ class EngineConfig:
     engine resolves against its model and policy (builder.py); `engine.config` holds the
     resolved values."""
 
-    policy: Any = "continuous"  # a name (static, continuous, chunked) or a Policy object
+    policy: Any = "continuous"  # the batching policy: a name (static, continuous, chunked) or a Policy object
     max_num_seqs: int = 16
-    max_num_batched_tokens: int | None = None  # None: the policy's default (policies.py)
+    max_num_batched_tokens: int | None = None  # None: the policy's default (core/policies.py)
     long_prefill_token_threshold: int = 0  # chunked: at most this many prompt tokens per request a step (0: no cap)
     block_size: int = 16
     num_blocks: int | None = None  # None: from kv_cache_bytes, the device's memory, or max_num_seqs full sequences
@@ -115,7 +137,7 @@ class EngineConfig:
     kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
     enable_prefix_caching: bool = False  # share cached prompt-prefix blocks (lesson 8; vLLM V1 turns it on)
     scheduling_policy: str = "fcfs"  # order of the waiting queue: "fcfs", or "lpm" (SGLang's longest prefix match)
-    attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (builder.default_backend)
+    attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (core/builder.py)
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
@@ -123,26 +145,24 @@ class EngineConfig:
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
 
     def validate(self) -> None:
-        """Each knob on its own; checks against the model and policy happen in builder.py."""
+        """Each knob on its own; checks against the model and policy happen in core/builder.py."""
         for name in ("max_num_seqs", "block_size", "cpu_threads"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
-        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
-            raise ValueError(f"long_prefill_token_threshold={self.long_prefill_token_threshold!r} must be an "
-                             f"integer >= 0 (0: no cap)")
+            check_int(name, getattr(self, name), 1)
+        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0,
+                  "must be an integer >= 0 (0: no cap)")
         for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name}={v!r} must be a positive integer (or None for the default)")
-        if self.scheduling_policy not in SCHEDULING_POLICIES:
-            raise ValueError(f"scheduling_policy={self.scheduling_policy!r}; allowed: {', '.join(SCHEDULING_POLICIES)}")
-        if self.kv_mode not in KV_MODES:
-            raise ValueError(f"kv_mode={self.kv_mode!r}; allowed: {', '.join(KV_MODES)}")
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1, "must be a positive integer (or None for the default)")
+        for name, allowed in (("scheduling_policy", SCHEDULING_POLICIES), ("kv_mode", KV_MODES)):
+            if getattr(self, name) not in allowed:
+                raise InvalidValue(name, getattr(self, name), f"allowed: {', '.join(allowed)}")
+        if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
+            raise InvalidValue("attention_backend", self.attention_backend, f"allowed: {', '.join(ATTENTION_BACKENDS)}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+            raise InvalidValue("gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]")
         budget = self.max_num_batched_tokens
         if budget is not None and budget < self.max_num_seqs:
             # vLLM's rule too: with fewer tokens a step than running requests, some decodes
             # would wait every step, the same ones each time.
-            raise ValueError(f"max_num_batched_tokens={budget} < max_num_seqs={self.max_num_seqs}: a step must "
-                             f"have room for one decode token of every running request")
+            raise InvalidValue("max_num_batched_tokens", budget, f"must be >= max_num_seqs={self.max_num_seqs}: a "
+                               f"step must have room for one decode token of every running request")

@@ -43,9 +43,13 @@ def worst_itls(tl: Timeline) -> list[float]:
             if len(r.token_times) > 1]
 
 
+def tpot(r) -> float:
+    """One request's time per output token after the first (0 with a single token, as vLLM's benchmark)."""
+    return (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else 0.0
+
+
 def tpots(tl: Timeline) -> list[float]:
-    return [(r.t_finished - r.t_first_token) / (r.output_len - 1) for r in tl.requests
-            if r.output_len > 1 and r.t_finished is not None]
+    return [tpot(r) for r in tl.requests if r.output_len > 1 and r.t_finished is not None]
 
 
 def e2e_latencies(tl: Timeline) -> list[float]:
@@ -53,14 +57,11 @@ def e2e_latencies(tl: Timeline) -> list[float]:
 
 
 def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
-    """Whether one request kept both promises (a limit of None is no limit). A request with
-    one output token has no time per output token: its TPOT counts as 0, as in vLLM's
-    benchmark."""
+    """Whether one request kept both promises (a limit of None is no limit)."""
     if r.t_first_token is None:
         return False
     ok_ttft = ttft_slo is None or r.t_first_token - r.arrival <= ttft_slo
-    tpot = (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else 0.0
-    return ok_ttft and (tpot_slo is None or tpot <= tpot_slo)
+    return ok_ttft and (tpot_slo is None or tpot(r) <= tpot_slo)
 
 
 def run_span(tl: Timeline) -> float:

@@ -1,13 +1,16 @@
 """A request and its life: pending (not yet arrived) -> waiting -> running -> finished.
 
 A running request can go back to waiting when it is preempted (its KV blocks are
-freed and recomputed later; its output so far is kept). The engine never forgets a
-request and finishes each one exactly once.
+freed and recomputed later; its output so far is kept). It ends one way only,
+`Scheduler.finish` (core/scheduler.py), whatever the reason: a stop token, its length,
+or an abort. The engine never forgets a request and finishes each one exactly once.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+from .config import InvalidValue, check_int
 
 
 class Status(enum.Enum):
@@ -27,15 +30,13 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
-    def validate(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 is greedy)")
-        if self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 turns it off)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+    def validate(self, request_id: str | None = None) -> None:
+        check_int("max_tokens", self.max_tokens, 1, request_id=request_id)
+        check_int("top_k", self.top_k, 0, "must be an integer >= 0 (0 turns it off)", request_id)
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise InvalidValue("temperature", self.temperature, "must be a number >= 0 (0 is greedy)", request_id)
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise InvalidValue("top_p", self.top_p, "must be a number in (0, 1]", request_id)
 
 
 @dataclass(eq=False, slots=True)
@@ -48,14 +49,14 @@ class Request:
     status: Status = Status.PENDING
     output_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
-    finish_reason: str | None = None
+    finish_reason: str | None = None  # stop | length | aborted
     preemptions: int = 0
     t_scheduled: float | None = None
     t_first_token: float | None = None
     t_finished: float | None = None
     token_times: list[float] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
-    block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (prefix_cache.py)
+    block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (core/prefix_cache.py)
 
     @property
     def prompt_len(self) -> int:
@@ -63,7 +64,7 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        """Prompt plus output so far: the sequence the model must have seen to sample next."""
+        """Prompt plus output so far (vLLM's meaning): the sequence the model must have seen to sample next."""
         return len(self.prompt_ids) + len(self.output_ids)
 
     @property
@@ -89,15 +90,13 @@ class Request:
             return self.output_ids[start - p:start - p + n]
         return self.prompt_ids[start:] + self.output_ids[:start + n - p]
 
-    def append_token(self, token: int) -> None:
-        """Add a sampled token and apply the stop rules: EOS, stop ids, max_tokens."""
+    def append_output(self, token: int) -> str | None:
+        """Add a sampled token; the reason to stop after it (the stop rules: EOS, stop ids,
+        max_tokens), or None."""
         self.output_ids.append(token)
         p = self.params
-        if token == self.eos_token_id and not p.ignore_eos:
-            self.finish_reason = "stop"
-        elif token in p.stop_token_ids:
-            self.finish_reason = "stop"
-        elif len(self.output_ids) >= p.max_tokens:
-            self.finish_reason = "length"
-        if self.finish_reason is not None:
-            self.status = Status.FINISHED
+        if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+            return "stop"
+        if len(self.output_ids) >= p.max_tokens:
+            return "length"
+        return None

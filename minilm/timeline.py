@@ -1,4 +1,4 @@
-"""The timeline: one record per engine step and per request (DESIGN.md "Timeline").
+"""The timeline: one record per engine step and per request (docs/DESIGN.md, "The timeline").
 
 It is the contract between the engine and everything that looks at a run: metrics
 and widgets read only this, never engine internals. A measured run on a laptop and

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import InvalidValue
+
 PRESETS = ("uniform", "mixed", "long-prompt", "docstrings", "shared-prefix", "multi-turn",
            "docstrings-shared-prefix", "docstrings-multi-turn")
 DOCSTRINGS_HELDOUT = Path(__file__).parent / "checkpoints" / "docstrings" / "heldout.json"
@@ -71,7 +73,7 @@ def preset_lengths(name: str, n: int, rng: np.random.Generator, max_model_len: i
         prompts[-num_long:] = rng.integers(max_model_len // 2, max_model_len * 3 // 4, num_long)
         outputs[-num_long:] = rng.integers(16, 33, num_long)
         return prompts, outputs
-    raise ValueError(f"workload preset {name!r}; allowed: {', '.join(PRESETS)} (or a JSON file)")
+    raise InvalidValue("workload", name, f"allowed: {', '.join(PRESETS)} (or a JSON file)")
 
 
 def recommended_knobs(preset: str, num_requests: int, policy: str) -> dict:
@@ -98,9 +100,9 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     do not care what they read). `long_prompt_delay` spaces the long prompts of `long-prompt`
     (seconds), so they arrive while the short requests decode."""
     if num_requests < 1:
-        raise ValueError(f"num_requests={num_requests} must be >= 1")
+        raise InvalidValue("num_requests", num_requests, "must be >= 1")
     if rate is not None and rate <= 0:
-        raise ValueError(f"rate={rate} requests/s must be > 0 (or None for all at t=0)")
+        raise InvalidValue("rate", rate, "must be > 0 requests/s (or None for all at t=0)")
     rng = np.random.default_rng(seed)
     if name == "docstrings":
         return docstring_workload(num_requests, rng, rate, max_model_len)
@@ -139,7 +141,7 @@ def docstring_workload(num_requests: int, rng: np.random.Generator, rate: float 
     text, so the engine's tokenizer encodes them."""
     if not DOCSTRINGS_HELDOUT.exists():
         raise ValueError(f"workload 'docstrings' needs {DOCSTRINGS_HELDOUT}; "
-                         f"train the checkpoint with `python -m minilm.train` (see README)")
+                         f"train the checkpoint with `python -m training.train` (see README)")
     docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
     picks = rng.choice(len(docs), num_requests, replace=num_requests > len(docs))
     max_tokens = min(DOCSTRINGS_MAX_TOKENS, max_model_len - DOCSTRINGS_PROMPT_ROOM)
@@ -221,4 +223,4 @@ def get_workload(name_or_path: str, **kwargs) -> list[RequestSpec]:
         return make_workload(name_or_path, **kwargs)
     if Path(name_or_path).suffix == ".json" or Path(name_or_path).exists():
         return load_workload(name_or_path)
-    raise ValueError(f"workload {name_or_path!r}; allowed: {', '.join(PRESETS)} or a path to a JSON file")
+    raise InvalidValue("workload", name_or_path, f"allowed: {', '.join(PRESETS)} or a path to a JSON file")

@@ -8,7 +8,7 @@ import torch
 
 from minilm import Engine, EngineConfig
 from minilm.config import ModelConfig
-from minilm.model import AttentionMetadata
+from minilm.model.llama import AttentionMetadata
 
 # The smallest config that still has GQA, several layers and RoPE: tests run fast on 2 cores.
 MICRO = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -16,14 +16,14 @@ MICRO = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hid
 
 
 def micro_model(seed: int = 0, cfg: ModelConfig = MICRO):
-    from minilm.model import LlamaModel
+    from minilm.model.llama import LlamaModel
 
     return LlamaModel(cfg).init_random(seed, std=0.5)
 
 
 def scramble_free_list(engine: Engine, seed: int = 0) -> None:
     """Hand out KV blocks in a random order, so block tables are non-contiguous."""
-    pool = engine.kv_cache.pool
+    pool = engine.kv_manager.pool
     order = list(pool.free)
     random.Random(seed).shuffle(order)
     pool.free = order if isinstance(pool.free, list) else OrderedDict.fromkeys(order)  # prefix caching's LRU queue

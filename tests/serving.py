@@ -6,7 +6,6 @@ engine afterwards (its KV blocks, its timeline) once the server is idle.
 """
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -14,14 +13,9 @@ from contextlib import contextmanager
 import uvicorn
 
 from minilm import Engine, EngineConfig
-from minilm.clock import WallClock
-from minilm.server import create_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from minilm.core.clock import WallClock
+from minilm.serve.process import free_port
+from minilm.serve.server import create_app
 
 
 def docstrings_engine(**knobs) -> Engine:

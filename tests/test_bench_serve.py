@@ -9,9 +9,9 @@ import pytest
 
 import widgets
 from minilm import summarize
-from minilm.__main__ import main as cli_main
-from minilm.bench_result import engine_view, replay_specs, simulate_result
-from minilm.bench_serve import client_tokenizer, make_requests, run
+from minilm.cli import main as cli_main
+from minilm.serve.bench_result import engine_view, replay_specs, simulate_result
+from minilm.serve.bench_serve import client_tokenizer, make_requests, run
 from serving import docstrings_engine, serving, wait_idle
 
 VLLM_SUMMARY = ("duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from minilm.serve.process import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
@@ -64,12 +65,6 @@ def start_kernel_session(base: str, notebook: str, deadline_s: float = 60) -> No
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=deadline_s) as r:
         assert r.status == 201, r.read()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_server(url: str, proc: subprocess.Popen, log: Path, deadline_s: float = 90) -> None:

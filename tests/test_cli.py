@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from minilm.__main__ import main
+from minilm.cli import main
 
 
 def test_compare_json(capsys):

@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 
 from helpers import MICRO, micro_model
 from minilm import Engine, EngineConfig, make_workload
-from minilm.__main__ import main
-from minilm.clock import SimulatedClock
-from minilm.costmodel import DEVICE_SPECS, MODEL_SPECS, CostModel, get_device, get_model_spec, sizes_from_hf_config
+from minilm.cli import main
+from minilm.core.clock import SimulatedClock
+from minilm.sim.costmodel import DEVICE_SPECS, MODEL_SPECS, CostModel, get_device, get_model_spec, sizes_from_hf_config
 from minilm.metrics import summarize
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 from minilm.workload import RequestSpec
 
 GPUS = sorted(DEVICE_SPECS)
@@ -107,7 +107,7 @@ def test_kv_capacity_from_memory_left_after_weights():
         CostModel("llama-3-70b", "h100").kv_num_blocks()
     assert CostModel("llama-3-70b", "h100", tp=4).kv_num_blocks() > 0
     e = simulated_engine("llama-3-8b", "h100", "continuous")
-    assert e.kv_cache.num_blocks == 26674
+    assert e.kv_manager.num_blocks == 26674
 
 
 def test_tensor_parallel_splits_the_work_and_adds_all_reduces():

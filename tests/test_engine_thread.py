@@ -3,8 +3,8 @@ request gets its tokens exactly once and exactly one finish; aborts free KV at o
 from __future__ import annotations
 
 from helpers import engine as micro_engine
-from minilm.engine_thread import Abort, Accepted, Add, EngineThread, Rejected, RequestStream, Tokens
-from minilm.openai_api import COMPLETIONS, GenerateRequest
+from minilm.serve.engine_thread import Abort, Accepted, Add, EngineThread, Rejected, RequestStream, Tokens
+from minilm.serve.openai_api import COMPLETIONS, GenerateRequest
 
 
 class RecordingLoop:
@@ -63,7 +63,7 @@ def test_abort_frees_kv_and_finishes_once_and_a_full_queue_refuses():
     thread.apply(Abort(a))  # a second abort of the same request does nothing
     assert [e.finish_reason for r, e in loop.events if r == "a" and isinstance(e, Tokens)][-1] == "aborted"
     assert sum(e.finish_reason == "aborted" for r, e in loop.events if r == "a" and isinstance(e, Tokens)) == 1
-    assert "a" not in engine.kv_cache.block_tables
+    assert "a" not in engine.kv_manager.block_tables
     run(thread)
     assert [r.request_id for r in engine.timeline.requests] == ["a", "b"]
     assert [r.finish_reason for r in engine.timeline.requests] == ["aborted", "length"]

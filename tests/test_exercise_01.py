@@ -29,7 +29,7 @@ def bytes_with_write(weight_bytes, kv, ctx):  # plus the new token's K/V written
     return weight_bytes + sum(kv * (c + 1) for c in ctx)
 
 
-def bytes_cost_model(weight_bytes, kv, ctx):  # written, then read back with the cache (minilm/costmodel.py)
+def bytes_cost_model(weight_bytes, kv, ctx):  # written, then read back with the cache (minilm/sim/costmodel.py)
     read = kv * sum(c + 1 for c in ctx)
     write = kv * len(ctx)
     return weight_bytes + read + write

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
-from minilm.policies import Policy  # noqa: E402
+from minilm.core.policies import Policy  # noqa: E402
 
 
 def decodes(s) -> None:
@@ -85,7 +85,7 @@ class PastMaxNumSeqs(Policy):
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
-            if req.num_remaining > s.budget or not s.kv_cache.can_allocate(req, req.num_remaining):
+            if req.num_remaining > s.budget or s.blocks_needed(req, req.num_remaining) > s.num_free_blocks:
                 break
             s.admit(req, req.num_remaining)
 
@@ -99,7 +99,7 @@ class IgnoresBudget(Policy):
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
-            if len(s.running) >= s.config.max_num_seqs or not s.kv_cache.can_allocate(req, req.num_remaining):
+            if s.num_running >= s.config.max_num_seqs or s.blocks_needed(req, req.num_remaining) > s.num_free_blocks:
                 break
             s.admit(req, req.num_remaining)
 
@@ -118,7 +118,7 @@ class ChecksAllButPreemption(Policy):
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if len(s.running) >= s.config.max_num_seqs or n > s.budget or not s.kv_cache.can_allocate(req, n):
+            if s.num_running >= s.config.max_num_seqs or n > s.budget or s.blocks_needed(req, n) > s.num_free_blocks:
                 break
             s.admit(req, n)
 

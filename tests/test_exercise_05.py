@@ -9,7 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
-from minilm.model import AttentionMetadata  # noqa: E402
+from minilm.model.llama import AttentionMetadata  # noqa: E402
 
 
 def build(query_lens, cached_lens, block_tables, block_size, *, cu=None, context=None, tables=None, slots=None,

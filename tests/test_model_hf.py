@@ -4,14 +4,14 @@ import random
 import pytest
 import torch
 
-from minilm.attention import get_backend
+from minilm.model.attention import get_backend
 from minilm.config import ModelConfig
-from minilm.kv_cache import KVCacheManager, allocate_kv_tensor
-from minilm.loader import load_model, save_checkpoint
-from minilm.model import LlamaModel
-from minilm.runner import build_step_inputs
+from minilm.core.kv_cache import KVCacheManager
+from minilm.model.loader import load_model, save_checkpoint
+from minilm.model.llama import LlamaModel
+from minilm.model.runner import allocate_kv_cache, build_step_inputs
 from minilm.request import Request, SamplingParams, Status
-from minilm.scheduler import SeqWork, StepPlan
+from minilm.plan import SeqWork, StepPlan
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,14 +44,14 @@ def pair(request, tmp_path):
 def run_steps(model, steps, num_blocks=64, block_size=4, seed=0):
     """Feed `steps` (lists of (request, num_tokens)) through the paged cache; logits of each sampled row."""
     cfg = model.config
-    kv_cache = KVCacheManager(num_blocks, block_size)
-    random.Random(seed).shuffle(kv_cache.pool.free)  # scrambled, non-contiguous block tables
-    kv = allocate_kv_tensor(cfg, num_blocks, block_size, torch.float32, "cpu")
+    kv_manager = KVCacheManager(num_blocks, block_size)
+    random.Random(seed).shuffle(kv_manager.pool.free)  # scrambled, non-contiguous block tables
+    kv = allocate_kv_cache(cfg, num_blocks, block_size, torch.float32, "cpu")
     attention, write_kv = get_backend("reference")
     out = []
     for work in steps:
         plan = StepPlan([SeqWork(r, n, 0, r.num_computed_tokens, r.num_computed_tokens + n,
-                                 kv_cache.allocate_slots(r, n), "prefill", True) for r, n in work], [], 0, 0, 0)
+                                 kv_manager.allocate_slots(r, n), "prefill", True) for r, n in work], [], 0, 0, 0, 0)
         inp = build_step_inputs(plan, block_size, 0)
         with torch.no_grad():
             h = model(inp.input_ids, inp.positions, kv, inp.meta, attention, write_kv)

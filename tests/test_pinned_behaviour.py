@@ -16,22 +16,22 @@ import pytest
 import torch
 
 from minilm import Engine, EngineConfig, Timeline, summarize
-from minilm.clock import SimulatedClock
+from minilm.core.clock import SimulatedClock
 from minilm.metrics import e2e_latencies, itls, tpots, ttfts, worst_itls
 from minilm.request import SamplingParams
-from minilm.sampling import filter_logits, sample
+from minilm.model.sampling import filter_logits, sample
 from minilm.timeline import RequestRecord, StepItem, StepRecord
 
 
 # ---- the only places that touch engine internals -----------------------------------------
 def step_seconds(plan) -> float:
     """The simulated cost of a step: 1 s + 1 s per token it computes (real and padding)."""
-    return 1 + plan.num_tokens
+    return 1 + plan.num_scheduled_tokens
 
 
 def prefill_only_steps_policy():
     """vLLM v0's default: a step that admits prompts runs only prompts."""
-    from minilm.policies import ContinuousPolicy
+    from minilm.core.policies import ContinuousPolicy
 
     return ContinuousPolicy(prefill_only_steps=True)
 
@@ -388,9 +388,10 @@ def test_prefix_caching_hits_and_blocks():
     ]
     assert col(tl, "kv_blocks_used") == [4, 4, 3, 5, 6]  # a shared block counts once
     assert col(tl, "kv_tokens_stored") == [19, 21, 12, 25, 28]
-    # free blocks that keep a name: s1's block 3 never filled; s0's block 2 filled with its outputs;
-    # in the end s2's block 4 too (s3's 5 is not full, s4's 6 duplicates block 1's name)
-    assert col(tl, "kv_cached_free") == [[], [], [0, 1, 2], [2], [0, 1, 2, 4]]
+    # free blocks that keep a name, as each step ran (a step's finishers free theirs after it):
+    # s1's block 3 never filled; s0's blocks 0, 1, 2 (2 filled with its outputs) are free from
+    # step 3 on, where s2, s3, s4 take 0 and 1 back; 2 stays free and named
+    assert col(tl, "kv_cached_free") == [[], [], [], [2], [2]]
     m = summarize(tl)
     assert m["prefix_cache_hit_rate"] == (8 + 4 + 8 + 4) / (10 + 9 + 7 + 10 + 8)
     assert {rid: r.output_ids for rid, r in recs(tl).items()} == solo_outputs(reqs)

@@ -1,11 +1,11 @@
-"""Batching must never change what is generated; each policy does what DESIGN.md's table says."""
+"""Batching must never change what is generated; each policy does what docs/DESIGN.md's table says."""
 from dataclasses import replace
 
 import pytest
 
 from minilm import Engine, EngineConfig, make_workload
 from minilm.metrics import summarize
-from minilm.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
+from minilm.core.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
 
 from helpers import MICRO, engine, micro_model
 
@@ -90,7 +90,7 @@ def test_chunked_schedules_decodes_first_within_budget(budget):
 
 
 def test_prefill_only_steps_option():
-    from minilm.policies import ContinuousPolicy
+    from minilm.core.policies import ContinuousPolicy
 
     e = engine(ContinuousPolicy(prefill_only_steps=True), model=micro_model(), max_model_len=256, max_num_seqs=6)
     e.add_workload(WORKLOAD, ignore_eos=True)
@@ -167,10 +167,10 @@ def test_a_policy_mistake_is_refused_with_its_name():
 
 def test_long_prefill_token_threshold_caps_each_chunk():
     """The sources' example: a 4,096-token prompt, a 1,024-token budget, 512-token chunks."""
-    from minilm.costmodel import CostModel
+    from minilm.sim import simulated_engine
 
-    e = Engine(CostModel("llama-3-8b", "h100"), EngineConfig(policy="chunked", max_num_batched_tokens=1024,
-                                                             long_prefill_token_threshold=512))
+    e = simulated_engine("llama-3-8b", "h100", policy="chunked", max_num_batched_tokens=1024,
+                         long_prefill_token_threshold=512)
     e.add_request("long", [1] * 4096, max_tokens=2)
     e.add_request("short", [1] * 100, max_tokens=2)
     tl = e.run()

@@ -12,14 +12,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from minilm import Engine, EngineConfig, RequestSpec, summarize
-from minilm.clock import SimulatedClock
+from minilm.core.clock import SimulatedClock
 
 from helpers import MICRO, engine, micro_model
 from test_properties import CountingExecutor
 
 
 def check_pool(e: Engine) -> None:
-    kv, pool = e.kv_cache, e.kv_cache.pool
+    kv, pool = e.kv_manager, e.kv_manager.pool
     holders = Counter(b for t in kv.block_tables.values() for b in t)
     for block in range(kv.num_blocks):
         assert pool.ref_cnt[block] == holders[block], f"block {block}: refcount {pool.ref_cnt[block]}, " \
@@ -27,7 +27,7 @@ def check_pool(e: Engine) -> None:
         assert (block in pool.free) == (holders[block] == 0), f"block {block} free and held, or neither"
     for key, block in pool.cached.items():
         assert pool.key[block] == key
-    cached_free = pool.cached_free_blocks()
+    _, cached_free = kv.snapshot()
     assert cached_free == sorted(b for b in pool.free if pool.key[b] is not None), "the kept set drifted"
     uncached_free = [b for b in pool.free if pool.key[b] is None]
     assert len(holders) + len(cached_free) + len(uncached_free) == kv.num_blocks, "used + cached + free != total"
@@ -56,9 +56,9 @@ def test_refcounts_and_eviction_under_random_shared_prefixes(prefixes, data, pol
         e.add_request(f"r{i}", prompt, max_tokens=m, arrival=t)
     while e.step() is not None:
         check_pool(e)
-        assert e.kv_cache.num_free_blocks >= 0
+        assert e.kv_manager.num_free_blocks >= 0
     assert sorted(r.request_id for r in e.timeline.requests) == sorted(f"r{i}" for i in range(len(reqs)))
-    assert not e.kv_cache.block_tables and e.kv_cache.num_free_blocks == e.kv_cache.num_blocks, \
+    assert not e.kv_manager.block_tables and e.kv_manager.num_free_blocks == e.kv_manager.num_blocks, \
         "every block free or cached at the end"
     for r in e.timeline.requests:
         assert r.num_cached_tokens % block_size == 0 and r.num_cached_tokens < r.prompt_len

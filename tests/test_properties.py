@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minilm import Engine, EngineConfig
-from minilm.clock import SimulatedClock
+from minilm.core.clock import SimulatedClock
 from minilm.config import ModelConfig
-from minilm.scheduler import StepPlan
+from minilm.plan import ModelOutput, StepPlan
 
 CFG = ModelConfig(vocab_size=50, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
                   num_attention_heads=1, num_key_value_heads=1, eos_token_id=7)
@@ -30,20 +30,20 @@ class CountingExecutor:
     def forget(self, request_id: str) -> None:
         pass
 
-    def execute(self, plan: StepPlan) -> dict[str, int]:
+    def execute(self, plan: StepPlan) -> ModelOutput:
         self.calls += 1
         eos = self.eos_every and self.calls % self.eos_every == 0
-        return {w.request.request_id: (7 if eos else 1) for w in plan.work if w.samples}
+        return ModelOutput({w.request.request_id: [7 if eos else 1] for w in plan.work if w.samples})
 
 
 def check_kv_cache(e: Engine) -> None:
-    kv = e.kv_cache
+    kv = e.kv_manager
     owned = [b for t in kv.block_tables.values() for b in t]
     assert len(owned) == len(set(owned)), "a block is held by two requests"
     assert not set(owned) & set(kv.pool.free), "a block is both free and held"
     assert len(owned) + kv.num_free_blocks == kv.num_blocks, "free + used != total"
     live = {r.request_id for r in e.scheduler.running}
-    held = set(e.scheduler.held)  # rows of a static batch that is still running
+    held = {r.request_id for r in getattr(e.policy, "batch", [])}  # rows of a static batch that is still running
     assert set(kv.block_tables) <= live | held, "a finished or waiting request still holds blocks"
 
 
@@ -80,7 +80,7 @@ def test_every_request_finishes_exactly_once(reqs, policy, max_num_seqs, block_s
     else:
         raise AssertionError("engine did not finish")
     assert sorted(finished_ids) == sorted(f"r{i}" for i in range(len(reqs))), "lost or duplicated a request"
-    assert e.kv_cache.num_free_blocks == num_blocks, "blocks leaked"
+    assert e.kv_manager.num_free_blocks == num_blocks, "blocks leaked"
     for r in e.timeline.requests:
         spec_p, spec_m, _ = reqs[int(r.request_id[1:])]
         ended_early = r.output_ids and r.output_ids[-1] == 7

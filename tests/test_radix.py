@@ -6,7 +6,7 @@ import pytest
 
 from helpers import engine as real_engine
 from minilm import RequestSpec, make_workload
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 from widgets.radix import build_radix_tree, prefix_hits, radix_figure, walk
 
 
@@ -72,7 +72,7 @@ def test_hits_agree_with_the_engine_when_nothing_is_evicted(preset, block_size):
                               block_size=block_size, max_model_len=2048, record_kv_blocks=False)
     engine.add_workload(specs)
     tl = engine.run()
-    assert engine.kv_cache.num_blocks > sum(-(-(r.prompt_len + r.max_tokens) // block_size) for r in tl.requests), \
+    assert engine.kv_manager.num_blocks > sum(-(-(r.prompt_len + r.max_tokens) // block_size) for r in tl.requests), \
         "the cache must hold every block of the run: then nothing is evicted"
     recorded = {r.request_id: r.num_cached_tokens for r in tl.requests}
     hits = prefix_hits(specs, block_size)

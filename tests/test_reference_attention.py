@@ -3,8 +3,8 @@ import random
 
 import torch
 
-from minilm.attention.reference import attend_sequence, paged_attention
-from minilm.model import AttentionMetadata
+from minilm.model.attention.reference import attend_sequence, paged_attention
+from minilm.model.llama import AttentionMetadata
 
 
 def test_mixed_batch_against_dense_attention():

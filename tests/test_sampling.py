@@ -1,7 +1,7 @@
 """Sampling: filters are right, and a seeded request samples the same tokens in any batch."""
 import torch
 
-from minilm.sampling import filter_logits
+from minilm.model.sampling import filter_logits
 
 from helpers import engine, micro_model
 

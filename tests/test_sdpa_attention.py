@@ -15,7 +15,8 @@ import torch
 
 from helpers import paged_attention_batch, scramble_free_list
 from minilm import Engine, EngineConfig
-from minilm.attention import BACKENDS, get_backend, reference, sdpa
+from minilm.config import ATTENTION_BACKENDS
+from minilm.model.attention import get_backend, reference, sdpa
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
@@ -103,7 +104,7 @@ def test_write_kv_matches_reference():
 
 
 def test_registered():
-    assert "sdpa" in BACKENDS
+    assert "sdpa" in ATTENTION_BACKENDS
     assert get_backend("sdpa") == (sdpa.paged_attention, sdpa.write_kv)
 
 

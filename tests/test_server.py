@@ -1,4 +1,4 @@
-"""The HTTP server (minilm/server.py), over real HTTP on a free port (issue 13)."""
+"""The HTTP server (minilm/serve/server.py), over real HTTP on a free port (issue 13)."""
 from __future__ import annotations
 
 import asyncio
@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import widgets
 from minilm import Engine, Timeline
-from minilm.detokenizer import IncrementalDetokenizer
-from minilm.openai_api import chat_prompt
-from minilm.tokenizer import load_tokenizer
-from minilm.loader import CHECKPOINTS_DIR
+from minilm.serve.detokenizer import IncrementalDetokenizer
+from minilm.serve.openai_api import chat_prompt
+from minilm.model.tokenizer import load_tokenizer
+from minilm.model.loader import CHECKPOINTS_DIR
 from minilm.workload import DOCSTRINGS_HELDOUT, docstring_prompt
 from serving import docstrings_engine, free_port, serving, wait_idle
 
@@ -136,7 +136,7 @@ def test_a_client_that_disconnects_aborts_and_frees_its_blocks(server):
     wait_idle(engine)
     record = next(r for r in engine.timeline.requests if r.request_id == "leaver")
     assert record.finish_reason == "aborted" and 3 <= record.output_len < 200
-    assert engine.kv_cache.num_used_blocks == 0 and "leaver" not in engine.kv_cache.block_tables
+    assert engine.kv_manager.num_used_blocks == 0 and "leaver" not in engine.kv_manager.block_tables
     later = [s for s in engine.timeline.steps if s.t_start >= record.t_finished]
     assert not any(i.request_id == "leaver" for s in later for i in s.items)
     cross = next(t for t in widgets.gantt_figure(engine.timeline).data if t.name == "aborted")
@@ -147,7 +147,7 @@ def test_a_client_that_disconnects_aborts_and_frees_its_blocks(server):
                    timeout=0.3)
     wait_idle(engine)
     record = next(r for r in engine.timeline.requests if r.request_id == "impatient")
-    assert record.finish_reason == "aborted" and engine.kv_cache.num_used_blocks == 0
+    assert record.finish_reason == "aborted" and engine.kv_manager.num_used_blocks == 0
 
 
 BAD = [  # (body or raw text, the parameter the error names, a word its message must contain)
@@ -338,7 +338,7 @@ def test_an_engine_failure_ends_streams_with_an_error_and_then_the_server_answer
 
 
 def test_serve_and_bench_serve_command_lines(capsys):
-    from minilm.__main__ import main
+    from minilm.cli import main
 
     for argv, flags in ((["serve", "--help"], ["--policy", "--max-num-batched-tokens", "--enable-prefix-caching",
                                                "--timeline", "--max-waiting", "--drain-timeout", "--host"]),

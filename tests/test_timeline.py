@@ -74,15 +74,15 @@ def test_step_time_is_the_engines_work_not_the_recording(monkeypatch):
     measured step gets longer. The model's share of each step is recorded apart."""
     import time
 
-    import minilm.engine
+    import minilm.core.record
 
-    real = minilm.engine.StepItem
+    real = minilm.core.record.StepItem
 
     def slow_item(*args):
         time.sleep(0.05)
         return real(*args)
 
-    monkeypatch.setattr(minilm.engine, "StepItem", slow_item)
+    monkeypatch.setattr(minilm.core.record, "StepItem", slow_item)
     e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
     e.add_request("a", list(range(1, 15)), max_tokens=3, ignore_eos=True)
     tl = e.run()
@@ -97,25 +97,25 @@ def test_abort_frees_now_and_records_the_request_once(policy):
         e.add_request(f"a{i}", list(range(1, 10)), max_tokens=8, ignore_eos=True)
     e.step()
     e.step()
-    running = e.scheduler.running[0].request_id
-    held_before = e.kv_cache.num_used_blocks
+    running = next(r for r in e.requests.values() if r.status.value == 'running').request_id
+    held_before = e.kv_manager.num_used_blocks
     assert e.abort(running) and e.abort("a3")  # one running, one still waiting
     assert not e.abort(running), "aborting twice finishes nothing twice"
     if policy != "static":  # a static batch keeps a row's KV until the batch ends
-        assert e.kv_cache.num_used_blocks < held_before
+        assert e.kv_manager.num_used_blocks < held_before
     tl = e.run()
     reasons = {r.request_id: r.finish_reason for r in tl.requests}
     assert sorted(reasons) == [f"a{i}" for i in range(4)]
     assert reasons[running] == reasons["a3"] == "aborted"
-    assert e.kv_cache.num_free_blocks == e.kv_cache.num_blocks
-    with pytest.raises(ValueError, match="'nope' is unknown"):
+    assert e.kv_manager.num_free_blocks == e.kv_manager.num_blocks
+    with pytest.raises(ValueError, match="request_id='nope': unknown"):
         e.abort("nope")
 
 
 def test_wall_clock_counts_idle_time():
     import time
 
-    from minilm.clock import WallClock
+    from minilm.core.clock import WallClock
 
     e = engine("continuous", max_model_len=64, clock=WallClock())
     e.add_request("a", [1, 2, 3], max_tokens=2, arrival=e.clock.now)

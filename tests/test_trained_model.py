@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from minilm import Engine
-from minilm.loader import CHECKPOINTS_DIR, load_model
-from minilm.model import LlamaModel
-from minilm.tokenizer import load_tokenizer
-from minilm.train import encode_docs, eval_rows, evaluate, parse_args, token_byte_lengths, train
+from minilm.model.loader import CHECKPOINTS_DIR, load_model
+from minilm.model.llama import LlamaModel
+from minilm.model.tokenizer import load_tokenizer
+from training.train import encode_docs, eval_rows, evaluate, parse_args, token_byte_lengths, train
 from minilm.workload import docstring_prompt, make_workload
 
 CKPT = CHECKPOINTS_DIR / "docstrings"
@@ -37,13 +37,13 @@ def test_config_and_tokenizer_agree_on_special_tokens():
 
 
 def test_dense_training_path_matches_the_paged_engine_path():
-    from minilm.attention import get_backend
-    from minilm.kv_cache import allocate_kv_tensor
-    from minilm.model import AttentionMetadata
+    from minilm.model.attention import get_backend
+    from minilm.model.runner import allocate_kv_cache
+    from minilm.model.llama import AttentionMetadata
 
     model = load_model("docstrings")
     ids = torch.tensor(load_tokenizer(CKPT).encode(HELDOUT[0])[:40])
-    kv = allocate_kv_tensor(model.config, 4, 16, torch.float32, "cpu")
+    kv = allocate_kv_cache(model.config, 4, 16, torch.float32, "cpu")
     meta = AttentionMetadata(cu_seqlens_q=torch.tensor([0, len(ids)], dtype=torch.int32),
                              context_lens=torch.tensor([len(ids)], dtype=torch.int32),
                              block_tables=torch.tensor([[2, 0, 3]], dtype=torch.int32),

@@ -29,8 +29,8 @@ import triton.language as tl
 
 from helpers import paged_attention_batch
 from minilm import Engine, EngineConfig
-from minilm.attention import reference, triton_paged
-from minilm.attention.triton_paged import _key_tiles, _program_rows
+from minilm.model.attention import reference, triton_paged
+from minilm.model.attention.triton_paged import _key_tiles, _program_rows
 
 TOL = {torch.float32: 1e-3, torch.float16: 1e-2}
 
@@ -393,7 +393,7 @@ def test_engine_greedy_tokens_match_reference():
 GPU_COMPILE = r'''
 import sys, torch, triton
 from triton.backends.compiler import GPUTarget
-from minilm.attention import triton_paged as tp
+from minilm.model.attention import triton_paged as tp
 
 def compile_for_sm90(fn, types, consts, num_warps=4, num_stages=2):
     sig = {name: "constexpr" if name in consts else types[name] for name in fn.arg_names}

@@ -1,4 +1,4 @@
-"""Plotly figures and an ipywidgets panel over minilm timelines (DESIGN.md: widgets/).
+"""Plotly figures and an ipywidgets panel over minilm timelines (docs/DESIGN.md).
 
 Every figure function takes `Timeline`s and returns a static `go.Figure` (works in
 nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figures read

@@ -5,7 +5,7 @@
     widgets.latency_cdfs_figure({"vLLM": tl, ...})     # TTFT and ITL as the client measured them
 
 A result file holds what the client saw, not the engine's steps, so the timeline has
-requests only (minilm/bench_result.py explains the format). `minilm.bench_result.
+requests only (minilm/serve/bench_result.py explains the format). `minilm.bench_result.
 simulate_result(tl, model, device, policy)` replays the same requests on the simulator:
 what an engine would have done with them, side by side in `compare_figure`.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minilm.bench_result import result_to_timeline
+from minilm.serve.bench_result import result_to_timeline
 from minilm.timeline import Timeline
 
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from minilm.kv_cache import cdiv
+from minilm.core.kv_cache import cdiv
 from minilm.timeline import Timeline
 
 from .gantt import check_step, request_order

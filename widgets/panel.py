@@ -19,10 +19,11 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from traitlets import TraitError
 
-from minilm import costmodel
-from minilm.policies import POLICIES
-from minilm.engine import Engine
-from minilm.simulator import simulated_engine
+from minilm.config import InvalidValue
+from minilm.sim import costmodel
+from minilm.core.policies import POLICIES
+from minilm.core.engine import Engine
+from minilm.sim import simulated_engine
 from minilm.timeline import Timeline
 from minilm.workload import PRESETS, make_workload
 
@@ -107,7 +108,7 @@ class ControlPanel:
     def workload_specs(self, vocab_size: int):
         rate = self.rate.value
         if rate < 0:
-            raise ValueError(f"arrival rate={rate} requests/s must be > 0 (or 0 for all at t=0)")
+            raise InvalidValue("rate", rate, "must be > 0 requests/s (or 0 for all at t=0)")
         return make_workload(self.workload.value, self.num_requests.value, self.seed.value, vocab_size,
                              rate=rate or None, max_model_len=self.max_model_len.value)
 

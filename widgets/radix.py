@@ -4,7 +4,7 @@ SGLang's RadixAttention keeps the KV cache in a **radix tree** (a compressed tri
 every path from the root spells a token prefix some request had, and an edge holds a
 whole run of tokens that no prompt branches inside. vLLM keeps a **hash table** of
 full blocks, each keyed by (its parent block's key, its own token ids), so a key
-names the whole prefix up to the end of its block (minilm/prefix_cache.py).
+names the whole prefix up to the end of its block (minilm/core/prefix_cache.py).
 
 Both answer the same question, "how much of this prompt did an earlier one already
 compute?". The tree answers it token by token; the hash table only at block

@@ -1,11 +1,16 @@
 """A standalone HTML report of one workload under several policies (no server, no kernel).
 
-`python -m minilm compare ... --html report.html` writes one; so does `write_report`.
-plotly.js is inlined once, so the file opens offline.
+    python -m widgets.report --workload long-prompt --html report.html   # any `minilm compare` arguments
+
+runs `python -m minilm compare` and writes its timelines as one page; so does
+`write_report`. plotly.js is inlined once, so the file opens offline. (The report
+lives here, not in the engine's command line: the engine never imports its views.)
 """
 from __future__ import annotations
 
+import argparse
 import html
+import sys
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -50,3 +55,24 @@ def write_report(timelines: dict[str, Timeline], path: str | Path, title: str = 
         f"<h1>{html.escape(title)}</h1><p>{html.escape(setting)}. Times in seconds in the table, ms in the charts."
         f"</p>{metrics_html(timelines)}" + "".join(parts) + "</body></html>")
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minilm.cli import add_compare_args, compare
+
+    parser = argparse.ArgumentParser(prog="python -m widgets.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_compare_args(parser)
+    parser.add_argument("--html", required=True, help="write the report here (.html)")
+    args = parser.parse_args(argv)
+    try:
+        path = write_report(compare(args), args.html)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -92,7 +92,7 @@ print(f"  the source's 2·N·L·d²                   {2 * N * L * d * d:>13,} F
 assert linear == 24 * N * L * d * d + lm_head  # if the model changes shape, this lesson's text must too
 
 # %%
-from minilm.costmodel import CostModel
+from minilm.sim.costmodel import CostModel
 
 llama = CostModel("llama-3-8b", "h100")
 per_layer = llama.linear_params / (llama.model.num_hidden_layers * llama.model.hidden_size ** 2)
@@ -104,7 +104,7 @@ say(f"The counter agrees with $24 \\cdot N \\cdot L \\cdot d^2$ to the FLOP (plu
     f"cost model's count, {attention / linear:.0%} of the linear layers' share, and growing with N².")
 
 # %% [markdown]
-# The cost model in `minilm/costmodel.py` writes these formulas out exactly (attention
+# The cost model in `minilm/sim/costmodel.py` writes these formulas out exactly (attention
 # FLOPs and KV writes included); here are its counts for the lab's `tiny` model and for
 # Llama-3-8B in bfloat16.
 
@@ -210,7 +210,7 @@ say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab 
 # above it compute-bound.
 
 # %%
-from minilm.costmodel import DEVICE_SPECS
+from minilm.sim.costmodel import DEVICE_SPECS
 
 h100 = DEVICE_SPECS["h100"]
 cm = CostModel("llama-3-8b", "h100")

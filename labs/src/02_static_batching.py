@@ -114,8 +114,8 @@ say(f"Section 1's batch without its padding (in-flight batching, lesson 3: the s
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.costmodel import CostModel
-from minilm.simulator import simulated_engine
+from minilm.sim.costmodel import CostModel
+from minilm.sim import simulated_engine
 
 cm = CostModel("llama-3-8b", "h100")
 engine = simulated_engine("llama-3-8b", "h100", policy="static", max_num_seqs=16)

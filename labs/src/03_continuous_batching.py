@@ -160,7 +160,7 @@ say(f"Under chunked prefill the steps did **{real_rows}** rows of real work but 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 
 offline = make_workload("mixed", num_requests=200, seed=0, vocab_size=128256)
 saturated = {}
@@ -199,7 +199,7 @@ say(f"On the simulated H100, static batching manages **{sps['static']:.0f}** ste
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.costmodel import CostModel, items_shape
+from minilm.sim.costmodel import CostModel, items_shape
 
 h100 = CostModel("llama-3-8b", "h100")
 costs = [h100.cost(items_shape(s.items)) for s in saturated["continuous"].steps]

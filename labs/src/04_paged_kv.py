@@ -8,7 +8,7 @@
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm import Engine, EngineConfig, make_workload, summarize
-from minilm.costmodel import CostModel
+from minilm.sim.costmodel import CostModel
 from labs.prose import say
 import widgets
 
@@ -65,9 +65,9 @@ engine.add_request("c", prompt_ids=[1] * 9, max_tokens=2, ignore_eos=True)
 history = []  # the tables after each step, for the story below
 while engine.has_unfinished():
     s = engine.step()
-    tables = {rid: list(blocks) for rid, blocks in engine.kv_cache.block_tables.items()}
+    tables = {rid: list(blocks) for rid, blocks in engine.kv_manager.block_tables.items()}
     history.append(tables)
-    print(f"step {s.step}: free {engine.kv_cache.num_free_blocks:2d} | "
+    print(f"step {s.step}: free {engine.kv_manager.num_free_blocks:2d} | "
           + "  ".join(f"{rid}:{blocks}" for rid, blocks in tables.items()))
 
 # %%
@@ -104,7 +104,7 @@ widgets.kvmap_figure(engine.timeline)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.kv_cache import KVCacheManager
+from minilm.core.kv_cache import KVCacheManager
 from minilm.request import Request, SamplingParams
 
 kv = KVCacheManager(num_blocks=8, block_size=4)
@@ -178,9 +178,9 @@ class FirstFitPool:
 
 # %%
 from minilm import RequestSpec
-from minilm.clock import SimulatedClock
-from minilm.kv_cache import cdiv
-from minilm.simulator import SimulatedExecutor
+from minilm.core.clock import SimulatedClock
+from minilm.core.kv_cache import cdiv
+from minilm.sim import SimulatedExecutor
 
 
 class StopsAtItsLength(SimulatedExecutor):
@@ -191,12 +191,12 @@ class StopsAtItsLength(SimulatedExecutor):
         self.lengths = lengths
 
     def execute(self, plan):
-        tokens = super().execute(plan)
+        output = super().execute(plan)
         for w in plan.work:
             r = w.request
             if w.samples and len(r.output_ids) + 1 == self.lengths[r.request_id]:
-                tokens[r.request_id] = self.model_config.eos_token_id
-        return tokens
+                output.sampled_token_ids[r.request_id] = [self.model_config.eos_token_id]
+        return output
 
 
 ALLOCATORS = ("contiguous", "reserved", "paged")

@@ -14,7 +14,7 @@
 #   kernel still rounds each piece up to its own tiles: section 4 counts it).
 #
 # This lesson builds the ragged description from a real step, measures what padding
-# would cost, and runs `minilm/attention/triton_paged.py` against the reference.
+# would cost, and runs `minilm/model/attention/triton_paged.py` against the reference.
 #
 # **A note on source `000`.** It says TensorRT-LLM "aligns heterogeneous requests to one
 # tensor shape with padding and masks", while vLLM and SGLang handle the different
@@ -37,8 +37,8 @@ import os
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 from minilm import make_workload, run_workload
-from minilm.attention import reference, triton_paged
-from minilm.model import AttentionMetadata
+from minilm.model.attention import reference, triton_paged
+from minilm.model.llama import AttentionMetadata
 from labs.prose import say
 import widgets
 
@@ -62,14 +62,14 @@ for i in step.items:
 # %% [markdown]
 # ## 2. The ragged description
 #
-# `AttentionMetadata` (minilm/model.py) is all the kernel needs:
+# `AttentionMetadata` (minilm/model/llama.py) is all the kernel needs:
 #
 # * `cu_seqlens_q` — where each sequence's new tokens start and end in the flat batch;
 # * `context_lens` — how many keys each sequence attends to (cached + new);
 # * `block_tables` — each sequence's blocks in the paged cache (lesson 4);
 # * `slot_mapping` — the cache slot where each new token's K and V are written.
 #
-# The engine builds it in `minilm/runner.py`; here it is from the step's record.
+# The engine builds it in `minilm/model/runner.py`; here it is from the step's record.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -140,7 +140,7 @@ print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_
 # %% [markdown]
 # ## 4. How the kernel walks the ragged batch
 #
-# Read the docstring of `minilm/attention/triton_paged.py` beside this. In short:
+# Read the docstring of `minilm/model/attention/triton_paged.py` beside this. In short:
 #
 # * the grid is (query blocks, KV heads); one program takes up to `BLOCK_Q` new tokens of
 #   **one** sequence and all the query heads that share one KV head (grouped-query
@@ -160,7 +160,7 @@ print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_
 #   covers a whole prompt, a chunk continuing earlier chunks, and a decode (`n = 1`).
 #
 # Run it on the step above (in Triton's interpreter on a CPU: correct but slow) and
-# compare it with the readable reference (`minilm/attention/reference.py`).
+# compare it with the readable reference (`minilm/model/attention/reference.py`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -204,7 +204,7 @@ say(f"Ragged is not free of waste inside a sequence: the kernel works in tiles o
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.model import AttentionMetadata
+from minilm.model.llama import AttentionMetadata
 
 seqs, context, q_heads_8b, kv_heads_8b, dim_8b = 8, 4096, 32, 8, 128  # Llama-3-8B's attention shape
 few_long = AttentionMetadata(cu_seqlens_q=torch.arange(seqs + 1, dtype=torch.int32),

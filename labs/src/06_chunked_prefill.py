@@ -33,7 +33,7 @@
 # NBVAL_CHECK_OUTPUT
 import pandas as pd
 from minilm import RequestSpec
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 from labs.prose import say
 
 NUM_DECODES, PROMPT, BUDGET = 60, 4096, 1024  # the sources' numbers
@@ -107,7 +107,7 @@ say(f"With the cap, the prompt takes **{len(capped)}** steps of **{capped.chunk.
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm import make_workload, run_workload, summarize
-from minilm.policies import ContinuousPolicy
+from minilm.core.policies import ContinuousPolicy
 import widgets
 
 specs = make_workload("long-prompt", num_requests=12, seed=0, max_model_len=768, long_prompt_delay=0.02)
@@ -169,7 +169,7 @@ from minilm.metrics import itls
 
 NUM_DECODES, LONG, BUDGET = 60, 8192, 512  # source 001's numbers
 
-from minilm.policies import ChunkedPolicy, admit_prompts, chunk_size, schedule_decodes
+from minilm.core.policies import ChunkedPolicy, admit_prompts, chunk_size, schedule_decodes
 
 
 class AlternatingChunks(ChunkedPolicy):
@@ -241,7 +241,7 @@ fig
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.costmodel import CostModel, items_shape
+from minilm.sim.costmodel import CostModel, items_shape
 
 c, ch = seed["continuous"], seed["chunked, budget 512"]
 cost = CostModel("llama-3.1-8b", "h100").cost

@@ -11,7 +11,7 @@
 # the risks source 000 names.
 #
 # Everything here is **simulated** (Llama-3-8B in bfloat16, cost model of
-# `minilm/costmodel.py`): the same scheduler as the real engine, step times predicted,
+# `minilm/sim/costmodel.py`): the same scheduler as the real engine, step times predicted,
 # identical on every machine.
 
 # %%
@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from minilm import RequestSpec, make_workload, summarize
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 from labs.prose import say
 import widgets
 
@@ -444,7 +444,7 @@ fig
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.costmodel import CostModel
+from minilm.sim.costmodel import CostModel
 
 BLOCKS = 512
 kv_gib = BLOCKS * 16 * CostModel("llama-3-8b", "h100").kv_bytes_per_token / 2**30
@@ -515,7 +515,7 @@ fig
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.costmodel import get_device
+from minilm.sim.costmodel import get_device
 
 wide = hw.pivot(index="gpu", columns="policy", values="tok/s per GPU").loc[list(USD_PER_GPU_HOUR)]
 ratio = wide.continuous / wide.static

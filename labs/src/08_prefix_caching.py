@@ -13,12 +13,12 @@
 # and let the second request **share the blocks** (lesson 4) that hold it. vLLM calls
 # this *automatic prefix caching*; SGLang's *RadixAttention* does the same with a radix
 # tree (Zheng et al., 2024, on the sources' reading list). The engine here follows
-# vLLM's design (`minilm/prefix_cache.py`), behind vLLM's knob
+# vLLM's design (`minilm/core/prefix_cache.py`), behind vLLM's knob
 # `enable_prefix_caching`, which lessons 0–7 leave off (section 7 says why).
 
 # %%
 from minilm import Engine, make_workload, run_workload, summarize
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 from labs.prose import say
 import widgets
 
@@ -91,7 +91,7 @@ say(f"`b` shares {len(system)} system-prompt tokens with `a` and takes **{cached
 # one is missing. Here are the keys of `a`'s blocks:
 
 # %%
-from minilm.prefix_cache import block_keys
+from minilm.core.prefix_cache import block_keys
 
 a = engine.requests["a"]
 for i, (parent, tokens) in enumerate(block_keys(a, BLOCK, len(a.prompt_ids) // BLOCK)):
@@ -347,8 +347,8 @@ say(f"Over the {len(hits)} requests the tree finds **{hits.radix_hit.sum()}** re
 # before it, so each conversation is a chain in the tree (hover to read the text).
 
 # %%
-from minilm.loader import resolve_model_path
-from minilm.tokenizer import load_tokenizer
+from minilm.model.loader import resolve_model_path
+from minilm.model.tokenizer import load_tokenizer
 from widgets.radix import workload_prompts
 
 tokenizer = load_tokenizer(resolve_model_path("docstrings"))
@@ -513,7 +513,7 @@ widgets.kvmap_figure(kv_tl)
 # %%
 # NBVAL_IGNORE_OUTPUT
 import time
-from minilm.kv_cache import KVCacheManager
+from minilm.core.kv_cache import KVCacheManager
 from minilm.request import Request, SamplingParams
 
 prompt_len = 2000  # long, and with its one output token within the tiny model's positions

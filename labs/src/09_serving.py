@@ -7,7 +7,7 @@
 # until the first token, how fast the rest arrives. This lesson puts the lab's engine
 # behind such an API and measures it the way `vllm bench serve` does.
 #
-# What changes when an engine serves (`minilm/server.py`, `minilm/engine_thread.py`):
+# What changes when an engine serves (`minilm/serve/server.py`, `minilm/serve/engine_thread.py`):
 #
 # - **one engine thread.** The engine loop runs in one background thread; HTTP handlers
 #   only hand requests over and stream tokens back. The engine code is the same as
@@ -29,8 +29,8 @@ import httpx
 
 import widgets
 from minilm import Timeline, summarize
-from minilm.bench_result import engine_view, load_result, simulate_result
-from minilm.serve_process import ServerProcess
+from minilm.serve.bench_result import engine_view, load_result, simulate_result
+from minilm.serve.process import ServerProcess
 from labs.prose import say
 
 RUNS = Path(tempfile.mkdtemp(prefix="lesson09-"))  # result files and timelines of this lesson's runs
@@ -124,7 +124,7 @@ print(await bench_serve(servers["static"].url, RUNS / "client_static.json"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from minilm import bench_serve
+from minilm.serve import bench_serve
 
 POLICIES = ("continuous", "static")
 for policy in POLICIES:
@@ -227,7 +227,7 @@ for policy in POLICIES:
 # ## 6. What would a GPU have done with these requests?
 #
 # The simulator replays the same requests (prompt and output lengths, send times) on a
-# simulated Llama-3-8B on an H100 (`minilm/costmodel.py`): the engine's side of the same
+# simulated Llama-3-8B on an H100 (`minilm/sim/costmodel.py`): the engine's side of the same
 # traffic on hardware this laptop does not have. With a vLLM result file, this is a
 # what-if for your own deployment. Both loads, both policies:
 

@@ -39,7 +39,7 @@
 # for everyone, to force preemptions, and compares the tokens it generates.
 
 # %%
-from minilm.policies import Policy
+from minilm.core.policies import Policy
 from labs import checks
 
 

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 4 · A block allocator
 #
-# The paged KV cache has two parts (`minilm/kv_cache.py`): a **block pool** that hands
+# The paged KV cache has two parts (`minilm/core/kv_cache.py`): a **block pool** that hands
 # out block ids from a free list and takes them back, and a manager that keeps each
 # request's block table and asks the pool for blocks. Write the pool, and the two
 # pieces of arithmetic the manager needs:

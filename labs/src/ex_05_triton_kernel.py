@@ -23,7 +23,7 @@
 
 # %%
 import torch
-from minilm.model import AttentionMetadata
+from minilm.model.llama import AttentionMetadata
 from labs import checks
 
 

@@ -71,7 +71,7 @@ widgets.latency_cdfs_figure(timelines)
 # arriving among short requests (lesson 6): the same picture every time, on any laptop. Edit the model and device names to show another.
 
 # %%
-from minilm.simulator import simulated_engine
+from minilm.sim import simulated_engine
 
 def simulate(policy, **kw):
     engine = simulated_engine("llama-3-8b", "h100", policy=policy, max_num_seqs=32, max_model_len=8192, **kw)
@@ -89,14 +89,14 @@ widgets.metrics_table(simulated).round(3)
 # %% [markdown]
 # ## Part 2: the audience's requests, live
 #
-# Start the lab's server from here (its own process, `minilm/server.py`), on every
+# Start the lab's server from here (its own process, `minilm/serve/server.py`), on every
 # network interface so that the room can reach it. Everyone opens the printed address,
 # types the beginning of a docstring and a name, and presses Send: the model writes the
 # rest, streamed token by token, and their request appears as a row below, named after
 # them. Set `port=8000` for an address that is easy to read out.
 
 # %%
-from minilm.serve_process import ServerProcess
+from minilm.serve.process import ServerProcess
 
 lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8)
 print("audience: open", lecture_server.public_url)

@@ -1,0 +1,251 @@
+"""Command line: `python -m minilm run|compare|serve|bench-serve ...` (see README).
+
+    run          one policy on a workload: completions, a metrics table, a timeline
+    compare      one workload under several policies: one table
+    serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
+    bench-serve  load any OpenAI-compatible server from the client side (serve/bench_serve.py)
+
+`python -m widgets.report` takes `compare`'s arguments and writes an HTML report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineConfig, InvalidValue
+from .core.engine import Engine
+from .core.policies import POLICIES
+from .metrics import summarize
+from .sim.executor import simulated_engine
+from .timeline import Timeline
+from .workload import PRESETS, get_workload, recommended_knobs
+
+# (summary key, header with its unit, scale, format)
+TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None, "{}"),
+                 ("output_tokens", "out tokens", None, "{}"), ("wall_s", "time (s)", 1, "{:.2f}"),
+                 ("output_tok_per_s", "out tok/s", 1, "{:.0f}"),
+                 ("ttft_p50", "TTFT p50 (ms)", 1e3, "{:.1f}"), ("ttft_p99", "TTFT p99 (ms)", 1e3, "{:.1f}"),
+                 ("itl_p50", "ITL p50 (ms)", 1e3, "{:.1f}"), ("itl_p99", "ITL p99 (ms)", 1e3, "{:.1f}"),
+                 ("itl_worst_p99", "worst gap p99 (ms)", 1e3, "{:.1f}"), ("itl_max", "ITL max (ms)", 1e3, "{:.1f}"),
+                 ("max_num_batched_tokens", "budget", None, "{}"), ("mean_batch_size", "batch", 1, "{:.1f}"),
+                 ("padding_fraction", "padding", 1, "{:.2f}"), ("peak_kv_blocks", "peak KV blocks", None, "{}"),
+                 ("preemptions", "preempted", None, "{}")]
+
+
+# ---- arguments ---------------------------------------------------------------------
+def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
+    """The engine's knobs (EngineConfig), shared by run, compare and serve."""
+    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir"
+                   + ("; with --simulate a model spec (llama-3-8b, llama-3-70b, ...)" if simulate else ""))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (default: the policy's)")
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0,
+                   help="chunked: at most this many prompt tokens of one request per step (0: no cap)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-blocks", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
+    p.add_argument("--kv-mode", default="paged", choices=KV_MODES)
+    p.add_argument("--scheduling-policy", default="fcfs", choices=SCHEDULING_POLICIES,
+                   help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)")
+    p.add_argument("--device", default="cpu", help="torch device" + ("; with --simulate a device spec "
+                   "(h100, h200, a100, l40s, l4, rtx4090, cpu)" if simulate else ""))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
+    p.add_argument("--attention-backend", default=None, choices=ATTENTION_BACKENDS,
+                   help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth")
+
+
+def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
+    """run's and compare's: a workload, the engine, and how to show the result."""
+    p.add_argument("--workload", default="mixed", help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests")
+    p.add_argument("--num-requests", type=int, default=64)
+    p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's")
+    p.add_argument("--enable-prefix-caching", nargs="?", const="on", default="off",
+                   choices=["off", "on", "both"] if compare else ["off", "on"],
+                   help="share cached prompt prefixes (vLLM's flag)" + ("; 'both' runs each policy off and on"
+                                                                        if compare else ""))
+    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
+                   "(minilm/sim/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
+    p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
+    add_engine_args(p)
+
+
+def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None = None) -> EngineConfig:
+    """The knobs from the command line; `preset`: a workload's recommended knobs, used
+    where the command line gives none."""
+    knobs = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
+    knobs |= {k: v for k, v in (preset or {}).items() if knobs[k] is None}
+    return EngineConfig(policy=policy, max_num_seqs=knobs["max_num_seqs"] or 16,
+                        max_num_batched_tokens=knobs["max_num_batched_tokens"],
+                        enable_prefix_caching=prefix_caching,
+                        long_prefill_token_threshold=args.long_prefill_token_threshold,
+                        scheduling_policy=args.scheduling_policy, block_size=args.block_size,
+                        num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
+                        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
+                        attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
+                        cpu_threads=args.cpu_threads, seed=args.seed)
+
+
+# ---- run and compare ----------------------------------------------------------------
+def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
+    config = engine_config(args, policy, prefix_caching, recommended_knobs(args.workload, args.num_requests, policy))
+    if args.simulate:
+        # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
+        dtype = None if args.dtype == "float32" else args.dtype
+        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp)
+    return Engine(args.model, config)
+
+
+def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
+    engine = build_engine(args, policy, prefix_caching)
+    specs = get_workload(args.workload, num_requests=args.num_requests, seed=args.seed,
+                         vocab_size=engine.model_config.vocab_size, rate=args.rate,
+                         max_model_len=engine.config.max_model_len)
+    sampling = {"ignore_eos": args.ignore_eos, "temperature": args.temperature,
+                "seed": args.seed if args.temperature > 0 else None}
+    engine.add_workload(specs, **sampling)
+    timeline = engine.run(progress=not args.json)
+    m = summarize(timeline) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
+    if prefix_caching:
+        m["policy"] += " +prefix cache"
+    return engine, m
+
+
+def describe_run(meta: dict) -> str:
+    """One line saying what the numbers are: simulated ones must say so."""
+    times = "SIMULATED times (roofline cost model)" if meta.get("clock") == "simulated" else "measured times"
+    return (f"model {meta['model']} on {meta['device']} ({meta['dtype']}), {times}; "
+            f"max_num_seqs={meta['max_num_seqs']}, block_size={meta['block_size']}")
+
+
+def print_table(rows: list[dict]) -> None:
+    columns = TABLE_COLUMNS
+    if any(r["prefix_cache_hit_rate"] for r in rows):
+        columns = [*columns, ("prefix_cache_hit_rate", "prefix hit", 1, "{:.0%}")]
+    header = [h for _, h, _, _ in columns]
+    cells = [["-" if r[k] is None else fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns]
+             for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for row in cells:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def compare(args) -> dict[str, Timeline]:
+    """Every policy of `--policies` (with and without prefix caching for `both`): prints the
+    table (or JSON lines) and returns the timelines by row name."""
+    rows, timelines = [], {}
+    caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
+    for policy in args.policies.split(","):
+        for prefix_caching in caching:
+            engine, m = run_one(args, policy.strip(), prefix_caching)
+            rows.append(m)
+            timelines[m["policy"]] = engine.timeline
+            if args.json:
+                print(json.dumps(m))
+    if not args.json:
+        print(describe_run(engine.timeline.meta))
+        print_table(rows)
+    return timelines
+
+
+def cmd_run(args) -> None:
+    engine, m = run_one(args, args.policy, args.enable_prefix_caching == "on")
+    if args.timeline:
+        engine.timeline.to_json(args.timeline)
+    if args.trace:
+        engine.timeline.to_chrome_trace(args.trace)
+    if args.json:
+        print(json.dumps(m))
+        return
+    for rid in list(engine.requests)[: args.show]:
+        req = engine.requests[rid]
+        prompt = engine.tokenizer.decode(req.prompt_ids)
+        print(f"[{rid}] {prompt!r} -> {engine.text(rid)!r} ({req.finish_reason}, {len(req.output_ids)} tokens)")
+    print(describe_run(engine.timeline.meta))
+    print_table([m])
+
+
+# ---- serve -------------------------------------------------------------------------
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    add_engine_args(p, simulate=False)
+    p.set_defaults(model="docstrings")
+    p.add_argument("--policy", default="continuous", choices=list(POLICIES))
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--enable-prefix-caching", action="store_const", const="on", default="off",
+                   help="share cached prompt prefixes (vLLM's flag)")
+    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    p.add_argument("--max-waiting", type=int, default=1024,
+                   help="requests that may wait for a place in the batch; past it, HTTP 429")
+    p.add_argument("--drain-timeout", type=float, default=5.0,
+                   help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
+                        "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams")
+    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
+
+
+def cmd_serve(args) -> None:
+    if args.stream_interval < 1:
+        raise InvalidValue("--stream-interval", args.stream_interval, "must be >= 1")
+    if args.max_waiting < 1:
+        raise InvalidValue("--max-waiting", args.max_waiting, "must be >= 1 (a new request waits until the next step)")
+    from .serve.server import serve  # FastAPI and uvicorn only when serving
+
+    serve(args.model, engine_config(args, args.policy, args.enable_prefix_caching == "on"),
+          name=args.served_model_name, host=args.host, port=args.port, max_waiting=args.max_waiting,
+          drain_timeout=args.drain_timeout, stream_interval=args.stream_interval, timeline_path=args.timeline,
+          log_level=args.log_level, access_log=args.access_log)
+
+
+# ---- the parser ---------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m minilm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run one policy on a workload")
+    add_offline_args(p_run, compare=False)
+    p_run.add_argument("--policy", default="continuous")
+    p_run.add_argument("--timeline", help="write the timeline JSON here")
+    p_run.add_argument("--trace", help="write a Chrome trace (open in ui.perfetto.dev) here")
+    p_run.add_argument("--show", type=int, default=4, help="print this many completions")
+    p_run.set_defaults(func=cmd_run)
+    p_cmp = sub.add_parser("compare", help="one workload under several policies")
+    add_compare_args(p_cmp)
+    p_cmp.set_defaults(func=compare)
+    p_serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over one engine (minilm/serve/server.py)")
+    add_serve_args(p_serve)
+    p_serve.set_defaults(func=cmd_serve)
+    p_bench = sub.add_parser("bench-serve", help="send a workload to an OpenAI-compatible server and measure it "
+                             "from the client side (minilm/serve/bench_serve.py)")
+    from .serve.bench_serve import add_args as add_bench_args, cmd_bench_serve
+
+    add_bench_args(p_bench)
+    p_bench.set_defaults(func=cmd_bench_serve)
+    return parser
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    add_offline_args(p, compare=True)
+    p.add_argument("--policies", default="static,continuous,chunked")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,97 @@
+"""Building an engine: resolve the knobs against the model and the policy, then make
+the KV cache manager, the executor and the clock. `Engine(...)` comes here; the
+engine itself only runs the loop.
+
+What `model` can be, and what it builds:
+    "tiny", "docstrings", a checkpoint dir   the real model (model/loader.py) -> ModelRunner
+    a LlamaModel                             the real model, already built -> ModelRunner
+    an Executor (plan.py)                    used as it is: the simulator (sim/executor.py) is one
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from ..config import EngineConfig, InvalidValue, ModelConfig
+from ..model.llama import LlamaModel
+from ..model.loader import load_model, resolve_dtype, resolve_model_path
+from ..model.runner import ModelRunner
+from ..model.tokenizer import ByteTokenizer, load_tokenizer
+from ..plan import Executor
+from .clock import MeasuredClock
+from .kv_cache import KVCacheManager, cdiv
+from .policies import Policy, make_policy
+
+
+@dataclass
+class EngineParts:
+    config: EngineConfig  # resolved: no None left where the engine needs a value
+    policy: Policy
+    tokenizer: object
+    kv_manager: KVCacheManager
+    executor: Executor
+    clock: MeasuredClock
+
+
+def default_backend(device: str) -> str:
+    """The Triton kernel on a GPU; on a CPU, PyTorch's fused attention over gathered KV
+    (model/attention/sdpa.py: about twice the readable reference's speed, same results)."""
+    return "triton" if str(device).startswith("cuda") else "sdpa"
+
+
+def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> EngineParts:
+    """Everything an engine needs. Bad knobs raise InvalidValue before the KV cache is allocated.
+    `block_pool(num_blocks)` replaces the KV cache's free list (exercise 4)."""
+    config.validate()
+    policy = make_policy(config.policy)
+    name = "custom"
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        tokenizer = tokenizer or load_tokenizer(resolve_model_path(model))
+        model = load_model(model, device=config.device, dtype=config.dtype, seed=config.seed)
+    if not isinstance(model, (LlamaModel, Executor)):
+        raise InvalidValue("model", model, "allowed: a preset or checkpoint name, a checkpoint directory, "
+                                           "a LlamaModel or an Executor")
+    config = resolve(config, policy, model.config if isinstance(model, LlamaModel) else model.model_config)
+    if block_pool is not None and config.enable_prefix_caching:
+        raise InvalidValue("block_pool", block_pool, "a pool of your own has no prefix cache; "
+                                                     "use enable_prefix_caching=False")
+    kv_manager = KVCacheManager(config.num_blocks, config.block_size, reserved=config.kv_mode == "reserved",
+                                pool=block_pool(config.num_blocks) if block_pool is not None else None,
+                                enable_prefix_caching=config.enable_prefix_caching)
+    if isinstance(model, LlamaModel):
+        if torch.device(config.device).type == "cpu":
+            torch.set_num_threads(config.cpu_threads)
+        model = ModelRunner(model, config, name)
+    return EngineParts(config, policy, tokenizer or ByteTokenizer(), kv_manager, model,
+                       clock or MeasuredClock(config.device))
+
+
+def resolve(config: EngineConfig, policy: Policy, model: ModelConfig) -> EngineConfig:
+    """Fill in the defaults that depend on the model, the policy and the device."""
+    limit = model.max_position_embeddings
+    if config.max_model_len is not None and config.max_model_len > limit:
+        raise InvalidValue("max_model_len", config.max_model_len, f"must be <= the model's "
+                           f"max_position_embeddings={limit} (the longest sequence it was trained for)")
+    config = replace(config, max_model_len=config.max_model_len or limit,
+                     attention_backend=config.attention_backend or default_backend(config.device))
+    if policy.default_token_budget(config) is None:
+        config = replace(config, max_num_batched_tokens=None)  # the policy has no budget
+    elif config.max_num_batched_tokens is None:
+        config = replace(config, max_num_batched_tokens=policy.default_token_budget(config))
+    config.validate()
+    if config.num_blocks is None:
+        config = replace(config, num_blocks=default_num_blocks(config, model))
+    return config
+
+
+def default_num_blocks(config: EngineConfig, model: ModelConfig) -> int:
+    """What `kv_cache_bytes` holds, or room for `max_num_seqs` sequences of `max_model_len`."""
+    if config.kv_cache_bytes is None:
+        return config.max_num_seqs * cdiv(config.max_model_len, config.block_size)
+    block_bytes = config.block_size * model.kv_bytes_per_token(resolve_dtype(config.dtype).itemsize)
+    if config.kv_cache_bytes < block_bytes:
+        raise InvalidValue("kv_cache_bytes", config.kv_cache_bytes, f"holds no block of {block_bytes} bytes")
+    return config.kv_cache_bytes // block_bytes

@@ -1,0 +1,174 @@
+"""The paged KV cache's books: fixed-size blocks, a free list, a block table per request.
+
+vLLM's idea (PagedAttention, SOSP'23): instead of reserving one contiguous region of
+`max_len` slots per request, hand out `block_size`-token blocks as a sequence grows,
+and give them back the moment it ends. Only a sequence's last block can have unused
+slots. `reserved` mode does it the pre-paging way — a request gets blocks for its
+whole maximum length when admitted — so lesson 4 can measure what paging saves.
+
+Two parts, as in vLLM V1:
+    BlockPool        the free list: hands out block ids and takes them back
+                     (exercise 4 writes one; prefix_cache.py has the caching one)
+    KVCacheManager   the only owner of KV state: the pool, every request's block
+                     table, reserved mode, prefix caching; the scheduler asks it
+                     `get_computed_blocks`, `allocate_slots` and `free`
+
+Only block ids live here: the K/V tensors they index are the model runner's
+(model/runner.py), so this file is plain Python.
+"""
+from __future__ import annotations
+
+from .prefix_cache import PrefixCachingBlockPool, block_keys
+from ..request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class BlockPool:
+    """A free list of block ids. Block 0 is handed out first, and a freed block is the
+    next one handed out again (a stack), which keeps the KV map readable."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.free = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        if n > len(self.free):
+            raise RuntimeError(f"asked for {n} KV blocks, {len(self.free)} free")
+        return [self.free.pop() for _ in range(n)]
+
+    def free_blocks(self, blocks: list[int]) -> None:
+        """Give blocks back; the first of `blocks` is the first handed out again."""
+        self.free.extend(reversed(blocks))
+
+
+class KVCacheManager:
+    """Every request's block table, and the pool its blocks come from.
+
+    A block table is replaced, never changed in place, when it grows: a step that
+    keeps a reference to a table (the runner, the timeline's KV map) sees it as it was.
+    With `enable_prefix_caching` the pool is a `PrefixCachingBlockPool` (prefix_cache.py):
+    a request starting out first looks up its longest cached prefix and shares those
+    blocks, and every block that fills up with computed tokens is named for later ones.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None,
+                 enable_prefix_caching: bool = False):
+        self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
+        self.caching = enable_prefix_caching
+        if pool is None:
+            pool = PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
+        self.pool = pool
+        self.block_tables: dict[str, list[int]] = {}
+        self.num_cached_blocks: dict[str, int] = {}  # blocks of each table already named in the cache
+        # Free blocks that keep a cached prefix, kept as blocks come and go (the KV map asks
+        # every step; scanning tens of thousands of free blocks each step would be slow).
+        self.cached_free: set[int] = set()
+        self._cached_free_list: list[int] | None = []
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.pool.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """Share of blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
+        return self.num_used_blocks / self.num_blocks
+
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        """The cached blocks of the longest cached prefix of a request that holds no blocks
+        yet; never all of its tokens: the last one is recomputed so that it can sample."""
+        if not self.caching or request.request_id in self.block_tables:
+            return []
+        return self.pool.lookup(block_keys(request, self.block_size, (request.num_tokens - 1) // self.block_size))
+
+    def blocks_needed(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                      computed: list[int] = ()) -> int:
+        """Fresh blocks `request` must get so its table covers its computed tokens, the
+        `computed` cached blocks it is about to share and `num_new_tokens` (at least
+        `reserve_tokens` slots; all of `max_len` in reserved mode)."""
+        owned = len(self.block_tables.get(request.request_id, ())) + len(computed)
+        slots = max(request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens, reserve_tokens)
+        if self.reserved:
+            slots = max(slots, request.max_len)
+        return max(0, cdiv(slots, self.block_size) - owned)
+
+    def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                     computed: list[int] = ()) -> bool:
+        return self._fits(self.blocks_needed(request, num_new_tokens, reserve_tokens, computed), computed)
+
+    def _fits(self, need: int, computed: list[int]) -> bool:
+        """`need` fresh blocks are free, besides the cached ones a request is about to share
+        (which leave the free queue too)."""
+        return need <= self.pool.num_free_blocks - (self.pool.num_free(computed) if computed else 0)
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
+                       computed: list[int] = ()) -> list[int] | None:
+        """Grow the request's table by the `computed` cached blocks it shares and fresh
+        blocks for `num_new_tokens` more tokens; its table, or None (and nothing changed)
+        when there are not enough free blocks."""
+        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
+        if not self._fits(need, computed):
+            return None
+        table = self.block_tables.get(request.request_id, [])
+        if need or computed:
+            if computed:
+                self.pool.touch(computed)
+                self.num_cached_blocks[request.request_id] = len(computed)  # named already
+            fresh = self.pool.get_new_blocks(need)
+            table = table + list(computed) + fresh
+            self.block_tables[request.request_id] = table
+            if self.cached_free:
+                self._taken(list(computed) + fresh)
+        if self.caching:
+            full = (request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens) // self.block_size
+            self.cache_blocks(request, table, full)
+        return table
+
+    def cache_blocks(self, request: Request, table: list[int], num_full: int) -> None:
+        """Name the request's first `num_full` blocks in the cache: their tokens are known
+        and this step computes (or has computed) their K/V."""
+        done = self.num_cached_blocks.get(request.request_id, 0)
+        if num_full > done:
+            keys = block_keys(request, self.block_size, num_full)
+            for i in range(done, num_full):
+                self.pool.cache(table[i], keys[i])
+            self.num_cached_blocks[request.request_id] = num_full
+
+    def free(self, request: Request) -> None:
+        """Return all of the request's blocks to the pool (a finished or preempted request),
+        tail first: with prefix caching a sequence's first blocks, the most shared, are
+        then the last evicted."""
+        table = self.block_tables.pop(request.request_id, None)
+        self.num_cached_blocks.pop(request.request_id, None)
+        if table:
+            self.pool.free_blocks(table[::-1])
+            if self.caching:
+                kept = {b for b in table if self.pool.ref_cnt[b] == 0 and self.pool.key[b] is not None}
+                if kept:
+                    self.cached_free |= kept
+                    self._cached_free_list = None
+
+    def _taken(self, blocks: list[int]) -> None:
+        if not self.cached_free.isdisjoint(blocks):
+            self.cached_free.difference_update(blocks)
+            self._cached_free_list = None
+
+    def snapshot(self) -> tuple[dict[str, list[int]], list[int] | None]:
+        """Every request's block table, and the free blocks that keep a cached prefix (None
+        without prefix caching), as they are now: for the timeline's KV map. Tables are
+        never changed in place, and the cached list is the same object while it does not
+        change, so steps share them."""
+        if self._cached_free_list is None:
+            self._cached_free_list = sorted(self.cached_free)
+        return dict(self.block_tables), self._cached_free_list if self.caching else None

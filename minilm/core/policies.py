@@ -1,0 +1,186 @@
+"""The three batching policies (docs/DESIGN.md). A policy is a small class: `schedule(step)`
+decides the step's work by calling the verbs of the step it is given (step.py), and
+the class carries its own rules: which requests it can ever run (`check_request`),
+its default token budget (`default_token_budget`), and whose KV can be freed when a
+request finishes (`on_finish`).
+
+static      a batch is formed only when the previous one has fully finished; prompts are
+            padded to the longest; finished rows keep computing padding until the longest
+            row ends; KV is reserved for the padded length of every row (lesson 2).
+continuous  Orca's iteration-level scheduling: every step, one decode token for each
+            running request, then whole prompts of newly admitted ones (lesson 3).
+chunked     Sarathi-Serve / SplitFuse: decodes first, then prompt chunks fill what is left
+            of the `max_num_batched_tokens` budget, so a long prompt never stalls the
+            running decodes (lesson 6).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from ..config import EngineConfig, InvalidValue
+from ..request import Request
+from .step import StepBuilder
+
+
+class Policy(ABC):
+    """Base class of batching policies: a subclass defines `schedule`.
+
+    The defaults suit a policy that runs each prompt whole in one step (as yours in
+    exercise 3 does): a step has room for the longest sequence, and a request whose
+    prompt (or whole preempted sequence) could never fit one step is refused up front.
+    """
+
+    name = "policy"
+
+    @abstractmethod
+    def schedule(self, step: StepBuilder) -> None:
+        """Decide the step's work with `step`'s verbs: schedule_running, admit, schedule_padding."""
+
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        """max_num_batched_tokens when the user gives none (None: the policy has no budget)."""
+        return max(config.max_model_len, config.max_num_seqs)
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        """Raise ValueError for a request this policy could never run."""
+        if req.max_len - 1 > config.max_num_batched_tokens:
+            raise InvalidValue(
+                "max_tokens", req.params.max_tokens,
+                f"prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} tokens > max_num_batched_tokens="
+                f"{config.max_num_batched_tokens}; policy {self.name!r} runs a whole prompt (or a whole preempted "
+                f"sequence) in one step; raise the budget or use policy='chunked'", req.request_id)
+
+    def on_finish(self, req: Request) -> list[Request]:
+        """The requests whose KV blocks can be freed now that `req` has finished: its own."""
+        return [req]
+
+
+# ---- the two loops the in-flight policies share ------------------------------------
+def schedule_decodes(step: StepBuilder) -> None:
+    """Check: one decode token for every running request whose prompt is done, oldest
+    first (the budget always has room: max_num_batched_tokens >= max_num_seqs)."""
+    for req in step.unscheduled_running():
+        if req.num_remaining == 1:
+            step.schedule_running(req, 1)
+
+
+def chunk_size(step: StepBuilder, req: Request) -> int:
+    """A prompt's next chunk: what the budget has left, at most `long_prefill_token_threshold`
+    (vLLM's cap, so one long prompt cannot take a whole step's budget)."""
+    cap = step.config.long_prefill_token_threshold or req.num_remaining
+    return min(req.num_remaining, step.budget, cap)
+
+
+def admit_prompts(step: StepBuilder, chunked: bool) -> int:
+    """Fill: admit requests from the head of the queue while a batch slot, KV blocks and
+    budget allow; each runs its whole prompt, or with `chunked` its first chunk.
+    Returns how many were admitted."""
+    admitted = 0
+    while step.waiting:
+        req = step.waiting[0]
+        n = chunk_size(step, req) if chunked else req.num_remaining
+        if n == 0 or not step.can_admit(req, n):
+            break
+        step.admit(req, n)
+        admitted += 1
+    return admitted
+
+
+class StaticPolicy(Policy):
+    """The policy owns its batch: which rows it holds, where each finished row's padding
+    has reached, and when the batch's KV can go (when its longest row ends)."""
+
+    name = "static"
+
+    def __init__(self) -> None:
+        self.batch: list[Request] = []
+        self.padded_end: dict[str, int] = {}  # a finished row's context, grown by its padding
+
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        return None  # a batch's padded prefill runs whole, however long
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        pass  # no budget; the engine checks that a request's KV fits alone
+
+    def schedule(self, step: StepBuilder) -> None:
+        if step.num_running == 0:  # the last batch has fully finished (only its rows ever run)
+            self.batch, self.padded_end = self.start_batch(step), {}
+            return
+        for req in step.unscheduled_running():
+            step.schedule_running(req, 1)
+        for req in self.batch:  # dead rows: the padded tensor still computes them
+            if req.finished:
+                start = self.padded_end.get(req.request_id, req.num_computed_tokens)
+                step.schedule_padding(req, start, 1)
+                self.padded_end[req.request_id] = start + 1
+
+    def start_batch(self, step: StepBuilder) -> list[Request]:
+        """The longest run of waiting requests whose padded rows fit the batch and the KV
+        cache together; every row gets a padded prefill and KV for the padded length."""
+        rows: list[Request] = []
+        for req in step.waiting:
+            grown = rows + [req]
+            need = len(grown) * step.blocks_needed(req, padded_len(grown))
+            if len(grown) > step.config.max_num_seqs or need > step.num_free_blocks:
+                break
+            rows = grown
+        prompt_len, reserve = max((r.prompt_len for r in rows), default=0), padded_len(rows)
+        for req in rows:
+            step.admit(req, req.prompt_len, num_padding=prompt_len - req.prompt_len, reserve_tokens=reserve)
+        return rows
+
+    def on_finish(self, req: Request) -> list[Request]:
+        """A row's KV stays until the batch's last row ends; then the whole batch's goes."""
+        if req not in self.batch:
+            return [req]
+        return list(self.batch) if all(r.finished for r in self.batch) else []
+
+
+def padded_len(rows: list[Request]) -> int:
+    """Length of a static batch's padded rows: the longest prompt plus the most new tokens."""
+    return max(r.prompt_len for r in rows) + max(r.params.max_tokens for r in rows) if rows else 0
+
+
+class ContinuousPolicy(Policy):
+    """Orca-style. `prefill_only_steps=True` gives vLLM v0's default instead: a step that
+    admits prompts runs only prompts, pausing every decode for that step."""
+
+    name = "continuous"
+
+    def __init__(self, prefill_only_steps: bool = False) -> None:
+        self.prefill_only_steps = prefill_only_steps
+
+    def schedule(self, step: StepBuilder) -> None:
+        if self.prefill_only_steps and admit_prompts(step, chunked=False):
+            return
+        schedule_decodes(step)
+        admit_prompts(step, chunked=False)
+
+
+class ChunkedPolicy(Policy):
+    name = "chunked"
+
+    def default_token_budget(self, config: EngineConfig) -> int | None:
+        return max(256, config.max_num_seqs)
+
+    def check_request(self, req: Request, config: EngineConfig) -> None:
+        pass  # any prompt fits: it is cut into chunks
+
+    def schedule(self, step: StepBuilder) -> None:
+        schedule_decodes(step)
+        for req in step.unscheduled_running():  # prompts part-way through their prefill, oldest first
+            if step.budget == 0:
+                break
+            step.schedule_running(req, chunk_size(step, req))
+        admit_prompts(step, chunked=True)
+
+
+POLICIES = {"static": StaticPolicy, "continuous": ContinuousPolicy, "chunked": ChunkedPolicy}
+
+
+def make_policy(policy) -> Policy:
+    """A policy object from a name, or the user's own `Policy` instance unchanged."""
+    if isinstance(policy, Policy):
+        return policy
+    if policy not in POLICIES:
+        raise InvalidValue("policy", policy, f"allowed: {', '.join(POLICIES)} or a Policy instance")
+    return POLICIES[policy]()

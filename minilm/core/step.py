@@ -1,0 +1,167 @@
+"""One step being planned: its token budget, what it has scheduled, and the verbs a
+policy calls to fill it (vLLM V1's view of a step: prefill and decode are the same
+thing, a request just has `num_tokens - num_computed_tokens` tokens left to compute).
+
+A policy (policies.py) decides; the StepBuilder keeps the books. Each verb checks its
+request, asks the KV cache manager for slots, preempts when blocks run out, and
+charges the budget. So a policy cannot schedule a request twice, overrun the budget
+or touch a block it does not own: the verb refuses with an error that names the
+mistake (which helps exercise 3). A StepBuilder lives for one step; `plan()` is its
+result.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from ..plan import SeqWork, StepPlan
+from ..request import Request, Status
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+
+class StepBuilder:
+    def __init__(self, scheduler: Scheduler, now: float):
+        self._scheduler = scheduler
+        self._kv = scheduler.kv_manager
+        self.config = scheduler.config
+        self.now = now
+        budget = self.config.max_num_batched_tokens
+        self.budget = budget if budget is not None else 1 << 62  # tokens left in this step (static: no budget)
+        self.work: list[SeqWork] = []
+        self.preempted: list[Request] = []
+        self.scheduled: set[str] = set()
+
+    # ---- what a policy reads ----------------------------------------------------------
+    @property
+    def waiting(self):
+        """The waiting queue, head first (a deque: read it; `admit` takes its head)."""
+        return self._scheduler.waiting
+
+    @property
+    def num_running(self) -> int:
+        return len(self._scheduler.running)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._kv.num_free_blocks
+
+    def blocks_needed(self, req: Request, num_slots: int) -> int:
+        """KV blocks a request that holds none would need for `num_slots` slots."""
+        return self._kv.blocks_needed(req, 0, num_slots)
+
+    def unscheduled_running(self) -> Iterator[Request]:
+        """Running requests not yet scheduled in this step, oldest first. A request that is
+        preempted while the policy walks this list is skipped."""
+        for req in list(self._scheduler.running):
+            if req.status is Status.RUNNING and req.request_id not in self.scheduled:
+                yield req
+
+    # ---- the verbs --------------------------------------------------------------------
+    def schedule_running(self, req: Request, num_tokens: int) -> bool:
+        """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
+        preempt the newest running request not yet scheduled in this step, until the blocks
+        fit; False when that was `req` itself (it went back to the queue)."""
+        self._check(req, num_tokens, Status.RUNNING)
+        self._check_budget(num_tokens)
+        while (table := self._kv.allocate_slots(req, num_tokens)) is None:
+            victim = next(r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled)
+            self._scheduler.preempt(victim)
+            self.preempted.append(victim)
+            if victim is req:
+                return False
+        self._add_work(req, num_tokens, 0, table)
+        return True
+
+    def can_admit(self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0) -> bool:
+        """Whether `admit` would succeed: a free seat in the batch (`max_num_seqs`), budget and
+        KV blocks, and no preemption in this step (as vLLM: nobody is admitted into a step
+        that had to evict someone, or the two would thrash)."""
+        return self._admission(req, num_tokens, num_padding, reserve_tokens) is not None
+
+    def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0) -> None:
+        """Move the head of the waiting queue into the batch and schedule its first
+        `num_tokens` (+ `num_padding` dummy tokens). With prefix caching, its cached prefix
+        is shared and needs no compute: fewer tokens are scheduled, starting after it.
+        `reserve_tokens`: KV slots it holds from now on, used or not (static batching
+        reserves a padded row)."""
+        if not self.waiting or self.waiting[0] is not req:
+            raise RuntimeError(f"policy {self._policy_name!r}: admit() takes the head of the waiting queue, "
+                               f"not {req.request_id!r}")
+        self._check(req, num_tokens, Status.WAITING)
+        admission = self._admission(req, num_tokens, num_padding, reserve_tokens)
+        if admission is None:
+            raise RuntimeError(f"policy {self._policy_name!r}: cannot admit {req.request_id!r} now "
+                               f"(check can_admit first)")
+        computed, num_tokens = admission
+        table = self._kv.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
+        num_cached = len(computed) * self._kv.block_size
+        self._scheduler.move_to_running(req, self.now, num_cached)
+        self._add_work(req, num_tokens, num_padding, table, num_cached)
+
+    def schedule_padding(self, req: Request, start: int, num_padding: int) -> None:
+        """Dummy tokens at positions `start : start + num_padding` of a finished request that
+        still holds its KV: the row of a dense padded batch still computes them until the
+        batch's longest row ends (lesson 2)."""
+        rid, table = req.request_id, self._kv.block_tables.get(req.request_id)
+        # one test on the hot path (a simulated static run pads a few hundred thousand rows)
+        if (table is None or req.status is not Status.FINISHED or rid in self.scheduled
+                or start + num_padding > len(table) * self._kv.block_size or num_padding > self.budget):
+            raise RuntimeError(f"policy {self._policy_name!r}: cannot pad {rid!r} by {num_padding} at {start}: "
+                               f"padding is for finished requests that hold their KV, once a step, within their "
+                               f"KV slots and the budget")
+        self.scheduled.add(rid)
+        self.budget -= num_padding
+        self.work.append(SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False))
+
+    def plan(self) -> StepPlan:
+        """The step as planned, with the state it leaves as it runs."""
+        s, kv = self._scheduler, self._kv
+        # KV slots holding a token: the step's requests up to their new end, the others as they are
+        stored = sum(w.end for w in self.work)
+        stored += sum(r.num_computed_tokens for r in s.running if r.request_id not in self.scheduled)
+        tables, cached_free = kv.snapshot() if self.config.record_kv_blocks else (None, None)
+        return StepPlan(self.work, self.preempted, len(s.running), len(s.waiting),
+                        kv.num_used_blocks, stored, tables, cached_free)
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    @property
+    def _policy_name(self) -> str:
+        return self._scheduler.policy.name
+
+    def _admission(self, req: Request, num_tokens: int, num_padding: int,
+                   reserve_tokens: int) -> tuple[list[int], int] | None:
+        """(its cached prefix blocks, the tokens left to compute after them) if `req` can be
+        admitted now, else None."""
+        computed = self._kv.get_computed_blocks(req)
+        num_tokens = min(num_tokens, req.num_tokens - len(computed) * self._kv.block_size)
+        if (not self.preempted and len(self._scheduler.running) < self.config.max_num_seqs
+                and num_tokens + num_padding <= self.budget
+                and self._kv.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)):
+            return computed, num_tokens
+        return None
+
+    def _check(self, req: Request, num_tokens: int, status: Status) -> None:
+        name, rid = self._policy_name, req.request_id
+        if req.status is not status:
+            raise RuntimeError(f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}")
+        if rid in self.scheduled:
+            raise RuntimeError(f"policy {name!r}: {rid!r} is already scheduled in this step")
+        if not 0 < num_tokens <= req.num_remaining:
+            raise RuntimeError(f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
+                               f"{req.num_remaining} left to compute")
+
+    def _check_budget(self, num_tokens: int) -> None:
+        if num_tokens > self.budget:
+            raise RuntimeError(f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
+                               f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
+
+    def _add_work(self, req: Request, num_tokens: int, num_padding: int, table: list[int],
+                  num_cached: int = 0) -> None:
+        start = req.num_computed_tokens
+        samples = start + num_tokens == req.num_tokens
+        decode = num_tokens == 1 and start >= req.prompt_len and samples
+        self.work.append(SeqWork(req, num_tokens, num_padding, start, start + num_tokens + num_padding, table,
+                                 "decode" if decode else "prefill", samples, num_cached))
+        self.scheduled.add(req.request_id)
+        self.budget -= num_tokens + num_padding

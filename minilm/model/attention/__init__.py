@@ -1,0 +1,27 @@
+"""Attention backends. Every backend has the same two functions:
+
+    write_kv(k [T,Hkv,D], v, k_cache, v_cache, slot_mapping [T]) -> None
+    attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> out [T,Hq,D]
+
+`k_cache`/`v_cache` are one layer's cache, [num_blocks, block_size, Hkv, D].
+
+reference  readable pure torch, one sequence at a time: the ground truth, and the code lesson 5 reads
+sdpa       the same result on CPU, faster: PyTorch's fused scaled_dot_product_attention
+triton     the GPU kernel (runs on CPU only in Triton's interpreter, for tests)
+"""
+from __future__ import annotations
+
+from ...config import ATTENTION_BACKENDS, InvalidValue
+
+
+def get_backend(name: str):
+    """Returns (attention, write_kv) for a backend name."""
+    if name == "reference":
+        from . import reference as backend
+    elif name == "sdpa":
+        from . import sdpa as backend
+    elif name == "triton":
+        from . import triton_paged as backend
+    else:
+        raise InvalidValue("attention_backend", name, f"allowed: {', '.join(ATTENTION_BACKENDS)}")
+    return backend.paged_attention, backend.write_kv

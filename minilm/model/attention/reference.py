@@ -1,0 +1,63 @@
+"""Readable pure-torch attention over the paged KV cache: the ground truth.
+
+A step's batch is ragged: sequence i has `n_i` new query tokens (a prompt chunk, or
+one decode token) and attends to `context_lens[i]` keys — every token cached before
+this step plus its own new ones. Its new tokens are the *last* `n_i` positions of
+that context, so query j (0-based within the chunk) sits at absolute position
+`context_len - n_i + j` and may see keys at positions `<=` that. This one rule covers
+a whole prompt (no earlier context), a chunk continuing an earlier prefill, and a
+decode token (n_i = 1 sees everything). Lesson 5 walks through it.
+
+Each sequence is computed on its own, in fp32, with nothing but the rule: the simplest
+code that is right, which the faster backends (sdpa.py, triton_paged.py) are tested
+against.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..llama import AttentionMetadata
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Store each new token's K/V at its slot. Slot -1 means "do not store"."""
+    num_blocks, block_size, hkv, d = k_cache.shape
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    k_cache.view(num_blocks * block_size, hkv, d)[slots] = k[keep].to(k_cache.dtype)
+    v_cache.view(num_blocks * block_size, hkv, d)[slots] = v[keep].to(v_cache.dtype)
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) -> torch.Tensor:
+    """One sequence's keys (or values) in position order: [context_len, Hkv, D]."""
+    block_size = cache.shape[1]
+    num_blocks = (context_len + block_size - 1) // block_size
+    blocks = cache[block_table[:num_blocks].long()]  # [num_blocks, block_size, Hkv, D]
+    return blocks.reshape(-1, *cache.shape[2:])[:context_len]
+
+
+def attend_sequence(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                    context_len: int, scale: float) -> torch.Tensor:
+    """Causal attention of one sequence's n new queries [n, Hq, D] over its context."""
+    n, num_q_heads = q.shape[0], q.shape[1]
+    group = num_q_heads // k_cache.shape[2]  # grouped-query attention: query heads per KV head
+    k = gather_kv(k_cache, block_table, context_len).float().repeat_interleave(group, dim=1)
+    v = gather_kv(v_cache, block_table, context_len).float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [H, n, ctx]
+    q_pos = torch.arange(context_len - n, context_len, device=q.device)
+    k_pos = torch.arange(context_len, device=q.device)
+    scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Causal attention for a ragged batch of prompt chunks and decode tokens, one sequence at a time."""
+    out = torch.empty_like(q)
+    cu, ctx = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
+    for i in range(len(ctx)):
+        start, end = cu[i], cu[i + 1]
+        out[start:end] = attend_sequence(q[start:end], k_cache, v_cache, meta.block_tables[i], ctx[i],
+                                         scale).to(q.dtype)
+    return out

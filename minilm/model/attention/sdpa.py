@@ -1,0 +1,158 @@
+"""Fast CPU attention over the paged KV cache: PyTorch's fused SDPA on gathered keys.
+
+It computes what `reference.py` computes (same arguments, same result up to float
+rounding); the reference stays the ground truth and the code the lessons read. This
+file exists because on a CPU the reference's separate steps (einsum, mask, softmax,
+einsum: each one more pass over memory) and its Python loop over sequences are most
+of a decode step. Here a group of sequences costs one gather of its keys, one of its
+values and one call to `torch.nn.functional.scaled_dot_product_attention`, a fused
+kernel that never writes the score matrix out.
+
+The rule is the reference's: sequence i's `n_i` new queries are the last `n_i`
+positions of its `context_lens[i]` keys, so query j sits at position
+`context_len - n_i + j` and sees the keys at positions `<=` that.
+
+How a step is laid out (`StepLayout`: built for the first layer and kept in
+`meta.scratch` for the others, since every layer of a step passes the same metadata):
+
+- Decode tokens (n_i = 1) are sorted by context length and cut into groups in which no
+  context is shorter than 1/MAX_PADDING of the group's longest. A group is padded to its
+  longest context and its keys gathered into [B, Hkv, L, D]. The `group` query heads that
+  share a KV head become `group` query rows of that head, [B, Hkv, group, D]: grouped-
+  query attention then needs no copy of K/V per query head. Padding gets an additive
+  -inf mask.
+- Each sequence with several new tokens (a prompt, or a chunk of one) is its own call:
+  SDPA's causal mode for a whole prompt, an explicit offset mask for a later chunk.
+
+Keys are gathered per token through a slot index in which the positions past a context
+point at that sequence's last real key (and are masked). So no cache slot past a
+context is ever read: it may hold anything, even NaN (which a zero weight would not
+cancel: NaN * 0 is NaN).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..llama import AttentionMetadata
+from . import reference
+
+# A decode group pads every context to its longest; at most this factor. Smaller: less
+# padding to gather and attend over, but more groups (each a few ops per layer).
+MAX_PADDING = 1.5
+
+
+@dataclass
+class DecodeGroup:
+    rows: torch.Tensor   # [B] rows of q (and of the output) of the group's decode tokens
+    slots: torch.Tensor  # [B * L] flat cache slot of each (sequence, key position)
+    mask: torch.Tensor   # [B, 1, 1, L] 0 for a real key, -inf for padding
+    length: int          # L, the group's longest context
+
+
+@dataclass
+class PrefillSeq:
+    start: int           # rows start:end of q are this sequence's new tokens
+    end: int
+    slots: torch.Tensor  # [context_len] flat cache slot of each key position
+    mask: torch.Tensor | None  # [n, context_len] True where a query may see a key; None: plain causal
+
+
+@dataclass
+class StepLayout:
+    decodes: list[DecodeGroup]
+    prefills: list[PrefillSeq]
+
+
+def token_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Flat cache slot (block * block_size + offset) of key `positions [B, L]` of each sequence."""
+    blocks = torch.gather(block_tables.long(), 1, positions // block_size)
+    return blocks * block_size + positions % block_size
+
+
+def length_groups(lens: list[int]) -> list[tuple[int, int]]:
+    """Cut `lens` (sorted, longest first) into ranges [a, b) in which none is padded by more than MAX_PADDING."""
+    if not lens:
+        return []
+    groups, a = [], 0
+    for i in range(1, len(lens)):
+        if lens[i] * MAX_PADDING < lens[a]:
+            groups.append((a, i))
+            a = i
+    return groups + [(a, len(lens))]
+
+
+def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
+    cu, lens = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
+    n_new = [b - a for a, b in zip(cu, cu[1:])]
+    decodes = []
+    seqs = sorted((i for i, n in enumerate(n_new) if n == 1), key=lambda i: -lens[i])
+    if seqs:
+        # Slots and masks of all decodes at once, padded to the longest; each group takes its rows
+        # and its own length from these.
+        idx = torch.tensor(seqs)
+        ctx = meta.context_lens[idx].long()[:, None]
+        pos = torch.arange(lens[seqs[0]])[None, :]
+        slots = token_slots(meta.block_tables[idx], torch.minimum(pos, ctx - 1), block_size)
+        mask = torch.zeros(slots.shape).masked_fill(pos >= ctx, float("-inf"))[:, None, None, :]
+        rows = meta.cu_seqlens_q[idx].long()
+        for a, b in length_groups([lens[i] for i in seqs]):
+            length = lens[seqs[a]]
+            decodes.append(DecodeGroup(rows[a:b], slots[a:b, :length].flatten(), mask[a:b, ..., :length], length))
+    prefills = []
+    for i in (i for i, n in enumerate(n_new) if n > 1):
+        n, c = n_new[i], lens[i]
+        slots = token_slots(meta.block_tables[i:i + 1], torch.arange(c)[None, :], block_size)[0]
+        # A whole prompt is SDPA's own causal case; a chunk after earlier ones needs the offset.
+        mask = None if n == c else torch.ones(n, c, dtype=torch.bool).tril(c - n)
+        prefills.append(PrefillSeq(cu[i], cu[i + 1], slots, mask))
+    return StepLayout(decodes, prefills)
+
+
+def step_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
+    """The step's layout, built for its first layer and kept in the metadata for the others
+    (every layer of a step passes the same metadata, and the layout depends on nothing else)."""
+    if "sdpa" not in meta.scratch:
+        meta.scratch["sdpa"] = build_layout(meta, block_size)
+    return meta.scratch["sdpa"]
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention for a ragged batch of prompt chunks and decode tokens: q [T, Hq, D] -> [T, Hq, D].
+    `out`, if given, is written in place and returned (the tests pass one full of NaN)."""
+    num_blocks, block_size, hkv, d = k_cache.shape
+    hq = q.shape[1]
+    keys = k_cache.view(num_blocks * block_size, hkv, d)  # one row per cache slot
+    values = v_cache.view(num_blocks * block_size, hkv, d)
+    layout = step_layout(meta, block_size)
+    out = torch.empty_like(q) if out is None else out
+    for g in layout.decodes:
+        b = len(g.rows)
+        qg = q.index_select(0, g.rows).view(b, hkv, hq // hkv, d)  # a KV head's query heads as its rows
+        k = keys.index_select(0, g.slots).view(b, g.length, hkv, d).transpose(1, 2).to(q.dtype)
+        v = values.index_select(0, g.slots).view(b, g.length, hkv, d).transpose(1, 2).to(q.dtype)
+        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask.to(q.dtype), scale=scale)
+        out.index_copy_(0, g.rows, o.reshape(b, hq, d))
+    for p in layout.prefills:
+        k = keys.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, ctx, D]
+        v = values.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)
+        qp = q[p.start:p.end].transpose(0, 1)[None]  # [1, Hq, n, D]
+        o = F.scaled_dot_product_attention(qp, k, v, attn_mask=p.mask, is_causal=p.mask is None,
+                                           scale=scale, enable_gqa=True)
+        out[p.start:p.end] = o[0].transpose(0, 1)
+    return out
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Store each new token's K/V at its slot, like the reference. Engine steps never use its
+    "do not store" slot (-1), so the usual case is one indexed store per tensor, without the
+    reference's mask and its boolean selections (which took two thirds of its time)."""
+    if bool((slot_mapping < 0).any()):
+        return reference.write_kv(k, v, k_cache, v_cache, slot_mapping)
+    num_blocks, block_size, hkv, d = k_cache.shape
+    k_cache.view(num_blocks * block_size, hkv, d)[slot_mapping] = k.to(k_cache.dtype)
+    v_cache.view(num_blocks * block_size, hkv, d)[slot_mapping] = v.to(v_cache.dtype)

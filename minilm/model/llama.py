@@ -1,0 +1,193 @@
+"""A Llama-family decoder over one flat, ragged batch of tokens.
+
+There is no batch dimension: a step's tokens from every sequence are concatenated
+into `input_ids [T]`, and `AttentionMetadata` says which tokens belong to which
+sequence and where their keys and values live in the paged KV cache (lesson 5).
+Everything except attention (embeddings, norms, projections, MLP) is per-token,
+so it runs on the flat batch as if it were one long sequence.
+
+Parameter names match Hugging Face's `LlamaForCausalLM` / `Qwen2ForCausalLM`, so a
+`state_dict` loads from and saves to an HF checkpoint unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each token of the flat batch belongs (built by `runner.py`; lesson 5).
+
+    cu_seqlens_q  [B+1]  token offsets of each sequence's new tokens in the flat batch
+    context_lens  [B]    tokens each sequence attends to: cached before this step + new
+    block_tables  [B, max_blocks]  KV-cache block ids of each sequence, in order
+    slot_mapping  [T]    flat cache slot (block * block_size + offset) of each new token
+    """
+
+    cu_seqlens_q: torch.Tensor
+    context_lens: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    # What an attention backend derives from the above, kept for the step's other layers
+    # (attention/sdpa.py). Metadata describes one step: the runner builds a new one each step.
+    scratch: dict = field(default_factory=dict)
+
+
+# attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> [T,Hq,D]; see attention/
+AttentionFn = Callable[..., torch.Tensor]
+# write_kv(k [T,Hkv,D], v, k_cache, v_cache, slot_mapping) -> None
+WriteKVFn = Callable[..., None]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x / sqrt(mean(x^2) + eps), in float32 like HF, then cast back and scaled
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding angles for each token's own position (not its index in the batch)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    # HF's non-interleaved ("rotate_half") layout; the sin of the first half carries rotate_half's minus sign
+    return torch.cat([angles, angles], dim=-1).cos()[:, None, :], torch.cat([-angles, angles], dim=-1).sin()[:, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D]; cos/sin [T, 1, D] (from `rope_cos_sin`): x*cos + rotate_half(x)*sin, where
+    rotate_half(x) = [-x2, x1] for x = [x1, x2]."""
+    half = x.shape[-1] // 2
+    return (x * cos + torch.cat([x[..., half:], x[..., :half]], dim=-1) * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, meta: AttentionMetadata,
+                attention: AttentionFn, write_kv: WriteKVFn) -> torch.Tensor:
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # New K/V go into the cache first, so attention reads every key (old and new)
+        # from one place: the paged cache, through the block tables.
+        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        out = attention(q, k_cache, v_cache, meta, self.head_dim ** -0.5)
+        return self.o_proj(out.reshape(T, self.num_heads * self.head_dim))
+
+    def forward_dense(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Training path: x [B, L, hidden], every row one sequence from position 0, no cache."""
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # cos/sin [L, D] broadcast over B
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, L, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, meta, attention, write_kv):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, meta, attention, write_kv)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """HF's `model.` prefix: embeddings, layers, final norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def init_random(self, seed: int, std: float = 0.02) -> "LlamaModel":
+        """Deterministic random weights (the same on every machine for a given seed)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) * std)
+        return self
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
+                meta: AttentionMetadata, attention: AttentionFn, write_kv: WriteKVFn) -> torch.Tensor:
+        """Hidden states [T, hidden] of a ragged batch; `kv_cache` is [layers, 2, blocks, block_size, Hkv, D]."""
+        cfg = self.config
+        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
+        x = self.model.embed_tokens(input_ids)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, kv_cache[i, 0], kv_cache[i, 1], meta, attention, write_kv)
+        return self.model.norm(x)
+
+    def forward_dense(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits [B, L, vocab] of a dense batch `input_ids [B, L]` (training, training/train.py).
+
+        The same weights as `forward`, but a plain causal mask over each row instead of
+        the paged cache: training sees every position of every row at once, and has no
+        ragged batch or KV cache to manage."""
+        cfg = self.config
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = x + layer.self_attn.forward_dense(layer.input_layernorm(x), cos, sin)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.lm_head(self.model.norm(x)).float()
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits only for the rows given: the engine passes the last token of each sampled sequence."""
+        return self.lm_head(hidden).float()

@@ -1,0 +1,97 @@
+"""HF-format checkpoints: `config.json` + `*.safetensors` with HF parameter names.
+
+`load_model("tiny")` builds a named config with seeded random weights;
+`load_model(path)` reads a checkpoint directory and checks every tensor's name and
+shape before using it, so a broken checkpoint fails with a message, not garbage.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..config import MODEL_PRESETS, InvalidValue, ModelConfig
+from .llama import LlamaModel
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CHECKPOINTS_DIR = Path(__file__).parents[1] / "checkpoints"  # minilm/checkpoints: shipped models
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise InvalidValue("dtype", name, f"allowed: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def expected_shapes(model: LlamaModel) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes the checkpoint must provide (a tied lm_head is optional)."""
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        shapes.pop("lm_head.weight")
+    return shapes
+
+
+def save_checkpoint(model: LlamaModel, path: str | Path, dtype: str = "float32", tokenizer_file: str | Path | None = None) -> Path:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = model.config.to_hf_dict() | {"torch_dtype": dtype}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    tensors = {k: v.detach().to(resolve_dtype(dtype)).contiguous().cpu()
+               for k, v in model.state_dict().items() if k in expected_shapes(model)}
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer_file is not None:
+        (path / "tokenizer.json").write_bytes(Path(tokenizer_file).read_bytes())
+    return path
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{path}: no *.safetensors file")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    return tensors
+
+
+def check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], path: Path) -> None:
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        raise ValueError(f"{path}: checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != shape:
+            raise ValueError(f"{path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
+                             f"the config needs {shape}")
+
+
+def resolve_model_path(name_or_path: str | Path) -> Path | None:
+    """A checkpoint directory for a path or a shipped checkpoint name; None for a random preset."""
+    if str(name_or_path) in MODEL_PRESETS:
+        return None
+    p = Path(name_or_path)
+    if (p / "config.json").exists():
+        return p
+    if (CHECKPOINTS_DIR / str(name_or_path) / "config.json").exists():
+        return CHECKPOINTS_DIR / str(name_or_path)
+    shipped = sorted(d.name for d in CHECKPOINTS_DIR.glob("*") if (d / "config.json").exists()) \
+        if CHECKPOINTS_DIR.exists() else []
+    raise InvalidValue("model", str(name_or_path), f"not a preset ({', '.join(MODEL_PRESETS)}), a shipped "
+                       f"checkpoint ({', '.join(shipped) or 'none'}) or a directory with config.json")
+
+
+def load_model(name_or_path: str | Path = "tiny", device: str = "cpu", dtype: str = "float32",
+               seed: int = 0) -> LlamaModel:
+    """A preset with random weights from `seed`, or an HF-format checkpoint directory."""
+    path = resolve_model_path(name_or_path)
+    if path is None:
+        model = LlamaModel(MODEL_PRESETS[str(name_or_path)]).init_random(seed)
+    else:
+        model = LlamaModel(ModelConfig.from_json(path / "config.json"))
+        tensors = read_tensors(path)
+        check_tensors(tensors, expected_shapes(model), path)
+        model.load_state_dict({k: tensors[k] for k in expected_shapes(model)}, strict=False)
+        if model.config.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+    return model.to(device=device, dtype=resolve_dtype(dtype)).eval()

@@ -1,0 +1,36 @@
+"""Turning logits into tokens: greedy, temperature, top-k, top-p, seeded per request.
+
+Each request with a seed draws from its own generator, so what it samples does not
+depend on which other requests shared its batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..request import SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) tokens outside the top-k and outside the top-p nucleus. logits: [V]."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the tokens before it already reach top_p (the first is always kept)
+        drop = probs.cumsum(-1) - probs >= top_p
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
+    """One token per row of `logits` [B, V]."""
+    tokens = logits.argmax(-1).tolist()
+    for i, p in enumerate(params):
+        if p.temperature == 0:
+            continue
+        row = filter_logits(logits[i].float() / p.temperature, p.top_k, p.top_p)
+        probs = row.softmax(-1).cpu()
+        tokens[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
+    return tokens

@@ -1,0 +1,348 @@
+"""A roofline cost model: how long one engine step takes for a model on a device.
+
+The simulator (executor.py) runs the real scheduler and asks this model for each
+step's duration, so a laptop can show a Llama-3-8B serving run on an H100.
+
+One step computes `q_i` new tokens for each sequence i of its batch, and sequence i's
+context after the step is `c_i` (cached tokens + its new ones). With
+T = sum q_i tokens, B sequences, L layers, hidden d, Hq query heads and Hkv KV heads
+of size D, MLP width I, vocabulary V, and b bytes per number:
+
+    linear FLOPs    = 2 * T * P_lin + 2 * B * d * V
+                      P_lin = L * (d*(Hq + 2*Hkv)*D + Hq*D*d + 3*d*I)  (q,k,v,o + SwiGLU)
+                      (the lm_head runs once per sequence: only the last token's logits)
+    attention FLOPs = 4 * L * Hq * D * sum_i (q_i*c_i - q_i*(q_i - 1)/2)
+                      (QK^T and PV, causal: new token j sees c_i - q_i + j + 1 keys)
+    bytes           = W + KV_read + KV_write
+                      W        = weights read once per step: every parameter except the
+                                 input embedding table (a lookup reads only T of its rows)
+                      KV_read  = 2 * L * Hkv * D * b * sum_i c_i
+                      KV_write = 2 * L * Hkv * D * b * T
+    time = max(FLOPs / (peak * eff_c), bytes / (bandwidth * eff_m)) + overhead
+
+Seed-level approximations, and where this model differs from them:
+
+    prefill FLOPs ~ 2 * N * params   The linear part here excludes the embedding table
+                  (no FLOPs) and counts the lm_head once per sequence, not per token;
+                  attention adds 4*L*Hq*D*N^2/2, which the approximation leaves out and
+                  which grows with N (Llama-3-8B, N = 8192: about +15%).
+    decode bytes  ~ weights + KV     The same, except that the input embedding table is
+                  not read (Llama-3-8B: 1.05 GB of its 16 GB of bf16 weights).
+
+Activations are not counted as memory traffic (they are small next to the weights at
+the batch sizes of a serving engine and stay in cache when they are not).
+
+A step is compute-bound when its arithmetic intensity (FLOPs / byte) exceeds the
+device's ridge point, peak / bandwidth (H100 SXM: 989e12 / 3.35e12 = 295 FLOP/byte).
+A decode step at batch 1 does ~2 FLOPs per 2-byte weight, 1 FLOP/byte: far below the
+ridge, memory-bound. A prefill of N tokens does ~N FLOP/byte, so it becomes
+compute-bound near N = ridge * b / 2 tokens (on an H100 with the efficiencies below,
+258 FLOP/byte: the model crosses at N = 278).
+
+`overhead` is what a step costs besides the roofline: launching kernels, scheduling,
+sampling. On a GPU it is a fixed time per step (an assumption; the datasheets do not
+give it). On this machine's CPU the engine is Python over per-sequence attention
+calls, so the calibrated `cpu` spec adds a cost per layer and per sequence and layer
+(bench/calibrate_cpu.py fits all of them from measured steps).
+
+Tensor parallelism (`tp` GPUs): FLOPs, weights and KV are split evenly, and every layer
+adds two all-reduces of the step's activations (T * d * b bytes) over the interconnect
+(ring: 2 * (tp - 1) / tp of the data crosses each link).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..config import MODEL_PRESETS, SUPPORTED_MODEL_TYPES, InvalidValue, ModelConfig
+from ..model.loader import resolve_dtype
+
+GB = 1e9
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator, as data. Rates are vendor datasheet peaks; efficiencies say how
+    much of them a real engine reaches (assumptions, typical of well-tuned kernels)."""
+
+    name: str
+    flops: float                  # dense bf16/fp16 tensor-core FLOP/s (no 2:4 sparsity)
+    mem_bw: float                 # memory bandwidth, bytes/s
+    memory: float                 # device memory, bytes
+    step_overhead: float = 1e-3   # seconds per step: launches, scheduling, sampling
+    compute_efficiency: float = 0.7
+    memory_efficiency: float = 0.8
+    layer_overhead: float = 0.0   # seconds per layer per step (CPU: Python per layer)
+    seq_overhead: float = 0.0     # seconds per sequence per layer (CPU: per-sequence attention)
+    interconnect_bw: float = 0.0  # bytes/s per GPU to its peers (tensor parallelism)
+    dtype: str = "bfloat16"       # what the device serves in unless told otherwise
+    source: str = ""
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOPs per byte above which a step is compute-bound (with the efficiencies)."""
+        return self.flops * self.compute_efficiency / (self.mem_bw * self.memory_efficiency)
+
+
+# Vendor datasheet values. NVIDIA quotes tensor FLOP/s "with sparsity"; the dense
+# rate used here is half of that. GB here are 10^9 bytes, as on the datasheets.
+DEVICE_SPECS: dict[str, DeviceSpec] = {
+    # H100 SXM5 datasheet: BF16 tensor 1,979 TFLOPS with sparsity (989 dense),
+    # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s.
+    "h100": DeviceSpec("H100 SXM", 989e12, 3.35 * TB, 80 * GB, interconnect_bw=900 * GB,
+                       source="NVIDIA H100 datasheet (SXM5)"),
+    # H200 SXM datasheet: same compute as H100 SXM, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s.
+    "h200": DeviceSpec("H200 SXM", 989e12, 4.8 * TB, 141 * GB, interconnect_bw=900 * GB,
+                       source="NVIDIA H200 datasheet (SXM)"),
+    # A100 80GB SXM datasheet: BF16 tensor 312 TFLOPS dense (624 with sparsity),
+    # HBM2e 2,039 GB/s, NVLink 600 GB/s.
+    "a100": DeviceSpec("A100 80GB SXM", 312e12, 2039 * GB, 80 * GB, interconnect_bw=600 * GB,
+                       source="NVIDIA A100 datasheet (80GB SXM)"),
+    # L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), GDDR6 864 GB/s,
+    # 48 GB, PCIe Gen4 x16 64 GB/s (no NVLink).
+    "l40s": DeviceSpec("L40S", 362.05e12, 864 * GB, 48 * GB, interconnect_bw=32 * GB,
+                       source="NVIDIA L40S datasheet"),
+    # L4 datasheet: BF16 tensor 242 TFLOPS with sparsity (121 dense), GDDR6 300 GB/s, 24 GB.
+    "l4": DeviceSpec("L4", 121e12, 300 * GB, 24 * GB, interconnect_bw=32 * GB,
+                     source="NVIDIA L4 datasheet"),
+    # RTX 4090, Ada architecture whitepaper: FP16/BF16 tensor with FP32 accumulate
+    # 165.2 TFLOPS dense (what PyTorch's bf16 matmuls use), GDDR6X 1,008 GB/s, 24 GB.
+    "rtx4090": DeviceSpec("RTX 4090", 165.2e12, 1008 * GB, 24 * GB, interconnect_bw=32 * GB,
+                          source="NVIDIA Ada Lovelace architecture whitepaper"),
+}
+
+CPU_SPEC_FILE = Path(__file__).parent / "cpu_device.json"
+DEVICE_NAMES = (*DEVICE_SPECS, "cpu")
+
+
+def get_device(name: str | DeviceSpec) -> DeviceSpec:
+    """A device spec by name (h100, h200, a100, l40s, l4, rtx4090, cpu), or one given."""
+    if isinstance(name, DeviceSpec):
+        return name
+    key = str(name).lower()
+    if key == "cpu":
+        return load_cpu_spec()
+    if key not in DEVICE_SPECS:
+        raise InvalidValue("device", name, f"allowed: {', '.join(DEVICE_NAMES)} (or a DeviceSpec)")
+    return DEVICE_SPECS[key]
+
+
+def load_cpu_spec(path: str | Path = CPU_SPEC_FILE) -> DeviceSpec:
+    """This machine's CPU, as fitted by bench/calibrate_cpu.py."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"no calibrated cpu spec at {path}; run `python bench/calibrate_cpu.py`")
+    data = json.loads(path.read_text())
+    return DeviceSpec(**data["spec"])
+
+
+def save_cpu_spec(spec: DeviceSpec, extra: dict, path: str | Path = CPU_SPEC_FILE) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps({"spec": asdict(spec), **extra}, indent=2) + "\n")
+    return path
+
+
+# ---- model specs ----------------------------------------------------------------
+# Sizes from each model's Hugging Face config.json.
+MODEL_SPECS: dict[str, ModelConfig] = {
+    **MODEL_PRESETS,
+    "llama-2-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                              num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                              bos_token_id=1, eos_token_id=2, torch_dtype="float16"),
+    "llama-3-8b": ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                              rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+                              torch_dtype="bfloat16"),
+    # Llama 3.1 8B: Llama 3's sizes, trained to 128k positions (its RoPE scaling changes no cost)
+    "llama-3.1-8b": ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+                                torch_dtype="bfloat16"),
+    "llama-3-70b": ModelConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                               num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
+                               rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+                               torch_dtype="bfloat16"),
+    "qwen2.5-7b": ModelConfig(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                              num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=131072,
+                              rope_theta=1000000.0, attention_bias=True, bos_token_id=151643,
+                              eos_token_id=151643, model_type="qwen2", torch_dtype="bfloat16"),
+    "mistral-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                              bos_token_id=1, eos_token_id=2, model_type="mistral", torch_dtype="bfloat16"),
+}
+
+SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",
+               "attention_bias", "bos_token_id", "eos_token_id", "torch_dtype")
+
+
+def sizes_from_hf_config(d: dict) -> ModelConfig:
+    """The sizes of any Llama-shaped HF `config.json` (SwiGLU MLP, grouped-query attention).
+
+    Unlike `ModelConfig.from_hf_dict`, fields the cost does not depend on (rope_scaling,
+    sliding windows, ...) are ignored, so Llama-3.1 or Qwen3 configs work too; a model_type
+    the real model does not implement is counted as "llama".
+    """
+    missing = [k for k in SIZE_FIELDS[:5] if k not in d]
+    if missing:
+        raise ValueError(f"config.json lacks {', '.join(missing)}; the cost model needs the model's sizes")
+    if d.get("hidden_act", "silu") != "silu":
+        raise InvalidValue("hidden_act", d["hidden_act"], "the cost model counts a SwiGLU (silu) MLP")
+    kw = {k: d[k] for k in SIZE_FIELDS if d.get(k) is not None}
+    kw.setdefault("num_key_value_heads", d["num_attention_heads"])
+    if isinstance(kw.get("eos_token_id"), list):
+        kw["eos_token_id"] = kw["eos_token_id"][0]
+    model_type = d.get("model_type", "llama")
+    kw["model_type"] = model_type if model_type in SUPPORTED_MODEL_TYPES else "llama"
+    if model_type == "qwen2":
+        kw.setdefault("attention_bias", True)
+    return ModelConfig(**kw)
+
+
+def get_model_spec(name_or_path: str | ModelConfig) -> ModelConfig:
+    """A model spec: a preset name (tiny, small, llama-3-8b, ...), a config.json, or a
+    checkpoint directory holding one."""
+    if isinstance(name_or_path, ModelConfig):
+        return name_or_path
+    if str(name_or_path).lower() in MODEL_SPECS:
+        return MODEL_SPECS[str(name_or_path).lower()]
+    p = Path(name_or_path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise InvalidValue("model", str(name_or_path), f"not a preset ({', '.join(MODEL_SPECS)}), "
+                                                        f"a config.json or a directory with one")
+    return sizes_from_hf_config(json.loads(p.read_text()))
+
+
+# ---- the cost of one step ----------------------------------------------------------
+@dataclass
+class StepCost:
+    """What one step does and how long the model says it takes (seconds)."""
+
+    num_seqs: int
+    num_tokens: int
+    linear_flops: float
+    attention_flops: float
+    weight_bytes: float
+    kv_read_bytes: float
+    kv_write_bytes: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+
+    @property
+    def flops(self) -> float:
+        return self.linear_flops + self.attention_flops
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes
+
+    @property
+    def time(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def plan_shape(plan) -> list[tuple[int, int]]:
+    """(new tokens, context after the step) of each sequence of a `StepPlan`; padding
+    tokens count as real ones: they cost what a real token costs."""
+    return [(w.num_new_tokens + w.num_padding, w.end) for w in plan.work]
+
+
+def items_shape(items: Iterable) -> list[tuple[int, int]]:
+    """The same from a timeline step's `StepItem`s (a padding item joins its request's row)."""
+    rows: dict[str, list[int]] = {}
+    for it in items:
+        if it.kind == "cached":  # found in the prefix cache: no compute (its K/V are read as context)
+            continue
+        row = rows.setdefault(it.request_id, [0, 0])
+        row[0] += it.num_tokens
+        row[1] = max(row[1], it.context_len)
+    return [(q, c) for q, c in rows.values()]
+
+
+class CostModel:
+    """Step times of `model` on `device` (names or specs), `tp` devices in tensor parallel."""
+
+    def __init__(self, model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
+                 dtype: str | None = None, tp: int = 1):
+        self.model = get_model_spec(model)
+        self.name = model if isinstance(model, str) else "custom"
+        self.device = get_device(device)
+        self.dtype = dtype or self.device.dtype
+        if not isinstance(tp, int) or tp < 1:
+            raise InvalidValue("tp", tp, "must be a positive integer (GPUs in tensor parallel)")
+        if tp > 1 and self.device.interconnect_bw <= 0:
+            raise InvalidValue("tp", tp, f"device {self.device.name} has no interconnect bandwidth in its spec")
+        m, self.tp = self.model, tp
+        self.dtype_bytes = resolve_dtype(self.dtype).itemsize
+        d, hq, hkv, D = m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim
+        self.linear_params = m.num_hidden_layers * (d * (hq + 2 * hkv) * D + hq * D * d + 3 * d * m.intermediate_size)
+        self.lm_head_params = d * m.vocab_size
+        embed_read = 0 if m.tie_word_embeddings else m.vocab_size * d  # the input table: a lookup
+        self.weight_bytes = (m.num_params - embed_read) * self.dtype_bytes
+        self.kv_bytes_per_token = m.kv_bytes_per_token(self.dtype_bytes)
+        self.attn_flops_per_pair = 4 * m.num_hidden_layers * hq * D  # per (query, key) pair
+        dev = self.device
+        self.flop_rate = dev.flops * dev.compute_efficiency * tp
+        self.byte_rate = dev.mem_bw * dev.memory_efficiency * tp
+        self.layer_s = dev.step_overhead + dev.layer_overhead * m.num_hidden_layers
+        self.seq_s = dev.seq_overhead * m.num_hidden_layers
+        # two all-reduces of [T, d] activations per layer, ring algorithm
+        self.comm_s_per_token = (0.0 if tp == 1 else 2 * m.num_hidden_layers * 2 * (tp - 1) / tp
+                                 * d * self.dtype_bytes / dev.interconnect_bw)
+
+    def describe(self) -> dict:
+        return {"device": self.device.name, "dtype": self.dtype, "tp": self.tp,
+                "params": self.model.num_params, "weight_bytes": self.weight_bytes}
+
+    def cost(self, shape: list[tuple[int, int]]) -> StepCost:
+        """The cost of a step from (new tokens, context after the step) per sequence."""
+        B = len(shape)
+        num_tokens = sum(q for q, _ in shape)
+        context = sum(c for _, c in shape)
+        pairs = context if num_tokens == B else sum(q * c - q * (q - 1) // 2 for q, c in shape)  # all decodes: 1 * c
+        linear = 2.0 * (num_tokens * self.linear_params + B * self.lm_head_params)
+        attention = float(self.attn_flops_per_pair * pairs)
+        kv_read = float(self.kv_bytes_per_token * context)
+        kv_write = float(self.kv_bytes_per_token * num_tokens)
+        return StepCost(B, num_tokens, linear, attention, float(self.weight_bytes), kv_read, kv_write,
+                        compute_s=(linear + attention) / self.flop_rate,
+                        memory_s=(self.weight_bytes + kv_read + kv_write) / self.byte_rate,
+                        comm_s=self.comm_s_per_token * num_tokens,
+                        overhead_s=self.layer_s + self.seq_s * B)
+
+    def step_time(self, plan) -> float:
+        """Seconds for a `StepPlan` (the SimulatedClock's callback)."""
+        return self.cost(plan_shape(plan)).time
+
+    def items_time(self, items: Iterable) -> float:
+        """Seconds for a recorded step's items (what a timeline step would take here)."""
+        return self.cost(items_shape(items)).time
+
+    # ---- KV capacity ---------------------------------------------------------------
+    def kv_cache_bytes(self, gpu_memory_utilization: float = 0.9) -> int:
+        """Bytes left for the KV cache on all `tp` devices after the weights (vLLM's rule,
+        without its activation-memory profiling run)."""
+        if not 0 < gpu_memory_utilization <= 1:
+            raise InvalidValue("gpu_memory_utilization", gpu_memory_utilization, "must be in (0, 1]")
+        total = self.device.memory * gpu_memory_utilization * self.tp
+        weights = self.model.num_params * self.dtype_bytes
+        if weights >= total:
+            raise ValueError(
+                f"{weights / GB:.1f} GB of {self.dtype} weights do not fit in {gpu_memory_utilization:.0%} of "
+                f"{self.tp} x {self.device.memory / GB:.0f} GB ({self.device.name}); raise tp or use a bigger device")
+        return int(total - weights)
+
+    def kv_num_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:
+        return self.kv_cache_bytes(gpu_memory_utilization) // (block_size * self.kv_bytes_per_token)
+

@@ -1,0 +1,63 @@
+"""The simulator: the real scheduler, allocator and timeline, with no model at all.
+
+    engine = simulated_engine("llama-3-8b", "h100", policy="chunked")
+    engine.add_workload(make_workload("mixed", 1000, vocab_size=engine.model_config.vocab_size))
+    timeline = engine.run()      # seconds on the timeline are simulated, not measured
+
+`SimulatedExecutor` stands in for the model: each sequence that samples gets a
+placeholder token that is never the end-of-sequence token, so every request runs to
+its `max_tokens`. `SimulatedClock` (core/clock.py) advances by the cost model's
+prediction for the step (costmodel.py), so the same inputs give the same timeline,
+bit for bit, on any machine. Arrival times are honoured: the engine's clock jumps to
+the next arrival when nothing can run.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import EngineConfig, ModelConfig
+from ..core.clock import SimulatedClock
+from ..core.engine import Engine
+from ..plan import ModelOutput, StepPlan
+from .costmodel import CostModel, DeviceSpec
+
+
+class SimulatedExecutor:
+    """Produces a placeholder token for every sequence that samples; computes nothing."""
+
+    kind = "simulated"
+
+    def __init__(self, cost: CostModel):
+        self.cost, self.model_config = cost, cost.model
+        eos = cost.model.eos_token_id
+        self.token_id = 1 if eos == 0 else 0  # any id but EOS: lengths come from max_tokens
+
+    def describe(self) -> dict:
+        return {"model": self.cost.name, "backend": "simulated", "simulated": True, **self.cost.describe()}
+
+    def execute(self, plan: StepPlan) -> ModelOutput:
+        return ModelOutput({w.request.request_id: [self.token_id] for w in plan.work if w.samples})
+
+    def forget(self, request_id: str) -> None:
+        pass
+
+
+def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
+                     policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
+                     tp: int = 1, **knobs) -> Engine:
+    """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
+    on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
+
+    The KV cache gets the blocks that fit in the device memory left after the weights
+    (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
+    given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). Other
+    keyword arguments are EngineConfig knobs (max_num_seqs, max_num_batched_tokens, ...).
+    """
+    if policy is not None:
+        knobs["policy"] = policy
+    cost = CostModel(model, device, dtype=dtype, tp=tp)
+    config = replace(config or EngineConfig(), **{**knobs, "dtype": cost.dtype})
+    config.validate()
+    if config.num_blocks is None and config.kv_cache_bytes is None:
+        config = replace(config, num_blocks=cost.kv_num_blocks(config.block_size, config.gpu_memory_utilization))
+    return Engine(SimulatedExecutor(cost), config, clock=SimulatedClock(cost.step_time))
