@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from minilm import Engine, RequestSpec, make_workload, run_workload, summarize
+from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
 from minilm.model.attention.reference import paged_attention
 from minilm.config import ModelConfig
 from minilm.core.kv_cache import cdiv
@@ -30,7 +30,7 @@ KINDS = ("prefill", "decode", "padding")
 
 def engine_counts(tl) -> dict[str, int]:
     """The engine's own per-kind token counters (steps_df), the reference for exercise 0."""
-    df = tl.steps_df()
+    df = steps_df(tl)
     return {k: int(df[f"{k}_tokens"].sum()) for k in KINDS}
 
 
@@ -134,7 +134,7 @@ def engine_padding(prompt_lens: list[int], output_lens: list[int], max_num_seqs:
     """Padding tokens the real engine computes for this workload under static batching."""
     specs = [RequestSpec(f"r{i}", [1] * p, max_tokens=o) for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
     tl = run_workload(specs, policy="static", max_num_seqs=max_num_seqs, sampling={"ignore_eos": True})
-    return int(tl.steps_df()["padding_tokens"].sum())
+    return int(steps_df(tl)["padding_tokens"].sum())
 
 
 def check_static_padding(static_padding) -> None:

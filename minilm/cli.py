@@ -19,6 +19,7 @@ from .core.policies import POLICIES
 from .metrics import summarize
 from .sim.executor import simulated_engine
 from .timeline import Timeline
+from .trace import save_trace
 from .workload import PRESETS, get_workload, recommended_knobs
 
 # (summary key, header with its unit, scale, format)
@@ -161,7 +162,7 @@ def cmd_run(args) -> None:
     if args.timeline:
         engine.timeline.to_json(args.timeline)
     if args.trace:
-        engine.timeline.to_chrome_trace(args.trace)
+        save_trace(engine.timeline, args.trace)
     if args.json:
         print(json.dumps(m))
         return

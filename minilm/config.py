@@ -1,13 +1,10 @@
-"""Configuration: the model's shape (HF `config.json` fields), the engine's knobs, and
-the one way a bad value is reported.
-
-Knob names follow vLLM (`max_num_seqs`, `max_num_batched_tokens`, `block_size`,
-`max_model_len`) so what a learner tunes here carries over to a real deployment.
+"""Configuration: the model's shape (HF `config.json` fields), the engine's knobs (vLLM's
+names, so what a learner tunes here carries over), and the one way a bad value is said.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +15,8 @@ SCHEDULING_POLICIES = ("fcfs", "lpm")  # vLLM's word: the waiting queue's order
 
 
 class InvalidValue(ValueError):
-    """A bad value, said one way everywhere: `name=value: what is allowed`, after the request
-    it belongs to if any. Raised before any state changes; the HTTP server answers it with
-    a 400 whose `param` is `name` (minilm/serve/openai_api.py)."""
+    """`name=value: what is allowed`, after the request it belongs to if any; raised before
+    any state changes. The HTTP server answers it with a 400 whose `param` is `name`."""
 
     def __init__(self, name: str, value: Any, allowed: str, request_id: str | None = None,
                  code: str | None = None):
@@ -83,13 +79,6 @@ class ModelConfig:
         """K and V of one token in every layer: what the KV cache stores per token."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
 
-    def to_hf_dict(self) -> dict[str, Any]:
-        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
-        d = asdict(self)
-        d["architectures"] = [arch[self.model_type]]
-        d["hidden_act"] = "silu"
-        return d
-
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
         if d.get("hidden_act", "silu") != "silu":
@@ -121,9 +110,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 @dataclass
 class EngineConfig:
-    """The engine's knobs, as the user gives them. `None` means "the default", which the
-    engine resolves against its model and policy (builder.py); `engine.config` holds the
-    resolved values."""
+    """The engine's knobs, as the user gives them; `None` is "the default", which the
+    builder resolves against the model and policy into `engine.config`."""
 
     policy: Any = "continuous"  # the batching policy: a name (static, continuous, chunked) or a Policy object
     max_num_seqs: int = 16

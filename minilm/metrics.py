@@ -18,11 +18,13 @@ DistServe goodput the highest request rate at which at least a target share of r
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from .timeline import CACHED, Timeline
+from .timeline import CACHED, ITEM_KINDS, Timeline
 
 
 def percentile(values, q: float) -> float:
@@ -144,3 +146,29 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         m["slo_attainment"] = slo_attainment(tl, ttft_slo, tpot_slo)
         m["goodput_req_per_s"] = request_goodput(tl, ttft_slo, tpot_slo)  # vLLM's request goodput
     return m
+
+
+# ---- the timeline as tables (pandas) -------------------------------------------------------
+def steps_df(tl: Timeline) -> pd.DataFrame:
+    """A row per step: its record's numbers, its duration, its tokens by kind, its batch size."""
+    rows = []
+    for s in tl.steps:
+        row = {k: v for k, v in asdict(s).items() if k not in ("items", "kv_blocks", "kv_cached_free")}
+        row["duration"] = s.duration
+        for kind in (*ITEM_KINDS, CACHED):
+            row[f"{kind}_tokens"] = s.tokens(kind)
+        row["num_tokens"] = s.tokens()
+        row["batch_size"] = len({i.request_id for i in s.items if i.kind in ("prefill", "decode")})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else ["step", "t_start", "t_end"])
+
+
+def items_df(tl: Timeline) -> pd.DataFrame:
+    """A row per step item (request, kind, tokens, context), with its step's times."""
+    rows = [{"step": s.step, "t_start": s.t_start, "t_end": s.t_end, **asdict(i)} for s in tl.steps for i in s.items]
+    return pd.DataFrame(rows, columns=["step", "t_start", "t_end", "request_id", "kind",
+                                       "num_tokens", "context_len"] if not rows else None)
+
+
+def requests_df(tl: Timeline) -> pd.DataFrame:
+    return pd.DataFrame([asdict(r) for r in tl.requests])

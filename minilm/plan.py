@@ -1,14 +1,7 @@
 """One step's plan and its output: what passes, one way, from the scheduler to the
-executor and from both to the timeline (docs/DESIGN.md, "One step").
-
-    scheduler.schedule(now) -> StepPlan          which requests compute which tokens
-    executor.execute(plan)  -> ModelOutput       the tokens each sampling request drew
-    scheduler.update_from_output(plan, output)   requests advance, finish, free their KV
-    record_step(plan=..., output=..., ...)       the step on the timeline
-
-A plan is fixed once made: the runner, the clock and the recorder read it after the
-step has changed the requests, so it carries everything they need (the work's
-positions, block tables, and the KV cache as the step ran).
+executor and from both to the timeline (docs/DESIGN.md, "One step"). A plan is fixed
+once made: the runner, the clock and the recorder read it after the step has changed
+the requests, so it carries all they need.
 """
 from __future__ import annotations
 
@@ -46,8 +39,8 @@ class StepPlan:
     num_waiting: int
     kv_blocks_used: int
     kv_tokens_stored: int    # KV slots that hold a token once the step has run
-    block_tables: dict[str, list[int]] | None = None  # every request's KV blocks (when recorded: the KV map)
-    cached_free_blocks: list[int] | None = None       # blocks nobody holds that keep a cached prefix (ditto)
+    block_tables: dict[str, list[int]] | None = None  # for the KV map: every request's blocks,
+    cached_free_blocks: list[int] | None = None       # and those nobody holds that keep a cached prefix
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -64,14 +57,12 @@ class ModelOutput:
 
 @runtime_checkable
 class Executor(Protocol):
-    """What the engine runs a step on: the model runner (model/runner.py) or the
-    simulator (sim/executor.py)."""
+    """What the engine runs a step on: the model runner (model/runner.py), the simulator (sim/executor.py)."""
 
     kind: str
     model_config: ModelConfig
 
-    def execute(self, plan: StepPlan) -> ModelOutput:
-        """The sampled tokens of every sequence that samples in this step."""
+    def execute(self, plan: StepPlan) -> ModelOutput: ...
 
     def forget(self, request_id: str) -> None:
         """Drop any state kept for a finished request."""

@@ -1,9 +1,8 @@
 """A request and its life: pending (not yet arrived) -> waiting -> running -> finished.
 
-A running request can go back to waiting when it is preempted (its KV blocks are
-freed and recomputed later; its output so far is kept). It ends one way only,
-`Scheduler.finish` (core/scheduler.py), whatever the reason: a stop token, its length,
-or an abort. The engine never forgets a request and finishes each one exactly once.
+Preemption sends a running request back to waiting (its KV freed and recomputed later,
+its output kept). It ends one way only, `Scheduler.finish`: a stop token, its length or
+an abort. The engine never forgets a request and finishes each one exactly once.
 """
 from __future__ import annotations
 

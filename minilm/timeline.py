@@ -1,8 +1,6 @@
-"""The timeline: one record per engine step and per request (docs/DESIGN.md, "The timeline").
-
-It is the contract between the engine and everything that looks at a run: metrics
-and widgets read only this, never engine internals. A measured run on a laptop and
-a simulated run of a 70B model on an H100 produce the same kind of object.
+"""The timeline: one record per engine step and per request. Metrics and widgets read only
+this, never the engine's insides; a measured run on a laptop and a simulated run of a 70B
+model on an H100 make the same kind of object.
 """
 from __future__ import annotations
 
@@ -10,8 +8,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 ITEM_KINDS = ("prefill", "decode", "padding")  # tokens a step computes
 CACHED = "cached"  # prompt tokens a request found in the prefix cache when admitted: no compute
@@ -73,28 +69,6 @@ class Timeline:
     requests: list[RequestRecord] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # policy, model, clock, knobs
 
-    # ---- DataFrames ----------------------------------------------------------
-    def steps_df(self) -> pd.DataFrame:
-        rows = []
-        for s in self.steps:
-            row = {k: v for k, v in asdict(s).items() if k not in ("items", "kv_blocks", "kv_cached_free")}
-            row["duration"] = s.duration
-            for kind in (*ITEM_KINDS, CACHED):
-                row[f"{kind}_tokens"] = s.tokens(kind)
-            row["num_tokens"] = s.tokens()
-            row["batch_size"] = len({i.request_id for i in s.items if i.kind in ("prefill", "decode")})
-            rows.append(row)
-        return pd.DataFrame(rows, columns=None if rows else ["step", "t_start", "t_end"])
-
-    def items_df(self) -> pd.DataFrame:
-        rows = [{"step": s.step, "t_start": s.t_start, "t_end": s.t_end, **asdict(i)}
-                for s in self.steps for i in s.items]
-        return pd.DataFrame(rows, columns=["step", "t_start", "t_end", "request_id", "kind",
-                                           "num_tokens", "context_len"] if not rows else None)
-
-    def requests_df(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(r) for r in self.requests])
-
     # ---- JSON ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"meta": self.meta, "steps": [asdict(s) for s in self.steps],
@@ -115,31 +89,3 @@ class Timeline:
     def from_json(cls, text_or_path: str | Path) -> "Timeline":
         p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
         return cls.from_dict(json.loads(p.read_text() if p else text_or_path))
-
-    # ---- Chrome trace (Perfetto, chrome://tracing) -----------------------------
-    def to_chrome_trace(self, path: str | Path | None = None) -> dict[str, Any]:
-        """Trace-event JSON: one track for the engine's steps, one per request."""
-        us = 1e6
-        events: list[dict[str, Any]] = [
-            {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "engine"}}]
-        tids = {r.request_id: i + 1 for i, r in enumerate(self.requests)}
-        for rid, tid in tids.items():
-            events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": f"request {rid}"}})
-        for s in self.steps:
-            events.append({"ph": "X", "pid": 1, "tid": 0, "name": f"step {s.step}", "ts": s.t_start * us,
-                           "dur": s.duration * us,
-                           "args": {k: s.tokens(k) for k in ITEM_KINDS} | {"running": s.num_running,
-                                                                            "waiting": s.num_waiting,
-                                                                            "kv_blocks_used": s.kv_blocks_used}})
-            for it in s.items:
-                events.append({"ph": "X", "pid": 1, "tid": tids.get(it.request_id, 0), "name": it.kind,
-                               "ts": s.t_start * us, "dur": s.duration * us,
-                               "args": {"step": s.step, "tokens": it.num_tokens, "context_len": it.context_len}})
-        for r in self.requests:
-            if r.t_scheduled is not None and r.t_scheduled > r.arrival:
-                events.append({"ph": "X", "pid": 1, "tid": tids[r.request_id], "name": "queued",
-                               "ts": r.arrival * us, "dur": (r.t_scheduled - r.arrival) * us})
-        trace = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": self.meta}
-        if path is not None:
-            Path(path).write_text(json.dumps(trace))
-        return trace

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import MICRO, micro_model
+from training.checkpoint import hf_config
 from minilm import Engine, EngineConfig, make_workload
 from minilm.cli import main
 from minilm.core.clock import SimulatedClock
@@ -138,7 +139,7 @@ def test_model_specs_and_hf_configs():
 
 def test_a_config_json_path_works(tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps(MODEL_SPECS["qwen2.5-7b"].to_hf_dict()))
+    p.write_text(json.dumps(hf_config(MODEL_SPECS["qwen2.5-7b"])))
     assert get_model_spec(tmp_path).num_params == get_model_spec("qwen2.5-7b").num_params
     assert get_model_spec(p).attention_bias
 

@@ -29,7 +29,9 @@ def tokens_counter(tl):  # a Counter is a dict; numbers summed a different way
 
 
 def tokens_from_items_df(tl):  # the pandas way, numpy integers in the values
-    sums = tl.items_df().groupby("kind").num_tokens.sum()
+    from minilm import items_df
+
+    sums = items_df(tl).groupby("kind").num_tokens.sum()
     return {k: sums.get(k, 0) for k in ("prefill", "decode", "padding")}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from labs import checks  # noqa: E402
-from minilm.metrics import distserve_goodput, request_goodput, slo_attainment, summarize  # noqa: E402
+from minilm.metrics import distserve_goodput, request_goodput, requests_df, slo_attainment, summarize  # noqa: E402
 
 
 def span(tl):
@@ -84,7 +84,7 @@ def from_token_times(tl, ttft_slo, tpot_slo):
 
 
 def with_pandas(tl, ttft_slo, tpot_slo):
-    df = tl.requests_df()
+    df = requests_df(tl)
     ttft = df.t_first_token - df.arrival
     tpot = ((df.t_finished - df.t_first_token) / (df.output_len - 1).clip(lower=1)).where(df.output_len > 1, 0.0)
     ok = (ttft <= (ttft_slo if ttft_slo is not None else float("inf"))) & \

@@ -7,7 +7,8 @@ import torch
 from minilm.model.attention import get_backend
 from minilm.config import ModelConfig
 from minilm.core.kv_cache import KVCacheManager
-from minilm.model.loader import load_model, save_checkpoint
+from minilm.model.loader import load_model
+from training.checkpoint import save_checkpoint
 from minilm.model.llama import LlamaModel
 from minilm.model.runner import allocate_kv_cache, build_step_inputs
 from minilm.request import Request, SamplingParams, Status

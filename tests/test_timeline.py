@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from minilm import Timeline, summarize
+from minilm import Timeline, items_df, requests_df, steps_df, summarize
 from minilm.metrics import itls, ttfts
 
 from helpers import engine
@@ -37,15 +37,18 @@ def test_json_round_trip(timeline, tmp_path):
 
 
 def test_dataframes(timeline):
-    steps, items, reqs = timeline.steps_df(), timeline.items_df(), timeline.requests_df()
+    steps, items, reqs = steps_df(timeline), items_df(timeline), requests_df(timeline)
     assert len(steps) == len(timeline.steps) and len(reqs) == 4
     assert items.num_tokens.sum() == steps.num_tokens.sum()
     assert (steps.prefill_tokens + steps.decode_tokens + steps.padding_tokens == steps.num_tokens).all()
 
 
 def test_chrome_trace(timeline, tmp_path):
-    trace = timeline.to_chrome_trace(tmp_path / "trace.json")
-    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    from minilm.trace import chrome_trace, save_trace
+
+    trace = chrome_trace(timeline)
+    events = json.loads(save_trace(timeline, tmp_path / "trace.json").read_text())["traceEvents"]
+    assert events == trace["traceEvents"]
     spans = [e for e in events if e["ph"] == "X"]
     assert all(e["dur"] >= 0 and "ts" in e for e in spans)
     steps = [e for e in spans if e["tid"] == 0]
@@ -74,15 +77,15 @@ def test_step_time_is_the_engines_work_not_the_recording(monkeypatch):
     measured step gets longer. The model's share of each step is recorded apart."""
     import time
 
-    import minilm.core.record
+    import minilm.core.engine
 
-    real = minilm.core.record.StepItem
+    real = minilm.core.engine.StepItem
 
     def slow_item(*args):
         time.sleep(0.05)
         return real(*args)
 
-    monkeypatch.setattr(minilm.core.record, "StepItem", slow_item)
+    monkeypatch.setattr(minilm.core.engine, "StepItem", slow_item)
     e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
     e.add_request("a", list(range(1, 15)), max_tokens=3, ignore_eos=True)
     tl = e.run()

@@ -6,7 +6,8 @@ import torch
 
 from minilm import Engine, EngineConfig
 from minilm.config import InvalidValue
-from minilm.model.loader import load_model, save_checkpoint
+from minilm.model.loader import load_model
+from training.checkpoint import save_checkpoint
 from minilm.workload import RequestSpec, get_workload
 
 from helpers import MICRO, engine, micro_model

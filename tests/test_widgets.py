@@ -18,7 +18,7 @@ from widgets.latency import latency_cdfs_figure
 from widgets.panel import SIMULATED, ControlPanel
 from widgets.report import write_report
 from widgets.steps import steps_figure
-from widgets.trace import save_trace
+from minilm.trace import save_trace
 
 # prompt, max_tokens, arrival: mixed lengths and two late arrivals, so there is queueing
 REQUESTS = [(30, 6, 0.0), (5, 9, 0.0), (17, 3, 0.0), (44, 5, 0.0), (9, 7, 0.0), (12, 4, 0.02), (26, 8, 0.03)]

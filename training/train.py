@@ -16,7 +16,7 @@ The steps, one function each:
               prompt does (no BOS: the engine encodes prompts without one), and
               run on into the next documents after their EOS
 5. train      AdamW, linear warmup then cosine decay, gradient clipping; the
-              model's dense causal path (`LlamaModel.forward_dense`)
+              model's dense causal path (training/dense.py)
 6. save       the HF-format checkpoint with the best held-out loss, a model card
               (README.md) with its numbers and samples written by the engine
 """
@@ -44,8 +44,11 @@ import torch
 import torch.nn.functional as F
 
 from minilm.config import ModelConfig
-from minilm.model.loader import load_model, save_checkpoint
+from minilm.model.loader import load_model
 from minilm.model.llama import LlamaModel
+
+from .checkpoint import save_checkpoint
+from .dense import dense_logits
 
 # ---- 1. corpus ----------------------------------------------------------------------
 
@@ -224,7 +227,7 @@ def evaluate(model: LlamaModel, rows: TokenRows, seq_len: int, byte_lengths: tor
     nats, tokens, nbytes = 0.0, 0, 0.0
     for i in range(0, n, batch_size):
         x, y = rows.batch(torch.arange(i, min(i + batch_size, n)), seq_len)
-        logits = model.forward_dense(x.to(device))
+        logits = dense_logits(model, x.to(device))
         nats += F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(), reduction="sum").item()
         tokens += y.numel()
         nbytes += byte_lengths[y].sum().item()
@@ -299,7 +302,7 @@ def train(args) -> dict:
         lr = lr_at(step, total_steps, args.warmup, args.lr)
         for group in opt.param_groups:
             group["lr"] = lr
-        logits = model.forward_dense(x.to(args.device))
+        logits = dense_logits(model, x.to(args.device))
         loss = F.cross_entropy(logits.flatten(0, 1), y.to(args.device).flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()

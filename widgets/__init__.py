@@ -17,7 +17,7 @@ from .radix import build_radix_tree, prefix_hits, radix_figure
 from .report import write_report
 from .states import states_figure, transition_counts
 from .steps import steps_figure
-from .trace import save_trace
+from minilm.trace import save_trace
 
 __all__ = ["LiveGantt", "build_radix_tree", "compare_figure", "gantt_figure", "gantt_segments", "kv_cells",
            "kvmap_figure", "latency_cdfs_figure", "live_gantt", "load_bench_result", "mask_counts", "masks_figure",

@@ -31,7 +31,7 @@ from .gantt import gantt_figure, set_gantt_step
 from .inplace import update_figure
 from .kvmap import kv_step_marker, kvmap_figure
 from .steps import step_marker, steps_figure
-from .trace import save_trace
+from minilm.trace import save_trace
 
 MEASURED = "measured: tiny model on this machine"
 SIMULATED = "simulated: cost model, no model run"

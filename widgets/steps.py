@@ -12,6 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from minilm.metrics import steps_df
 from minilm.timeline import ITEM_KINDS, Timeline
 
 from .gantt import KIND_COLORS, MS, check_step
@@ -21,7 +22,7 @@ STEP_ROWS = ("tokens", "step time (ms)", "batch size", "KV blocks")
 
 def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None) -> go.Figure:
     check_step(tl, step)
-    df = tl.steps_df()
+    df = steps_df(tl)
     x = df["step"] if len(df) else []
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=STEP_ROWS)
     for kind in ITEM_KINDS:

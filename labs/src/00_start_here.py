@@ -49,7 +49,7 @@ print("CUDA GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() els
 # writes noise, and serves the benchmarks.
 
 # %%
-from minilm import Engine
+from minilm import Engine, steps_df
 
 MODEL = "docstrings"
 engine = Engine(MODEL)
@@ -68,7 +68,7 @@ print(f"({MODEL} model, {engine.model_config.num_params / 1e6:.1f} M parameters)
 # cost so differently.
 
 # %%
-steps = engine.timeline.steps_df()
+steps = steps_df(engine.timeline)
 steps[["step", "duration", "prefill_tokens", "decode_tokens", "batch_size", "kv_blocks_used"]].head(6)
 
 # %% [markdown]

@@ -21,7 +21,7 @@
 # Times are measured on this machine, so they change a little from run to run.
 
 # %%
-from minilm import Engine
+from minilm import Engine, steps_df
 from labs.prose import say
 import widgets
 
@@ -29,7 +29,7 @@ PROMPT_LEN, OUTPUT_LEN = 512, 16
 engine = Engine("tiny")
 engine.add_request("r0", prompt_ids=[7] * PROMPT_LEN, max_tokens=OUTPUT_LEN, ignore_eos=True)
 tl = engine.run()
-steps = tl.steps_df()
+steps = steps_df(tl)
 prefill_ms = steps.duration[0] * 1e3
 decode_ms = steps.duration[1:].median() * 1e3
 say(f"A prompt of **{PROMPT_LEN}** tokens, then **{OUTPUT_LEN}** output tokens (measured here): the prefill "
@@ -153,7 +153,7 @@ def best_decode_ms(batch, repeats=3):
     engine = Engine("tiny", max_num_seqs=batch)
     for i in range(batch):
         engine.add_request(f"d{i}", prompt_ids=[7] * 16, max_tokens=2 + repeats, ignore_eos=True)
-    steps = engine.run().steps_df()
+    steps = steps_df(engine.run())
     return steps[steps.decode_tokens == batch].duration.min() * 1e3
 
 engine = Engine("tiny")

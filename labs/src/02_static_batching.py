@@ -27,7 +27,7 @@
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm import RequestSpec, make_workload, run_workload, summarize
+from minilm import RequestSpec, items_df, make_workload, run_workload, steps_df, summarize
 from labs.prose import say
 import widgets
 
@@ -59,7 +59,7 @@ widgets.gantt_figure(tl)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-items = tl.items_df()
+items = items_df(tl)
 pad = items[items.kind == "padding"]
 prompt_pad = int(pad[pad.step == 0].num_tokens.sum())
 bubble_pad = int(pad[pad.step > 0].num_tokens.sum())
@@ -169,7 +169,7 @@ tput = {p: summarize(t)["output_tok_per_s"] for p, t in measured.items()}
 
 def empty_kv_share(tl):
     """Share of the KV slots held over the run that held no token (reserved, not yet or never written)."""
-    df = tl.steps_df()
+    df = steps_df(tl)
     return 1 - df.kv_tokens_stored.sum() / (df.kv_blocks_used * tl.meta["block_size"]).sum()
 
 
@@ -205,7 +205,7 @@ import plotly.graph_objects as go
 
 fig = go.Figure()
 for policy, t in measured.items():
-    df = t.steps_df()
+    df = steps_df(t)
     fig.add_scatter(x=df.t_start, y=df.batch_size, mode="lines", line_shape="hv", name=policy)
 fig.update_layout(xaxis_title="time (s, measured on this machine)", yaxis_title="requests with real work in the step",
                   title="docstrings model, lengths from EOS: the effective batch size", height=340)

@@ -33,7 +33,7 @@
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm import Engine, EngineConfig, make_workload, run_workload, summarize
+from minilm import Engine, EngineConfig, make_workload, run_workload, steps_df, summarize
 from labs.prose import say
 import widgets
 
@@ -103,7 +103,7 @@ import plotly.graph_objects as go
 
 fig = go.Figure()
 for p, t in tls.items():
-    df = t.steps_df()
+    df = steps_df(t)
     fig.add_scatter(x=df.step, y=df.batch_size, name=f"{p}: B_eff (real work)", mode="lines", line_shape="hv")
 fig.add_scatter(x=list(range(len(tls["static"].steps))), y=[rows_computed(s) for s in tls["static"].steps],
                 name="static: rows computed (real + padding)", mode="lines", line_shape="hv",

@@ -106,7 +106,7 @@ say(f"With the cap, the prompt takes **{len(capped)}** steps of **{capped.chunk.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm import make_workload, run_workload, summarize
+from minilm import make_workload, run_workload, steps_df, summarize
 from minilm.core.policies import ContinuousPolicy
 import widgets
 
@@ -228,7 +228,7 @@ import plotly.graph_objects as go
 
 fig = go.Figure()
 for name, tl in seed_runs.items():
-    df = tl.steps_df()
+    df = steps_df(tl)
     window = df[(df.t_start > 0.95) & (df.t_start < 1.3)]
     fig.add_scatter(x=window.t_start, y=window.duration * 1e3, name=name, mode="lines+markers", line_shape="hv")
 fig.update_layout(xaxis_title="time (s, simulated)", yaxis_title="step duration (ms)", height=350,

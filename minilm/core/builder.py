@@ -1,11 +1,7 @@
-"""Building an engine: resolve the knobs against the model and the policy, then make
-the KV cache manager, the executor and the clock. `Engine(...)` comes here; the
-engine itself only runs the loop.
-
-What `model` can be, and what it builds:
-    "tiny", "docstrings", a checkpoint dir   the real model (model/loader.py) -> ModelRunner
-    a LlamaModel                             the real model, already built -> ModelRunner
-    an Executor (plan.py)                    used as it is: the simulator (sim/executor.py) is one
+"""Building an engine: resolve the knobs against the model and the policy, then make the
+KV cache manager, the executor and the clock. `model` is a preset or checkpoint name, a
+checkpoint directory or a LlamaModel (-> ModelRunner), or an Executor used as it is
+(the simulator's is one).
 """
 from __future__ import annotations
 
@@ -33,12 +29,6 @@ class EngineParts:
     kv_manager: KVCacheManager
     executor: Executor
     clock: MeasuredClock
-
-
-def default_backend(device: str) -> str:
-    """The Triton kernel on a GPU; on a CPU, PyTorch's fused attention over gathered KV
-    (model/attention/sdpa.py: about twice the readable reference's speed, same results)."""
-    return "triton" if str(device).startswith("cuda") else "sdpa"
 
 
 def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> EngineParts:
@@ -75,8 +65,10 @@ def resolve(config: EngineConfig, policy: Policy, model: ModelConfig) -> EngineC
     if config.max_model_len is not None and config.max_model_len > limit:
         raise InvalidValue("max_model_len", config.max_model_len, f"must be <= the model's "
                            f"max_position_embeddings={limit} (the longest sequence it was trained for)")
-    config = replace(config, max_model_len=config.max_model_len or limit,
-                     attention_backend=config.attention_backend or default_backend(config.device))
+    # attention: the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
+    # (model/attention/sdpa.py: about twice the readable reference's speed, same results)
+    backend = config.attention_backend or ("triton" if str(config.device).startswith("cuda") else "sdpa")
+    config = replace(config, max_model_len=config.max_model_len or limit, attention_backend=backend)
     if policy.default_token_budget(config) is None:
         config = replace(config, max_num_batched_tokens=None)  # the policy has no budget
     elif config.max_num_batched_tokens is None:

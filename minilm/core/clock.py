@@ -1,19 +1,11 @@
-"""Clocks: how an engine step gets its start, its duration and its model's share.
+"""Clocks: a step's start, its duration and its model's share (docs/DESIGN.md, "Clocks").
 
 MeasuredClock  the step's wall time (CUDA synchronised): what this machine really took.
 SimulatedClock a cost model's prediction of the step on some other device (sim/costmodel.py);
                bit-for-bit reproducible, so lessons can print it and nbval can check it.
-WallClock      real time since the engine started, idle time included: a server's clock,
-               whose requests arrive when their clients send them.
+WallClock      real time since the engine started, idle time included: a server's clock.
 
-The first two skip idle time: when nothing can run, the clock jumps to the next arrival
-instead of sleeping, so an offline workload does not make the learner wait. Step
-durations are never skipped.
-
-A step's time is the engine's own work — scheduling, the model, sampling, updating
-the requests — as a client would feel it; the model's share is timed apart, so the
-rest (the engine's overhead) can be seen. Recording the step on the timeline happens
-after the clock stops.
+The first two skip idle time: with nothing to run they jump to the next arrival.
 """
 from __future__ import annotations
 
@@ -24,13 +16,11 @@ import torch
 
 
 class Clock:
-    """Times what runs on a device (CUDA synchronised, so the GPU's work is counted)."""
-
     def __init__(self, device: str | torch.device = "cpu"):
         self.cuda = str(device).startswith("cuda")
 
     def _sync(self) -> float:
-        if self.cuda:
+        if self.cuda:  # the GPU runs ahead of Python: wait for its work, or it is not counted
             torch.cuda.synchronize()
         return time.perf_counter()
 
@@ -46,8 +36,7 @@ class MeasuredClock(Clock):
 
     def __init__(self, device: str | torch.device = "cpu"):
         super().__init__(device)
-        self.now = 0.0
-        self._t0 = 0.0
+        self.now, self._t0 = 0.0, 0.0
 
     def start_step(self) -> float:
         """Start timing a step; returns its start time on the engine's clock."""
@@ -71,13 +60,13 @@ class SimulatedClock(MeasuredClock):
         self.step_time = step_time  # plan -> seconds
         self._dt = 0.0
 
-    def start_step(self) -> float:
-        return self.now
-
     def timed(self, execute: Callable, plan) -> tuple[object, float]:
         """`execute(plan)`'s result, and the seconds the cost model says the step takes."""
         self._dt = float(self.step_time(plan))
         return execute(plan), self._dt
+
+    def start_step(self) -> float:
+        return self.now
 
     def end_step(self) -> float:
         self.now += self._dt

@@ -4,9 +4,7 @@
     engine.add_request("a", prompt_ids=[1, 2, 3], max_tokens=8)
     timeline = engine.run()
 
-`run_workload` does the same for a whole workload in one call. Building the parts
-(model or simulator, KV cache, clock) happens in builder.py; the loop reads only each
-step's plan and output.
+Building the parts (model or simulator, KV cache, clock) happens in builder.py.
 """
 from __future__ import annotations
 
@@ -16,22 +14,22 @@ from dataclasses import replace
 from typing import Iterable
 
 from ..config import EngineConfig, InvalidValue
+from ..plan import StepPlan
 from ..request import Request, SamplingParams
-from ..timeline import StepRecord, Timeline
+from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
 from ..workload import RequestSpec
 from .builder import build
-from .record import record_request, record_step
 from .scheduler import Scheduler
+
+META_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks", "max_model_len", "kv_mode",
+              "enable_prefix_caching", "scheduling_policy")
 
 
 class Engine:
-    """One engine: an executor (the model or the simulator), a paged KV cache, a
-    scheduler with its policy, a clock and a timeline.
-
-    `model` is a preset name ("tiny"), a shipped checkpoint ("docstrings"), a checkpoint
-    directory, a `LlamaModel`, or an executor (the simulator: `minilm.sim.simulated_engine`).
-    Keyword knobs override fields of `config`.
-    """
+    """An executor (the model or the simulator), a paged KV cache, a scheduler with its
+    policy, a clock and a timeline. `model`: a preset ("tiny"), a shipped checkpoint
+    ("docstrings"), a checkpoint directory, a LlamaModel or an Executor (builder.py).
+    Keyword knobs override fields of `config`."""
 
     def __init__(self, model="tiny", config: EngineConfig | None = None, *, tokenizer=None, clock=None,
                  block_pool=None, **knobs):
@@ -45,13 +43,10 @@ class Engine:
         self.timeline = Timeline(meta=self.describe())
 
     def describe(self) -> dict:
+        """The timeline's meta: what ran, on what, with which knobs."""
         c = self.config
         return {"policy": self.policy.name, "clock": self.clock.kind, "device": c.device, "dtype": c.dtype,
-                **self.executor.describe(),
-                "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
-                "block_size": c.block_size, "num_blocks": c.num_blocks, "max_model_len": c.max_model_len,
-                "kv_mode": c.kv_mode, "enable_prefix_caching": c.enable_prefix_caching,
-                "scheduling_policy": c.scheduling_policy}
+                **self.executor.describe(), **{k: getattr(c, k) for k in META_KNOBS}}
 
     # ---- what a server asks -------------------------------------------------------
     @property
@@ -59,20 +54,18 @@ class Engine:
         return len(self.scheduler.running)
 
     @property
-    def num_waiting(self) -> int:
-        """Requests queued for a place in the batch, including those whose arrival time is still ahead."""
+    def num_waiting(self) -> int:  # arrived or not yet
         return len(self.scheduler.waiting) + len(self.scheduler.pending)
 
     @property
     def kv_usage(self) -> float:
         """Share of KV blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
-        return self.kv_manager.usage
+        return self.kv_manager.num_used_blocks / self.kv_manager.num_blocks
 
     # ---- requests --------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int] | None = None, *, prompt: str | None = None,
                     max_tokens: int = 16, arrival: float = 0.0, **sampling) -> Request:
-        """Validate and queue one request. Raises InvalidValue (a ValueError; engine state
-        untouched) on bad input."""
+        """Validate and queue one request; InvalidValue (engine untouched) on bad input."""
         return self.add_workload([RequestSpec(str(request_id), prompt_ids, max_tokens, arrival, prompt)], **sampling)[0]
 
     def add_workload(self, specs: Iterable[RequestSpec], **sampling) -> list[Request]:
@@ -98,7 +91,7 @@ class Engine:
                        float(spec.arrival), eos_token_id=self.tokenizer.eos_token_id if eos is None else eos)
 
     def check_request(self, req: Request) -> None:
-        """Every check of a request, in one place: the first that fails raises InvalidValue."""
+        """Every check of a request, in one place (docs/DESIGN.md, "Bad input")."""
         rid, c = req.request_id, self.config
         if rid in self.requests:
             raise InvalidValue("request_id", rid, "already in use; request ids must be unique")
@@ -106,12 +99,10 @@ class Engine:
         if not req.prompt_ids:
             raise InvalidValue("prompt", req.prompt_ids, "empty; a prompt needs at least one token", rid)
         vocab = self.model_config.vocab_size
-        bad = [t for t in req.prompt_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
-        if bad:
-            raise InvalidValue("prompt", bad[0], f"a token id outside the vocabulary [0, {vocab})", rid)
-        bad = [t for t in req.params.stop_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidValue("stop_token_ids", bad[0], f"a token id outside the vocabulary [0, {vocab})", rid)
+        for name, ids in (("prompt", req.prompt_ids), ("stop_token_ids", req.params.stop_token_ids)):
+            bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+            if bad:
+                raise InvalidValue(name, bad[0], f"a token id outside the vocabulary [0, {vocab})", rid)
         if req.max_len > c.max_model_len:  # OpenAI's words, which clients look for
             name, value = ("prompt", req.prompt_len) if req.prompt_len >= c.max_model_len else \
                 ("max_tokens", req.params.max_tokens)
@@ -184,9 +175,8 @@ class Engine:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(self.requests), desc=self.policy.name, unit="req", delay=2.0)
-        # The timeline grows by many small records that form no reference cycles; Python's
-        # cyclic GC would re-scan all of them on every full pass (a simulated run of 1,000
-        # requests spent more than half its time there), so it pauses during the run.
+        # The timeline grows by many small records that form no reference cycles; the cyclic
+        # GC re-scanned them all on every pass (half of a simulated 1,000-request run), so it pauses.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -211,6 +201,34 @@ class Engine:
 
     def text(self, request_id: str) -> str:
         return self.tokenizer.decode(self.requests[request_id].output_ids)
+
+
+# ---- recording: functions of the plan and the step's times, after the clock stopped ----
+def record_step(*, index: int, plan: StepPlan, t_start: float, t_end: float, model_time: float,
+                kv_blocks_total: int) -> StepRecord:
+    items = []
+    for w in plan.work:
+        rid = w.request.request_id
+        if w.num_cached:
+            items.append(StepItem(rid, CACHED, w.num_cached, w.num_cached))
+        if w.num_new_tokens:
+            items.append(StepItem(rid, w.kind, w.num_new_tokens, w.start + w.num_new_tokens))
+        if w.num_padding:
+            items.append(StepItem(rid, "padding", w.num_padding, w.end))
+    return StepRecord(step=index, t_start=t_start, t_end=t_end, items=items, num_running=plan.num_running,
+                      num_waiting=plan.num_waiting, kv_blocks_used=plan.kv_blocks_used,
+                      kv_blocks_total=kv_blocks_total, num_preempted=len(plan.preempted),
+                      kv_tokens_stored=plan.kv_tokens_stored, kv_blocks=plan.block_tables, model_time=model_time,
+                      kv_cached_free=plan.cached_free_blocks)
+
+
+def record_request(req: Request) -> RequestRecord:
+    return RequestRecord(request_id=req.request_id, arrival=req.arrival, prompt_len=req.prompt_len,
+                         max_tokens=req.params.max_tokens, t_scheduled=req.t_scheduled,
+                         t_first_token=req.t_first_token, token_times=list(req.token_times),
+                         t_finished=req.t_finished, output_len=len(req.output_ids), finish_reason=req.finish_reason,
+                         preemptions=req.preemptions, output_ids=list(req.output_ids),
+                         num_cached_tokens=req.num_cached_tokens)
 
 
 def run_workload(specs: list[RequestSpec], model="tiny", policy="continuous", progress: bool = False,

@@ -1,20 +1,15 @@
 """The paged KV cache's books: fixed-size blocks, a free list, a block table per request.
 
 vLLM's idea (PagedAttention, SOSP'23): instead of reserving one contiguous region of
-`max_len` slots per request, hand out `block_size`-token blocks as a sequence grows,
-and give them back the moment it ends. Only a sequence's last block can have unused
-slots. `reserved` mode does it the pre-paging way — a request gets blocks for its
-whole maximum length when admitted — so lesson 4 can measure what paging saves.
+`max_len` slots per request, hand out `block_size`-token blocks as a sequence grows and
+give them back the moment it ends; only a sequence's last block can have unused slots.
+`reserved` mode does it the pre-paging way (a whole maximum length when admitted), so
+lesson 4 can measure what paging saves.
 
-Two parts, as in vLLM V1:
-    BlockPool        the free list: hands out block ids and takes them back
-                     (exercise 4 writes one; prefix_cache.py has the caching one)
-    KVCacheManager   the only owner of KV state: the pool, every request's block
-                     table, reserved mode, prefix caching; the scheduler asks it
-                     `get_computed_blocks`, `allocate_slots` and `free`
-
-Only block ids live here: the K/V tensors they index are the model runner's
-(model/runner.py), so this file is plain Python.
+Two parts, as in vLLM V1: a `BlockPool` hands out block ids and takes them back
+(exercise 4 writes one; prefix_cache.py has the caching one), and the `KVCacheManager`
+owns every request's block table. Only block ids live here: the K/V tensors they
+index are the model runner's (model/runner.py).
 """
 from __future__ import annotations
 
@@ -49,14 +44,10 @@ class BlockPool:
 
 
 class KVCacheManager:
-    """Every request's block table, and the pool its blocks come from.
-
-    A block table is replaced, never changed in place, when it grows: a step that
-    keeps a reference to a table (the runner, the timeline's KV map) sees it as it was.
-    With `enable_prefix_caching` the pool is a `PrefixCachingBlockPool` (prefix_cache.py):
-    a request starting out first looks up its longest cached prefix and shares those
-    blocks, and every block that fills up with computed tokens is named for later ones.
-    """
+    """Every request's block table, and the pool its blocks come from. A table is replaced,
+    never changed in place, when it grows: a plan that keeps one sees it as the step ran.
+    With prefix caching a new request shares the blocks of its longest cached prefix, and
+    every block that fills up with computed tokens is named for later ones."""
 
     def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None,
                  enable_prefix_caching: bool = False):
@@ -67,8 +58,8 @@ class KVCacheManager:
         self.pool = pool
         self.block_tables: dict[str, list[int]] = {}
         self.num_cached_blocks: dict[str, int] = {}  # blocks of each table already named in the cache
-        # Free blocks that keep a cached prefix, kept as blocks come and go (the KV map asks
-        # every step; scanning tens of thousands of free blocks each step would be slow).
+        # free blocks that keep a cached prefix, kept as blocks come and go: the KV map asks
+        # every step, and a simulated GPU has tens of thousands of free blocks to scan
         self.cached_free: set[int] = set()
         self._cached_free_list: list[int] | None = []
 
@@ -79,11 +70,6 @@ class KVCacheManager:
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.pool.num_free_blocks
-
-    @property
-    def usage(self) -> float:
-        """Share of blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
-        return self.num_used_blocks / self.num_blocks
 
     def get_computed_blocks(self, request: Request) -> list[int]:
         """The cached blocks of the longest cached prefix of a request that holds no blocks
@@ -165,10 +151,8 @@ class KVCacheManager:
             self._cached_free_list = None
 
     def snapshot(self) -> tuple[dict[str, list[int]], list[int] | None]:
-        """Every request's block table, and the free blocks that keep a cached prefix (None
-        without prefix caching), as they are now: for the timeline's KV map. Tables are
-        never changed in place, and the cached list is the same object while it does not
-        change, so steps share them."""
+        """Every block table, and the free blocks that keep a cached prefix (None without
+        prefix caching), for the timeline's KV map; unchanged lists are shared between steps."""
         if self._cached_free_list is None:
             self._cached_free_list = sorted(self.cached_free)
         return dict(self.block_tables), self._cached_free_list if self.caching else None

@@ -1,17 +1,11 @@
-"""The three batching policies (docs/DESIGN.md). A policy is a small class: `schedule(step)`
-decides the step's work by calling the verbs of the step it is given (step.py), and
-the class carries its own rules: which requests it can ever run (`check_request`),
-its default token budget (`default_token_budget`), and whose KV can be freed when a
-request finishes (`on_finish`).
+"""The three batching policies (docs/DESIGN.md, "Policies"). A policy is a small class:
+`schedule(step)` fills the step with the verbs of the StepBuilder it is given, and the
+class carries its own rules (`check_request`, `default_token_budget`, `on_finish`).
 
-static      a batch is formed only when the previous one has fully finished; prompts are
-            padded to the longest; finished rows keep computing padding until the longest
-            row ends; KV is reserved for the padded length of every row (lesson 2).
-continuous  Orca's iteration-level scheduling: every step, one decode token for each
-            running request, then whole prompts of newly admitted ones (lesson 3).
-chunked     Sarathi-Serve / SplitFuse: decodes first, then prompt chunks fill what is left
-            of the `max_num_batched_tokens` budget, so a long prompt never stalls the
-            running decodes (lesson 6).
+static      a batch forms when the last has fully finished; prompts padded to the longest;
+            finished rows compute padding until the longest row ends (lesson 2)
+continuous  Orca: a decode for every running request, then whole prompts (lesson 3)
+chunked     Sarathi-Serve: decodes first, then prompt chunks fill the budget (lesson 6)
 """
 from __future__ import annotations
 
@@ -23,12 +17,8 @@ from .step import StepBuilder
 
 
 class Policy(ABC):
-    """Base class of batching policies: a subclass defines `schedule`.
-
-    The defaults suit a policy that runs each prompt whole in one step (as yours in
-    exercise 3 does): a step has room for the longest sequence, and a request whose
-    prompt (or whole preempted sequence) could never fit one step is refused up front.
-    """
+    """Base class of batching policies: a subclass defines `schedule`. The defaults suit a
+    policy that runs each prompt whole in one step (as yours in exercise 3 does)."""
 
     name = "policy"
 
@@ -41,7 +31,7 @@ class Policy(ABC):
         return max(config.max_model_len, config.max_num_seqs)
 
     def check_request(self, req: Request, config: EngineConfig) -> None:
-        """Raise ValueError for a request this policy could never run."""
+        """Raise InvalidValue for a request this policy could never run (here: one that could never fit a step)."""
         if req.max_len - 1 > config.max_num_batched_tokens:
             raise InvalidValue(
                 "max_tokens", req.params.max_tokens,
@@ -50,14 +40,13 @@ class Policy(ABC):
                 f"sequence) in one step; raise the budget or use policy='chunked'", req.request_id)
 
     def on_finish(self, req: Request) -> list[Request]:
-        """The requests whose KV blocks can be freed now that `req` has finished: its own."""
-        return [req]
+        return [req]  # whose KV blocks can be freed now that `req` has finished: its own
 
 
 # ---- the two loops the in-flight policies share ------------------------------------
 def schedule_decodes(step: StepBuilder) -> None:
-    """Check: one decode token for every running request whose prompt is done, oldest
-    first (the budget always has room: max_num_batched_tokens >= max_num_seqs)."""
+    """Check: a decode for every running request whose prompt is done, oldest first (the
+    budget always has room: max_num_batched_tokens >= max_num_seqs)."""
     for req in step.unscheduled_running():
         if req.num_remaining == 1:
             step.schedule_running(req, 1)
@@ -71,9 +60,8 @@ def chunk_size(step: StepBuilder, req: Request) -> int:
 
 
 def admit_prompts(step: StepBuilder, chunked: bool) -> int:
-    """Fill: admit requests from the head of the queue while a batch slot, KV blocks and
-    budget allow; each runs its whole prompt, or with `chunked` its first chunk.
-    Returns how many were admitted."""
+    """Fill: admit from the head of the queue while a seat, KV blocks and budget allow, each
+    with its whole prompt (or first chunk); how many were admitted."""
     admitted = 0
     while step.waiting:
         req = step.waiting[0]

@@ -2,17 +2,13 @@
 
 vLLM's design (SGLang's RadixAttention finds the same hits with a radix tree):
 
-* Only *full* blocks are cached. A block is named by its key: the hash of its parent
-  block (the one before it in the sequence) and its own token ids. So a key names the
-  whole prefix up to the end of the block, not just 16 tokens: two prompts share a
-  cached block only if everything before it is the same too.
+* Only *full* blocks are cached, each named by a key: its parent block's hash and its own
+  token ids. A key names the whole prefix up to the block's end: two prompts share a
+  cached block only if everything before it is the same too. The dict compares token ids
+  exactly, so a wrong hit needs two different parents whose 64-bit hashes collide.
 * Blocks carry reference counts: a cached block can sit in many block tables at once.
-* A freed block (reference count 0) keeps its key and joins the free queue's tail; it
-  is evicted, losing its key, only when a fresh block is needed and it has reached the
-  head. So the queue is least-recently-used first.
-
-Keys are `(parent key's hash, token ids)`: the dict compares the token ids exactly, so
-a wrong hit needs two different parents whose 64-bit hashes collide.
+* A freed block keeps its key and joins the free queue's tail; it loses its key only when
+  it reaches the head and a fresh block is needed: least-recently-used eviction.
 """
 from __future__ import annotations
 

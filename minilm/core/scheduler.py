@@ -4,11 +4,8 @@
     waiting  arrived, queued for a place in the batch (vLLM's `waiting`)
     running  in the batch: holds KV blocks, scheduled every step (oldest first)
 
-It lives as long as the engine and changes only through its verbs: `add`,
-`schedule` (the policy moves requests from waiting to running, or preempts them back),
-`update_from_output` and `finish`. Each step's own state — its token budget and what
-it has scheduled — lives on a `StepBuilder` (step.py) made for that step alone, whose
-result is the `StepPlan`. So nothing of one step is left behind for the next.
+It lives as long as the engine; a step's own state lives on the `StepBuilder` (step.py)
+made for that step alone, so nothing of one step is left behind for the next.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """One step being planned: its token budget, what it has scheduled, and the verbs a
-policy calls to fill it (vLLM V1's view of a step: prefill and decode are the same
-thing, a request just has `num_tokens - num_computed_tokens` tokens left to compute).
+policy calls to fill it. A StepBuilder lives for one step; `plan()` is its result.
 
 A policy (policies.py) decides; the StepBuilder keeps the books. Each verb checks its
-request, asks the KV cache manager for slots, preempts when blocks run out, and
-charges the budget. So a policy cannot schedule a request twice, overrun the budget
-or touch a block it does not own: the verb refuses with an error that names the
-mistake (which helps exercise 3). A StepBuilder lives for one step; `plan()` is its
-result.
+request, asks the KV cache manager for slots, preempts when blocks run out and charges
+the budget, so a policy cannot schedule a request twice, overrun the budget or touch a
+block it does not own: the verb refuses with an error that names the mistake (exercise 3).
 """
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ if TYPE_CHECKING:
 
 class StepBuilder:
     def __init__(self, scheduler: Scheduler, now: float):
-        self._scheduler = scheduler
+        self._scheduler, self._policy_name = scheduler, scheduler.policy.name
         self._kv = scheduler.kv_manager
         self.config = scheduler.config
         self.now = now
@@ -63,7 +60,9 @@ class StepBuilder:
         preempt the newest running request not yet scheduled in this step, until the blocks
         fit; False when that was `req` itself (it went back to the queue)."""
         self._check(req, num_tokens, Status.RUNNING)
-        self._check_budget(num_tokens)
+        if num_tokens > self.budget:
+            raise RuntimeError(f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
+                               f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
         while (table := self._kv.allocate_slots(req, num_tokens)) is None:
             victim = next(r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled)
             self._scheduler.preempt(victim)
@@ -74,17 +73,14 @@ class StepBuilder:
         return True
 
     def can_admit(self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0) -> bool:
-        """Whether `admit` would succeed: a free seat in the batch (`max_num_seqs`), budget and
-        KV blocks, and no preemption in this step (as vLLM: nobody is admitted into a step
-        that had to evict someone, or the two would thrash)."""
+        """Whether `admit` would succeed: a free seat (`max_num_seqs`), budget, KV blocks, and no
+        preemption in this step (vLLM's rule: admitting into a step that evicted would thrash)."""
         return self._admission(req, num_tokens, num_padding, reserve_tokens) is not None
 
     def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0) -> None:
-        """Move the head of the waiting queue into the batch and schedule its first
-        `num_tokens` (+ `num_padding` dummy tokens). With prefix caching, its cached prefix
-        is shared and needs no compute: fewer tokens are scheduled, starting after it.
-        `reserve_tokens`: KV slots it holds from now on, used or not (static batching
-        reserves a padded row)."""
+        """Move the head of the waiting queue into the batch and schedule its first `num_tokens`
+        (+ `num_padding` dummy tokens); a prefix found in the prefix cache needs no compute.
+        `reserve_tokens`: KV slots it holds from now on, used or not (static's padded row)."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(f"policy {self._policy_name!r}: admit() takes the head of the waiting queue, "
                                f"not {req.request_id!r}")
@@ -125,14 +121,9 @@ class StepBuilder:
                         kv.num_used_blocks, stored, tables, cached_free)
 
     # ---- bookkeeping ------------------------------------------------------------------
-    @property
-    def _policy_name(self) -> str:
-        return self._scheduler.policy.name
-
     def _admission(self, req: Request, num_tokens: int, num_padding: int,
                    reserve_tokens: int) -> tuple[list[int], int] | None:
-        """(its cached prefix blocks, the tokens left to compute after them) if `req` can be
-        admitted now, else None."""
+        """(its cached prefix blocks, the tokens left to compute after them) if `req` can be admitted now."""
         computed = self._kv.get_computed_blocks(req)
         num_tokens = min(num_tokens, req.num_tokens - len(computed) * self._kv.block_size)
         if (not self.preempted and len(self._scheduler.running) < self.config.max_num_seqs
@@ -150,11 +141,6 @@ class StepBuilder:
         if not 0 < num_tokens <= req.num_remaining:
             raise RuntimeError(f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
                                f"{req.num_remaining} left to compute")
-
-    def _check_budget(self, num_tokens: int) -> None:
-        if num_tokens > self.budget:
-            raise RuntimeError(f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
-                               f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
 
     def _add_work(self, req: Request, num_tokens: int, num_padding: int, table: list[int],
                   num_cached: int = 0) -> None:

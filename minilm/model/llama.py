@@ -35,15 +35,12 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     block_tables: torch.Tensor
     slot_mapping: torch.Tensor
-    # What an attention backend derives from the above, kept for the step's other layers
-    # (attention/sdpa.py). Metadata describes one step: the runner builds a new one each step.
+    # what a backend derives from the above for one step, kept for its other layers (sdpa.py)
     scratch: dict = field(default_factory=dict)
 
 
-# attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> [T,Hq,D]; see attention/
-AttentionFn = Callable[..., torch.Tensor]
-# write_kv(k [T,Hkv,D], v, k_cache, v_cache, slot_mapping) -> None
-WriteKVFn = Callable[..., None]
+AttentionFn = Callable[..., torch.Tensor]  # attention(q, k_cache, v_cache, meta, scale): attention/__init__.py
+WriteKVFn = Callable[..., None]  # write_kv(k, v, k_cache, v_cache, slot_mapping)
 
 
 class RMSNorm(nn.Module):
@@ -94,17 +91,6 @@ class Attention(nn.Module):
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         out = attention(q, k_cache, v_cache, meta, self.head_dim ** -0.5)
         return self.o_proj(out.reshape(T, self.num_heads * self.head_dim))
-
-    def forward_dense(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Training path: x [B, L, hidden], every row one sequence from position 0, no cache."""
-        B, L, _ = x.shape
-        q = self.q_proj(x).view(B, L, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, L, self.num_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # cos/sin [L, D] broadcast over B
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(B, L, self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -172,21 +158,6 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, kv_cache[i, 0], kv_cache[i, 1], meta, attention, write_kv)
         return self.model.norm(x)
-
-    def forward_dense(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Logits [B, L, vocab] of a dense batch `input_ids [B, L]` (training, training/train.py).
-
-        The same weights as `forward`, but a plain causal mask over each row instead of
-        the paged cache: training sees every position of every row at once, and has no
-        ragged batch or KV cache to manage."""
-        cfg = self.config
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
-        x = self.model.embed_tokens(input_ids)
-        for layer in self.model.layers:
-            x = x + layer.self_attn.forward_dense(layer.input_layernorm(x), cos, sin)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.lm_head(self.model.norm(x)).float()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits only for the rows given: the engine passes the last token of each sampled sequence."""

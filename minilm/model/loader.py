@@ -6,11 +6,10 @@ shape before using it, so a broken checkpoint fails with a message, not garbage.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from ..config import MODEL_PRESETS, InvalidValue, ModelConfig
 from .llama import LlamaModel
@@ -33,30 +32,13 @@ def expected_shapes(model: LlamaModel) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def save_checkpoint(model: LlamaModel, path: str | Path, dtype: str = "float32", tokenizer_file: str | Path | None = None) -> Path:
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = model.config.to_hf_dict() | {"torch_dtype": dtype}
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    tensors = {k: v.detach().to(resolve_dtype(dtype)).contiguous().cpu()
-               for k, v in model.state_dict().items() if k in expected_shapes(model)}
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    if tokenizer_file is not None:
-        (path / "tokenizer.json").write_bytes(Path(tokenizer_file).read_bytes())
-    return path
-
-
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"{path}: no *.safetensors file")
+def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's *.safetensors files, each checked against its expected shape."""
     tensors: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in sorted(path.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
-    return tensors
-
-
-def check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], path: Path) -> None:
+    if not tensors:
+        raise ValueError(f"{path}: no *.safetensors file")
     missing = sorted(set(expected) - set(tensors))
     if missing:
         raise ValueError(f"{path}: checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
@@ -64,6 +46,7 @@ def check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[in
         if tuple(tensors[name].shape) != shape:
             raise ValueError(f"{path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
                              f"the config needs {shape}")
+    return tensors
 
 
 def resolve_model_path(name_or_path: str | Path) -> Path | None:
@@ -89,8 +72,7 @@ def load_model(name_or_path: str | Path = "tiny", device: str = "cpu", dtype: st
         model = LlamaModel(MODEL_PRESETS[str(name_or_path)]).init_random(seed)
     else:
         model = LlamaModel(ModelConfig.from_json(path / "config.json"))
-        tensors = read_tensors(path)
-        check_tensors(tensors, expected_shapes(model), path)
+        tensors = read_tensors(path, expected_shapes(model))
         model.load_state_dict({k: tensors[k] for k in expected_shapes(model)}, strict=False)
         if model.config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight

@@ -1,12 +1,9 @@
 """The model runner: from a step plan to tensors, through the model, to sampled tokens.
 
-It owns the KV cache tensor, [layers, 2 (K,V), num_blocks, block_size, Hkv, D]: the
-slots whose block ids the KV cache manager (core/kv_cache.py) hands out.
-`build_step_inputs` flattens a plan into one ragged batch (docs/DESIGN.md, "One
-step"): token ids and positions of every new token, `cu_seqlens_q`, each sequence's
-context length, the block tables and the slot mapping. Padding tokens of static
-batching are real rows of this batch: they cost what a real token costs, and their
-results are thrown away.
+It owns the KV cache tensor, whose blocks the KV cache manager (core/kv_cache.py) hands
+out. `build_step_inputs` flattens a plan into one ragged batch (docs/DESIGN.md, "One
+step"); static batching's padding tokens are real rows of it: they cost what a real
+token costs, and their results are thrown away.
 """
 from __future__ import annotations
 
@@ -31,10 +28,8 @@ def allocate_kv_cache(model: ModelConfig, num_blocks: int, block_size: int,
 
 def slot_mapping(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                  block_size: int) -> torch.Tensor:
-    """Flat cache slot of each new token: block * block_size + offset.
-
-    Token t belongs to the sequence in row `rows[t]` of `block_tables [B, max_blocks]`
-    and sits at `positions[t]` of that sequence."""
+    """Flat cache slot (block * block_size + offset) of token t, at `positions[t]` of the
+    sequence in row `rows[t]` of `block_tables [B, max_blocks]`."""
     blocks = block_tables[rows, positions // block_size].long()
     return blocks * block_size + positions % block_size
 
@@ -115,8 +110,7 @@ class ModelRunner:
         return ModelOutput({r.request_id: [t] for r, t in zip(reqs, tokens)})
 
     def generator(self, req) -> torch.Generator | None:
-        """A seeded request samples from its own generator: what it draws does not depend
-        on which other requests shared its batch."""
+        """A seeded request's own generator (sampling.py says why)."""
         rid = req.request_id
         if rid not in self.generators:
             seed = req.params.seed

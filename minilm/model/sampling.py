@@ -1,7 +1,5 @@
-"""Turning logits into tokens: greedy, temperature, top-k, top-p, seeded per request.
-
-Each request with a seed draws from its own generator, so what it samples does not
-depend on which other requests shared its batch.
+"""Turning logits into tokens: greedy, temperature, top-k, top-p. A request with a seed
+draws from its own generator, so what it samples does not depend on its batch-mates.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Tokenizers: a byte-level one for random-weight models, and HF `tokenizer.json` files.
-
-Both expose the same small interface: `encode`, `decode`, `eos_token_id`,
-`bos_token_id`, `vocab_size`.
+"""Tokenizers: a byte-level one for random-weight models, and HF `tokenizer.json` files,
+with one small interface: `encode`, `decode`, `eos_token_id`, `bos_token_id`, `vocab_size`.
 """
 from __future__ import annotations
 

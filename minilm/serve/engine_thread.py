@@ -35,8 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from ..config import InvalidValue
-from ..core.engine import Engine
-from ..core.record import record_request
+from ..core.engine import Engine, record_request
 from .openai_api import APIError, GenerateRequest, engine_error
 
 

@@ -1,9 +1,7 @@
-"""Attention backends. Every backend has the same two functions:
+"""Attention backends, each two functions over one layer's cache ([num_blocks, block_size, Hkv, D]):
 
     write_kv(k [T,Hkv,D], v, k_cache, v_cache, slot_mapping [T]) -> None
     attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> out [T,Hq,D]
-
-`k_cache`/`v_cache` are one layer's cache, [num_blocks, block_size, Hkv, D].
 
 reference  readable pure torch, one sequence at a time: the ground truth, and the code lesson 5 reads
 sdpa       the same result on CPU, faster: PyTorch's fused scaled_dot_product_attention

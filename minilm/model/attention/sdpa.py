@@ -1,33 +1,19 @@
 """Fast CPU attention over the paged KV cache: PyTorch's fused SDPA on gathered keys.
 
-It computes what `reference.py` computes (same arguments, same result up to float
-rounding); the reference stays the ground truth and the code the lessons read. This
-file exists because on a CPU the reference's separate steps (einsum, mask, softmax,
-einsum: each one more pass over memory) and its Python loop over sequences are most
-of a decode step. Here a group of sequences costs one gather of its keys, one of its
-values and one call to `torch.nn.functional.scaled_dot_product_attention`, a fused
-kernel that never writes the score matrix out.
+It computes what `reference.py` computes, up to float rounding, under the same rule
+(sequence i's n_i new queries are the last n_i positions of its context); the reference
+stays the ground truth. On a CPU the reference's separate einsum, mask and softmax passes
+and its loop over sequences are most of a decode step; here a group of sequences costs
+one gather of its keys, one of its values and one fused `scaled_dot_product_attention`.
 
-The rule is the reference's: sequence i's `n_i` new queries are the last `n_i`
-positions of its `context_lens[i]` keys, so query j sits at position
-`context_len - n_i + j` and sees the keys at positions `<=` that.
+The step's layout is built for its first layer and kept in `meta.scratch` for the others:
+- decodes (n_i = 1) are sorted by context length and cut into groups padded by at most
+  MAX_PADDING; a KV head's `group` query heads become `group` query rows of it
+  ([B, Hkv, group, D]), so grouped-query attention copies no K/V; padding is masked;
+- each prompt or chunk (n_i > 1) is its own call: SDPA's causal mode, or an offset mask.
 
-How a step is laid out (`StepLayout`: built for the first layer and kept in
-`meta.scratch` for the others, since every layer of a step passes the same metadata):
-
-- Decode tokens (n_i = 1) are sorted by context length and cut into groups in which no
-  context is shorter than 1/MAX_PADDING of the group's longest. A group is padded to its
-  longest context and its keys gathered into [B, Hkv, L, D]. The `group` query heads that
-  share a KV head become `group` query rows of that head, [B, Hkv, group, D]: grouped-
-  query attention then needs no copy of K/V per query head. Padding gets an additive
-  -inf mask.
-- Each sequence with several new tokens (a prompt, or a chunk of one) is its own call:
-  SDPA's causal mode for a whole prompt, an explicit offset mask for a later chunk.
-
-Keys are gathered per token through a slot index in which the positions past a context
-point at that sequence's last real key (and are masked). So no cache slot past a
-context is ever read: it may hold anything, even NaN (which a zero weight would not
-cancel: NaN * 0 is NaN).
+Positions past a context gather that sequence's last real key (masked), so no slot past
+a context is read: it may hold anything, even NaN (NaN * 0 is NaN).
 """
 from __future__ import annotations
 
@@ -37,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..llama import AttentionMetadata
-from . import reference
+from .reference import write_kv  # noqa: F401 (the backend's second function: one indexed store per tensor)
 
 # A decode group pads every context to its longest; at most this factor. Smaller: less
 # padding to gather and attend over, but more groups (each a few ops per layer).
@@ -144,15 +130,3 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                            scale=scale, enable_gqa=True)
         out[p.start:p.end] = o[0].transpose(0, 1)
     return out
-
-
-def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    """Store each new token's K/V at its slot, like the reference. Engine steps never use its
-    "do not store" slot (-1), so the usual case is one indexed store per tensor, without the
-    reference's mask and its boolean selections (which took two thirds of its time)."""
-    if bool((slot_mapping < 0).any()):
-        return reference.write_kv(k, v, k_cache, v_cache, slot_mapping)
-    num_blocks, block_size, hkv, d = k_cache.shape
-    k_cache.view(num_blocks * block_size, hkv, d)[slot_mapping] = k.to(k_cache.dtype)
-    v_cache.view(num_blocks * block_size, hkv, d)[slot_mapping] = v.to(v_cache.dtype)
