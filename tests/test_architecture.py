@@ -120,3 +120,11 @@ def test_the_engine_core_imports_no_server_or_views(module):
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readme_shows_the_line_counts_as_they_are():
+    """The README's table is what scripts/count_lines.py prints for this tree."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from count_lines import table
+
+    assert table() in (ROOT / "README.md").read_text(), "run `python scripts/count_lines.py` and update the README"

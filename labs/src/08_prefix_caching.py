@@ -484,9 +484,10 @@ kv_run = simulated_engine("tiny", "cpu", policy="continuous", enable_prefix_cach
 kv_run.add_workload(small)
 kv_tl = kv_run.run()
 shown, owner, reserved, holders, cached_free = widgets.kv_cells(kv_tl)
+_, kept = kv_run.kv_manager.snapshot()  # the cache now, after the last step
 say(f"Up to **{holders.max()}** block tables hold the same block at once, and shared blocks are in use in "
     f"{(holders > 1).any(axis=0).sum()} of the {len(kv_tl.steps)} steps. When the last request ends, "
-    f"**{len(kv_tl.steps[-1].kv_cached_free)}** of the {kv_run.config.num_blocks} blocks are free but keep a "
+    f"**{len(kept)}** of the {kv_run.config.num_blocks} blocks are free but keep a "
     f"cached prefix (hit rate {summarize(kv_tl)['prefix_cache_hit_rate']:.0%}).")
 
 # %%
