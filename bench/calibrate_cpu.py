@@ -1,8 +1,9 @@
 """Calibrate the `cpu` device spec from the real engine's measured step times.
 
-    python bench/calibrate_cpu.py [raw.pkl]  # ~2 minutes on a 2-core laptop
+    python bench/calibrate_cpu.py [raw.pkl] [--out FILE]  # ~2 minutes on a 2-core laptop
                                              # raw.pkl: save the measurements there, or
                                              # refit from it when it exists
+    python bench/calibrate_cpu.py --show bench/results/calibrate_cpu.json   # print a saved result
 
 1. Runs the real engine (reference attention, float32, one torch thread) on small
    offline workloads with three model configs of different depth and width (`tiny`,
@@ -30,12 +31,13 @@
 
 One torch thread: two threads on a 2-core machine shared with other processes stall
 each other (steps measured 50-100x slower under load), which no cost model can follow.
-Prints a table and one JSON object; writes bench/results/calibrate_cpu.json.
+Prints a table and the check; writes bench/results/calibrate_cpu.json (--out), in
+bench/report.py's shape.
 """
 from __future__ import annotations
 
+import argparse
 import itertools
-import json
 import os
 import pickle
 import platform
@@ -48,6 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import report  # noqa: E402
 from minilm.core.clock import MeasuredClock  # noqa: E402
 from minilm.config import MODEL_PRESETS, EngineConfig, ModelConfig  # noqa: E402
 from minilm.sim.costmodel import CostModel, DeviceSpec, items_shape, save_cpu_spec  # noqa: E402
@@ -179,10 +182,40 @@ def row(label: str, spec: DeviceSpec, model: ModelConfig, steps) -> dict:
             "max_abs_err": float(e.max())}
 
 
+COLUMNS = [
+    report.Column("run", "run"), report.Column("steps (count)", "steps", "d"),
+    report.Column("mean step (ms)", "measured_ms_mean", ".2f"),
+    report.Column("median |err| (%)", "median_abs_err", ".1%"), report.Column("p90 |err| (%)", "p90_abs_err", ".1%"),
+    report.Column("max |err| (%)", "max_abs_err", ".1%"),
+]
+HELD_OUT_LIMIT = 0.10  # the held-out median absolute error must stay under this
+
+
+def show(res: dict) -> None:
+    c = res["conditions"]
+    spec = c["spec"]
+    print(report.joined(f"{c['threads']} thread(s), fastest of {c['repeats']} runs per step", report.about(c)))
+    print(f"cpu spec: R = {spec['flops'] / 1e9:.1f} GFLOP/s, W = {spec['mem_bw'] / 1e9:.1f} GB/s, "
+          f"step = {spec['step_overhead'] * 1e3:.3f} ms, layer = {spec['layer_overhead'] * 1e3:.3f} ms, "
+          f"seq x layer = {spec['seq_overhead'] * 1e3:.3f} ms")
+    report.print_table(res["rows"], COLUMNS)
+    print()
+    report.print_checks(res["checks"])
+    print(f"measured and fitted in {c['seconds']:.0f} s")
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("raw", nargs="?", type=Path,
+                    help="save the measurements there, or refit from it when it exists (a pickle)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "calibrate_cpu.json")
+    report.add_show_option(ap)
+    args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     torch.set_num_threads(THREADS)
     t0 = time.perf_counter()
-    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else None  # optional: keep (or reuse) the measurements
+    raw = args.raw  # optional: keep (or reuse) the measurements
     if raw is not None and raw.exists():
         measured = pickle.loads(raw.read_bytes())
     else:
@@ -195,25 +228,18 @@ def main() -> int:
     spec = fit(F, t)
     rows = [row("fit " + " ".join(map(str, r)), spec, MODELS[r[0]], measured[r]) for r in FIT_RUNS]
     rows.append(row("HELD-OUT " + " ".join(map(str, HELD_OUT)), spec, MODELS[HELD_OUT[0]], held_out))
-    result = {"spec": spec.__dict__, "threads": THREADS, "repeats": REPEATS, "rows": rows,
-              "held_out_median_abs_err": rows[-1]["median_abs_err"], "seconds": time.perf_counter() - t0,
-              "date": time.strftime("%Y-%m-%d %H:%M")}
-    save_cpu_spec(spec, {k: result[k] for k in ("threads", "repeats", "held_out_median_abs_err", "date")})
-    print(f"cpu spec: R = {spec.flops / 1e9:.1f} GFLOP/s, W = {spec.mem_bw / 1e9:.1f} GB/s, "
-          f"step = {spec.step_overhead * 1e3:.3f} ms, layer = {spec.layer_overhead * 1e3:.3f} ms, "
-          f"seq x layer = {spec.seq_overhead * 1e3:.3f} ms")
-    print(f"{'run':<42} {'steps':>5} {'mean ms':>8} {'median |err|':>12} {'p90 |err|':>9} {'max |err|':>9}")
-    for r in rows:
-        print(f"{r['run']:<42} {r['steps']:>5} {r['measured_ms_mean']:>8.2f} {r['median_abs_err']:>12.1%} "
-              f"{r['p90_abs_err']:>9.1%} {r['max_abs_err']:>9.1%}")
-    out = Path(__file__).parent / "results" / "calibrate_cpu.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    ok = result["held_out_median_abs_err"] < 0.10
-    print(f"held-out median absolute error {result['held_out_median_abs_err']:.1%} "
-          f"({'under' if ok else 'NOT under'} 10%); {result['seconds']:.0f} s")
-    return 0 if ok else 1
+    held_out_err = rows[-1]["median_abs_err"]
+    seconds, date = time.perf_counter() - t0, time.strftime("%Y-%m-%d %H:%M")
+    conditions = report.machine() | {"spec": spec.__dict__, "threads": THREADS, "repeats": REPEATS,
+                                     "seconds": seconds, "date": date}
+    save_cpu_spec(spec, {"threads": THREADS, "repeats": REPEATS, "held_out_median_abs_err": held_out_err,
+                         "date": conditions["date"]})
+    checks = [report.check("held-out median |err| (fraction)", held_out_err, "<", HELD_OUT_LIMIT)]
+    res = report.result("calibrate_cpu", report.command_line(), conditions, rows, checks)
+    report.write(args.out, res)
+    show(res)
+    print(f"\nJSON: {args.out}")
+    return 0 if checks[0]["pass"] else 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python bench/gpu_attention.py [--out bench/results/gpu_attention.json]
     python bench/gpu_attention.py --smoke   # tiny shapes; on a CPU, Triton's interpreter
+    python bench/gpu_attention.py --show bench/results/gpu_attention.json   # print a saved result
 
 What it measures (issue 3), all in bf16 with 32 query heads, 8 KV heads, head_dim 128,
 block_size 16 and scrambled block tables:
@@ -24,7 +25,6 @@ context >= 4k at >= 80% of the copy bandwidth; prefill at >= 60% of SDPA flash.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install needed
+
+from bench import report  # noqa: E402
 
 FULL = dict(dtype=torch.bfloat16, num_q_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
             decode_batches=(1, 4, 16, 64, 128, 256), decode_contexts=(512, 2048, 4096, 8192, 16384, 32768),
@@ -204,18 +206,18 @@ def bench_prefill(setup: Setup, chunks, cached_lens, tolerance: float, gen) -> l
     return rows
 
 
-def verdicts(decode: list[dict], prefill: list[dict]) -> dict:
+def verdicts(decode: list[dict], prefill: list[dict]) -> list[dict]:
+    """The targets, on the worst shape each covers (none for what was not measured)."""
     big = [r for r in decode
            if r["batch"] >= TARGET_DECODE["min_batch"] and r["context"] >= TARGET_DECODE["min_context"]]
-    out = {}
+    out = []
     if big:
-        worst = min(r["fraction_of_copy"] for r in big)
-        out["decode_worst_fraction_of_copy"] = worst
-        out["decode_target_met"] = worst >= TARGET_DECODE["fraction_of_copy"]
+        out.append(report.check(f"decode, batch >= {TARGET_DECODE['min_batch']} and context >= "
+                                f"{TARGET_DECODE['min_context']}: worst fraction of copy bandwidth",
+                                min(r["fraction_of_copy"] for r in big), ">=", TARGET_DECODE["fraction_of_copy"]))
     if prefill:
-        worst = min(r["fraction_of_sdpa"] for r in prefill)
-        out["prefill_worst_fraction_of_sdpa"] = worst
-        out["prefill_target_met"] = worst >= TARGET_PREFILL["fraction_of_sdpa"]
+        out.append(report.check("prefill: worst fraction of SDPA-flash TFLOP/s",
+                                min(r["fraction_of_sdpa"] for r in prefill), ">=", TARGET_PREFILL["fraction_of_sdpa"]))
     return out
 
 
@@ -223,7 +225,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/gpu_attention.json", help="JSON results (a .txt table beside it)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes; runs on CPU in the Triton interpreter")
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     cuda = torch.cuda.is_available()
     if not cuda and not args.smoke:
         raise SystemExit("bench/gpu_attention.py needs a CUDA GPU (none found): it times the compiled Triton "
@@ -240,56 +245,67 @@ def main() -> None:
     t0 = time.perf_counter()
     gen = torch.Generator(device=setup.device).manual_seed(0)
     copy_bps = copy_bandwidth(setup, (1 << 30) if cuda and not args.smoke else (64 << 20))
-    lines = [f"device {device_name}; torch {torch.__version__}, triton {triton.__version__}; "
-             f"{str(setup.dtype).removeprefix('torch.')}, Hq={setup.num_q_heads}, Hkv={setup.num_kv_heads}, "
-             f"D={setup.head_dim}, block_size={setup.block_size}; timer: {setup.timer} median",
-             f"device-to-device copy: {copy_bps / 1e9:.0f} GB/s (read + write)"]
-    if not cuda:
-        lines.append("SMOKE RUN ON CPU: interpreter wall-clock times, not GPU measurements")
-    print("\n".join(lines), flush=True)
+    print("\n".join(header(dict(device=device_name, torch=torch.__version__, triton=triton.__version__,
+                                 dtype=str(setup.dtype), num_q_heads=setup.num_q_heads,
+                                 num_kv_heads=setup.num_kv_heads, head_dim=setup.head_dim,
+                                 block_size=setup.block_size, timer=setup.timer, copy_GBps=copy_bps / 1e9))),
+          flush=True)
     decode = bench_decode(setup, shapes["decode_batches"], shapes["decode_contexts"], shapes["tolerance"],
                           copy_bps, gen)
     if cuda:
         torch.cuda.empty_cache()
     prefill = bench_prefill(setup, shapes["prefill_chunks"], shapes["prefill_cached"], shapes["tolerance"], gen)
-    result = dict(device=device_name, torch=torch.__version__, triton=triton.__version__, smoke=args.smoke,
-                  timer=setup.timer, dtype=str(setup.dtype), num_q_heads=setup.num_q_heads,
-                  num_kv_heads=setup.num_kv_heads, head_dim=setup.head_dim, block_size=setup.block_size,
-                  copy_GBps=copy_bps / 1e9, decode=decode, prefill=prefill,
-                  targets=dict(decode=TARGET_DECODE, prefill=TARGET_PREFILL),
-                  verdict={} if args.smoke else verdicts(decode, prefill),
-                  total_s=time.perf_counter() - t0)
-    table = "\n".join(lines + [format_table(decode, prefill, result["verdict"]), f"total {result['total_s']:.0f} s"])
+    total_s = time.perf_counter() - t0
+    conditions = report.machine() | dict(
+        torch=torch.__version__, triton=triton.__version__, device=device_name, smoke=args.smoke, timer=setup.timer,
+        dtype=str(setup.dtype), num_q_heads=setup.num_q_heads, num_kv_heads=setup.num_kv_heads,
+        head_dim=setup.head_dim, block_size=setup.block_size, copy_GBps=copy_bps / 1e9,
+        targets=dict(decode=TARGET_DECODE, prefill=TARGET_PREFILL), total_s=total_s)
+    rows = [{"phase": "decode"} | r for r in decode] + [{"phase": "prefill"} | r for r in prefill]
+    res = report.result("gpu_attention", report.command_line(), conditions, rows,
+                        [] if args.smoke else verdicts(decode, prefill))
+    out = report.write(args.out, res)
+    table = show_text(res)
     print(table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
     out.with_suffix(".txt").write_text(table + "\n")
     print(f"wrote {out} and {out.with_suffix('.txt')}")
 
 
-def format_table(decode: list[dict], prefill: list[dict], verdict: dict) -> str:
-    lines = ["", "decode (one token per sequence)",
-             f"{'batch':>6} {'context':>8} {'split':>5} {'us':>9} {'unified us':>10} {'GB/s':>7} {'of copy':>8}"]
-    for r in decode:
-        lines.append(f"{r['batch']:6d} {r['context']:8d} {r['segments']:5d} {r['ms'] * 1e3:9.1f} "
-                     f"{r['unified_ms'] * 1e3:10.1f} {r['GBps']:7.1f} {r['fraction_of_copy']:8.1%}")
-    lines += ["", "prefill (one chunk after `cached` tokens)",
-              f"{'chunk':>6} {'cached':>7} {'ms':>8} {'TFLOP/s':>8} {'sdpa ms':>8} {'sdpa TF/s':>9} {'of sdpa':>8}"]
-    for r in prefill:
-        lines.append(f"{r['chunk']:6d} {r['cached']:7d} {r['ms']:8.3f} {r['TFLOPs']:8.1f} {r['sdpa_ms']:8.3f} "
-                     f"{r['sdpa_TFLOPs']:9.1f} {r['fraction_of_sdpa']:8.1%}")
-    lines.append("")
-    if "decode_target_met" in verdict:
-        lines.append(f"decode, batch >= {TARGET_DECODE['min_batch']} and context >= {TARGET_DECODE['min_context']}: "
-                     f"worst {verdict['decode_worst_fraction_of_copy']:.1%} of copy bandwidth "
-                     f"(target {TARGET_DECODE['fraction_of_copy']:.0%}): "
-                     f"{'met' if verdict['decode_target_met'] else 'NOT met'}")
-    if "prefill_target_met" in verdict:
-        lines.append(f"prefill: worst {verdict['prefill_worst_fraction_of_sdpa']:.1%} of SDPA-flash TFLOP/s "
-                     f"(target {TARGET_PREFILL['fraction_of_sdpa']:.0%}): "
-                     f"{'met' if verdict['prefill_target_met'] else 'NOT met'}")
+DECODE = [report.Column("batch (seqs)", "batch", "d"), report.Column("context (tokens)", "context", "d"),
+          report.Column("split (segments)", "segments", "d"), report.Column("time (us)", "ms", ".1f", 1e3),
+          report.Column("unified (us)", "unified_ms", ".1f", 1e3), report.Column("bandwidth (GB/s)", "GBps", ".1f"),
+          report.Column("of copy (%)", "fraction_of_copy", ".1%")]
+PREFILL = [report.Column("chunk (tokens)", "chunk", "d"), report.Column("cached (tokens)", "cached", "d"),
+           report.Column("time (ms)", "ms", ".3f"), report.Column("kernel (TFLOP/s)", "TFLOPs", ".1f"),
+           report.Column("sdpa (ms)", "sdpa_ms", ".3f"), report.Column("sdpa (TFLOP/s)", "sdpa_TFLOPs", ".1f"),
+           report.Column("of sdpa (%)", "fraction_of_sdpa", ".1%")]
+
+
+def header(c: dict) -> list[str]:
+    lines = [f"device {c['device']}; torch {c['torch']}, triton {c['triton']}; "
+             f"{c['dtype'].removeprefix('torch.')}, Hq={c['num_q_heads']}, Hkv={c['num_kv_heads']}, "
+             f"D={c['head_dim']}, block_size={c['block_size']}; timer: {c['timer']} median",
+             f"device-to-device copy: {c['copy_GBps']:.0f} GB/s (read + write)"]
+    if c["timer"] != "do_bench":
+        lines.append("SMOKE RUN ON CPU: interpreter wall-clock times, not GPU measurements")
+    return lines
+
+
+def show_text(res: dict) -> str:
+    """What the script prints after a run and writes beside the JSON (.txt; lesson 5 shows it)."""
+    c, rows = res["conditions"], res["rows"]
+    lines = header(c) + ["", "decode (one token per sequence)",
+                         report.table([r for r in rows if r["phase"] == "decode"], DECODE),
+                         "", "prefill (one chunk after `cached` tokens)",
+                         report.table([r for r in rows if r["phase"] == "prefill"], PREFILL), ""]
+    lines.append("checks: none (a smoke run's times are the interpreter's, not a GPU's)" if c["smoke"]
+                 else report.checks_text(res["checks"]))
+    lines.append(f"total {c['total_s']:.0f} s")
     return "\n".join(lines)
+
+
+def show(res: dict) -> None:
+    print(show_text(res))
 
 
 if __name__ == "__main__":

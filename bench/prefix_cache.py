@@ -1,6 +1,7 @@
 """Prefix caching on the real `tiny` model on this CPU, off vs on, in one run: a table and JSON.
 
     python bench/prefix_cache.py [--out bench/results/prefix_cache.json]
+    python bench/prefix_cache.py --show bench/results/prefix_cache.json   # print a saved result
 
 Workload: `shared-prefix`, 64 requests, seed 0: 4 system prompts of 256-511 tokens, each
 request one of them plus a user turn of 8-32 tokens, 16-64 output tokens (--ignore-eos).
@@ -42,16 +43,16 @@ Why these knobs:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install needed
 
-from minilm import Engine, EngineConfig, make_workload, summarize
-from minilm.sim import simulated_engine
+from bench import report  # noqa: E402
+from minilm import Engine, EngineConfig, make_workload, summarize  # noqa: E402
+from minilm.sim import simulated_engine  # noqa: E402
 
 WORKLOAD = "shared-prefix"
 LLAMA3_VOCAB = 128256
@@ -122,15 +123,12 @@ def row(name: str, clock: str, rate: float | None, m: dict) -> dict:
             "ITL p50 (ms)": 1e3 * m["itl_p50"], "span (s)": m["wall_s"]}
 
 
-def print_table(rows: list[dict]) -> None:
-    cols = list(rows[0])
-    fmt = {"hit rate (%)": "{:.1f}", "out tok/s": "{:.0f}", "TTFT p50 (ms)": "{:.1f}", "TTFT p99 (ms)": "{:.1f}",
-           "ITL p50 (ms)": "{:.1f}", "span (s)": "{:.2f}"}
-    cells = [[fmt.get(c, "{}").format(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths))))
-    for x in cells:
-        print("  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(x, widths))))
+COLUMNS = [
+    report.Column("run", "run"), report.Column("clock", "clock"), report.Column("arrivals", "arrivals"),
+    report.Column("hit rate (%)", "hit rate (%)", ".1f"), report.Column("out (tok/s)", "out tok/s", ".0f"),
+    report.Column("TTFT p50 (ms)", "TTFT p50 (ms)", ".1f"), report.Column("TTFT p99 (ms)", "TTFT p99 (ms)", ".1f"),
+    report.Column("ITL p50 (ms)", "ITL p50 (ms)", ".1f"), report.Column("span (s)", "span (s)", ".2f"),
+]
 
 
 def table_rows(clock: str, label: str, res: dict) -> list[dict]:
@@ -146,6 +144,26 @@ def ratios(res: dict) -> dict[str, float]:
     return dict(zip(TARGETS, (res["throughput"]["gain"], res["latency"]["gain"])))
 
 
+def checks(cpu: dict, sim: dict) -> list[dict]:
+    """The issue's targets are for the CPU run; the simulated gains are for reference (no target)."""
+    out = [report.check(f"tiny/CPU: {what}", value, ">=", TARGETS[what], pairs=res["gains"])
+           for (what, value), res in zip(ratios(cpu).items(), (cpu["throughput"], cpu["latency"]))]
+    return out + [report.check(f"llama-3-8b/H100 (simulated): {what}", value) for what, value in ratios(sim).items()]
+
+
+def show(res: dict) -> None:
+    c = res["conditions"]
+    print(report.joined(
+        f"{c['workload']}, {c['num_requests']} requests, seed {c['seed']}, policy {c['policy']}, max_num_seqs "
+        f"{c['max_num_seqs']}; latency runs at {c['load']:g} x the uncached capacity; CPU: tiny model, "
+        f"{c['threads']} thread(s), median of {c['repeats']} pairs",
+        f"load average {c['loadavg_5min']:.1f} over the last 5 min at the end (other work on the machine slows "
+        f"every run)", report.about(c)))
+    report.print_table(res["rows"], COLUMNS)
+    print()
+    report.print_checks(res["checks"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/results/prefix_cache.json")
@@ -156,7 +174,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="pairs of runs (off, on); the median pair is kept")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (EngineConfig.cpu_threads)")
     ap.add_argument("--seed", type=int, default=0)
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     t_start = time.perf_counter()
     run_cpu(workload(4, 1, 512, None), False, args)  # warm up kernels and the allocator
 
@@ -164,32 +185,18 @@ def main() -> None:
     cpu = measure(measured, 512, args)  # the tiny model's vocabulary
     sim = measure(simulated, LLAMA3_VOCAB, args)
 
-    print(f"{WORKLOAD}, {n} requests, seed {seed}, policy {args.policy}, max_num_seqs {args.max_num_seqs}; "
-          f"latency runs at {args.load:g} x the uncached capacity; CPU: tiny model, {args.threads} thread(s), "
-          f"median of {args.repeats} pairs, {platform.machine()}, torch {torch.__version__}; load average "
-          f"{os.getloadavg()[1]:.1f} on {os.cpu_count()} cores (other work on the machine slows every run)")
     rows = table_rows("measured", "tiny/CPU", cpu) + table_rows("simulated", "llama-3-8b/H100", sim)
-    print_table(rows)
-    print()
-    checks = {f"tiny/CPU: {what}": {"value": value, "target": f">= {TARGETS[what]}", "pass": value >= TARGETS[what],
-                                    "every pair": res["gains"]}
-              for (what, value), res in zip(ratios(cpu).items(), (cpu["throughput"], cpu["latency"]))}
-    for what, value in ratios(sim).items():  # the issue's targets are for the CPU run; this one is for reference
-        checks[f"llama-3-8b/H100 (simulated): {what}"] = {"value": value, "target": None, "pass": None}
-    for k, c in checks.items():
-        verdict = f"target {c['target']:6}  {'PASS' if c['pass'] else 'FAIL'}" if c["target"] else "(no target)"
-        spread = f"  (pairs: {', '.join(f'{g:.2f}' for g in c['every pair'])})" if "every pair" in c else ""
-        print(f"{k:70} {c['value']:6.2f}  {verdict}{spread}")
-    out = {"workload": WORKLOAD, "num_requests": n, "seed": seed, "policy": args.policy,
-           "max_num_seqs": args.max_num_seqs, "load": args.load, "repeats": args.repeats, "threads": args.threads,
-           "machine": platform.machine(), "loadavg_5min": os.getloadavg()[1], "torch": torch.__version__,
-           "rows": rows, "checks": checks,
-           "cpu": {"capacity_req_per_s": cpu["capacity"], "rate": cpu["rate"]},
-           "simulated": {"capacity_req_per_s": sim["capacity"], "rate": sim["rate"]},
-           "bench_s": time.perf_counter() - t_start}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"\nJSON: {args.out}  ({out['bench_s']:.0f} s)")
+    conditions = report.machine() | {
+        "workload": WORKLOAD, "num_requests": n, "seed": seed, "policy": args.policy,
+        "max_num_seqs": args.max_num_seqs, "load": args.load, "repeats": args.repeats, "threads": args.threads,
+        "loadavg_5min": os.getloadavg()[1],
+        "cpu": {"capacity_req_per_s": cpu["capacity"], "rate": cpu["rate"]},
+        "simulated": {"capacity_req_per_s": sim["capacity"], "rate": sim["rate"]},
+        "bench_s": time.perf_counter() - t_start}
+    res = report.result("prefix_cache", report.command_line(), conditions, rows, checks(cpu, sim))
+    report.write(args.out, res)
+    show(res)
+    print(f"\nJSON: {args.out}  ({conditions['bench_s']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Where a minilm CPU step's time goes: cProfile of one run of bench/vs_transformers.py's setup.
 
-    python bench/profile_cpu_step.py [--backend sdpa] [--policy continuous] [--top 25]
+    python bench/profile_cpu_step.py [--backend sdpa] [--policy continuous] [--top 25] [--out FILE]
+    python bench/profile_cpu_step.py --show FILE   # print the groups of a saved run
 
 Same checkpoint, workload and knobs as `vs_transformers.py` (its `minilm continuous`
 row), one thread. Prints the time of a few groups per step (model linear layers,
@@ -14,13 +15,17 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from minilm import Engine, EngineConfig, make_workload
-from vs_transformers import SHAPE, build_checkpoint
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install needed
+
+from bench import report  # noqa: E402
+from minilm import Engine, EngineConfig, make_workload  # noqa: E402
+from vs_transformers import SHAPE, build_checkpoint  # noqa: E402
 
 
 def total(stats: pstats.Stats, file_part: str, func: str, key: str = "cum") -> float:
@@ -39,7 +44,11 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", type=Path, help="also write the groups as JSON here (bench/report.py's shape)")
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     torch.set_num_threads(1)
     specs = make_workload("mixed", num_requests=48, seed=0, vocab_size=SHAPE["vocab_size"],
                           max_model_len=args.max_model_len)
@@ -77,12 +86,32 @@ def main() -> None:
         "model: everything else (norms, RoPE, SiLU, adds, module calls)": model + logits - linear - attention - write_kv,
         "engine: scheduling, step inputs, sampling, bookkeeping": run - model - logits,
     }
-    print(f"{args.policy}, {args.backend} attention: {steps} steps, {run:.2f} s under cProfile "
-          f"({run / steps * 1e3:.2f} ms/step)")
-    for name, t in groups.items():
-        print(f"  {name:66} {t:6.2f} s {t / run:6.1%} {t / steps * 1e3:7.2f} ms/step")
+    rows = [{"group": name, "seconds": t, "share": t / run, "ms_per_step": t / steps * 1e3}
+            for name, t in groups.items()]
+    conditions = report.machine() | {
+        "threads": 1, "policy": args.policy, "backend": args.backend, "max_num_seqs": args.max_num_seqs,
+        "max_model_len": args.max_model_len, "workload": {"preset": "mixed", "requests": 48, "seed": 0},
+        "steps": steps, "profiled_s": run}
+    res = report.result("profile_cpu_step", report.command_line(), conditions, rows, [])
+    show(res)
+    if args.out:
+        report.write(args.out, res)
+        print(f"JSON: {args.out}")
     print()
     stats.sort_stats("tottime").print_stats(args.top)
+
+
+COLUMNS = [report.Column("where", "group"), report.Column("time (s)", "seconds", ".2f"),
+           report.Column("share (%)", "share", ".1%"), report.Column("per step (ms)", "ms_per_step", ".2f")]
+
+
+def show(res: dict) -> None:
+    c = res["conditions"]
+    print(report.joined(f"{c['policy']}, {c['backend']} attention: {c['steps']} steps, {c['profiled_s']:.2f} s under "
+                        f"cProfile ({c['profiled_s'] / c['steps'] * 1e3:.2f} ms/step)", report.about(c)))
+    report.print_table(res["rows"], COLUMNS)
+    print()
+    report.print_checks(res["checks"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What serving over HTTP costs: the same workload through the server and through the offline engine.
 
     python bench/serve_overhead.py [--num-prompts 64] [--max-num-seqs 16] [--out bench/results/serve_overhead.json]
+    python bench/serve_overhead.py --show bench/results/serve_overhead.json   # print a saved result
 
 1. offline   Engine("docstrings") runs the docstrings workload's prompts (greedy), timed
              by the wall clock around `engine.run()` (timeline recording included, as in
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import report  # noqa: E402
 from minilm import Engine, EngineConfig, Timeline  # noqa: E402
 from minilm.serve.bench_serve import client_tokenizer, make_requests  # noqa: E402
 from minilm.serve.process import free_port  # noqa: E402
@@ -208,14 +208,15 @@ def main() -> None:
     ap.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "bench/results/serve_overhead.json"))
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     prompts = make_requests("docstrings", args.num_prompts, args.seed, tokenizer=client_tokenizer("docstrings"))
-    conditions = {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-                  "python": platform.python_version(), "torch": torch.__version__, "torch_threads": 1,
-                  "loadavg_before": os.getloadavg(), "model": "docstrings", "policy": "continuous",
-                  "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts,
-                  "stream_interval": args.stream_interval,
-                  "command": "python bench/serve_overhead.py " + " ".join(sys.argv[1:])}
+    command = report.command_line()
+    conditions = report.machine() | {
+        "torch_threads": 1, "loadavg_before": os.getloadavg(), "model": "docstrings", "policy": "continuous",
+        "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts, "stream_interval": args.stream_interval}
     offline(prompts[:4], 4)  # warm up
     repeats = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -236,37 +237,54 @@ def main() -> None:
                   f"TTFT p50", file=sys.stderr)
     conditions["loadavg_after"] = os.getloadavg()
     med = sorted(repeats, key=lambda x: x["ratio"])[len(repeats) // 2]
-    report(med, repeats, conditions)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"conditions": conditions, "median_repeat": med, "repeats": repeats},
-                                         indent=1))
+    conditions["median_repeat"] = repeats.index(med)  # the repeat the tables show
+    rows = [{"repeat": k} | r for k, r in enumerate(repeats)]
+    res = report.result("serve_overhead", command, conditions, rows, checks(rows, med))
+    report.write(args.out, res)
+    show(res)
     print(f"\nJSON: {args.out}")
 
 
-def report(med: dict, repeats: list[dict], c: dict) -> None:
+def checks(rows: list[dict], med: dict) -> list[dict]:
+    """The issue's targets on the median repeat, every repeat's value beside it."""
+    return [
+        report.check("server / offline output tok/s", med["ratio"], ">=", 0.9, repeats=[r["ratio"] for r in rows]),
+        report.check("TTFT the HTTP layer adds, p50 (ms)", med["low_load"]["added_p50_ms"], "<", 5,
+                     repeats=[r["low_load"]["added_p50_ms"] for r in rows]),
+        report.check("same texts through the server as offline", med["same_texts"], "==", True),
+    ]
+
+
+RUNS = [report.Column("run", "run"), report.Column("out (tokens)", "output_tokens", "d"),
+        report.Column("time (s)", "time_s", ".2f"), report.Column("out (tok/s)", "out_tok_per_s", ".0f"),
+        report.Column("vs offline (%)", "vs_offline", ".0%")]
+TIME = [report.Column("run", "run"), report.Column("engine steps (s)", "busy_s", ".2f"),
+        report.Column("engine thread between steps (s)", "between_steps_s", ".2f"),
+        report.Column("client beyond the engine (s)", "client_s", ".2f"), report.Column("total (s)", "time_s", ".2f"),
+        report.Column("steps (count)", "steps", "d"), report.Column("mean step (ms)", "mean_step_ms", ".2f")]
+CPU = [report.Column("run", "run"), report.Column("CPU engine process / server (s)", "engine", ".2f"),
+       report.Column("CPU bench-serve client (s)", "client", ".2f"),
+       report.Column("CPU other processes (s)", "other_processes", ".2f"),
+       report.Column("CPU idle, all cores (s)", "idle", ".2f")]
+
+
+def show(res: dict) -> None:
+    c, rows = res["conditions"], res["rows"]
+    med = rows[c["median_repeat"]]
     off, srv, eng, low = med["offline"], med["server"], med["engine_side"], med["low_load"]
+    oc, sc = off["cpu_window"], srv["cpu_window"]
     print(f"docstrings model, continuous, max_num_seqs {c['max_num_seqs']}, {c['num_prompts']} prompts all at once, "
           f"greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch {c['torch']} with 1 thread; load average "
-          f"{c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} after; median of {len(repeats)} repeats")
-    print(f"\n{'run':34} {'out tokens':>10} {'time (s)':>9} {'out tok/s':>10} {'vs offline':>10}")
-    print(f"{'offline engine (wall clock)':34} {off['output_tokens']:>10} {off['time_s']:>9.2f} "
-          f"{off['out_tok_per_s']:>10.0f} {1:>10.0%}")
-    print(f"{'server, bench-serve client side':34} {srv['output_tokens']:>10} {srv['time_s']:>9.2f} "
-          f"{srv['out_tok_per_s']:>10.0f} {med['ratio']:>10.0%}")
-    print(f"\nwhere the time goes{'':15} {'offline':>10} {'server':>10}")
-    rows = [("engine steps (s)", off["busy_s"], eng["busy_s"]),
-            ("engine thread between steps (s)", off["between_steps_s"], eng["between_steps_s"]),
-            ("client beyond the engine (s)", 0.0, srv["time_s"] - eng["span_s"]),
-            ("total (s)", off["time_s"], srv["time_s"]),
-            ("steps", off["steps"], eng["steps"]),
-            ("mean step (ms)", off["mean_step_ms"], eng["mean_step_ms"]),
-            ("CPU s: engine process / server", off["cpu_window"]["engine"], srv["cpu_window"]["server"]),
-            ("CPU s: bench-serve client", 0.0, srv["cpu_window"]["client"]),
-            ("CPU s: other processes", off["cpu_window"]["other_processes"], srv["cpu_window"]["other_processes"]),
-            ("CPU s: idle (all cores)", off["cpu_window"]["idle"], srv["cpu_window"]["idle"])]
-    for name, a, b in rows:
-        print(f"{name:34} {a:>10.2f} {b:>10.2f}" if isinstance(a, float) else f"{name:34} {a:>10} {b:>10}")
-    oc, sc = off["cpu_window"], srv["cpu_window"]
+          f"{c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} after; median of {len(rows)} repeats")
+    print()
+    report.print_table([{"run": "offline engine (wall clock)", **off, "vs_offline": 1},
+                        {"run": "server, bench-serve client side", **srv, "vs_offline": med["ratio"]}], RUNS)
+    print("\nwhere the time goes")
+    report.print_table([{"run": "offline", **off, "client_s": 0.0},
+                        {"run": "server", **eng, "client_s": srv["time_s"] - eng["span_s"], "time_s": srv["time_s"]}],
+                       TIME)
+    print()
+    report.print_table([{"run": "offline", **oc, "client": 0.0}, {"run": "server", **sc, "engine": sc["server"]}], CPU)
     need = sc["server"] + sc["client"]
     print(f"\nCPU the work needed: offline {oc['engine']:.2f} s; served {sc['server']:.2f} (server) + "
           f"{sc['client']:.2f} (client) = {need:.2f} s, {need / oc['engine']:.2f}x. Other processes used "
@@ -276,14 +294,8 @@ def report(med: dict, repeats: list[dict], c: dict) -> None:
           f"the server process alone (engine and HTTP threads) needs {sc['server'] / oc['engine']:.2f}x the offline CPU.")
     print(f"\nlow load ({low['requests']} requests one at a time, 8 tokens): client TTFT p50 "
           f"{low['client_ttft_p50_ms']:.2f} ms, engine TTFT p50 {low['engine_ttft_p50_ms']:.2f} ms")
-    ratios = [r["ratio"] for r in repeats]
-    added = [r["low_load"]["added_p50_ms"] for r in repeats]
-    print(f"\n{'check':52} {'median':>8} {'repeats':>18}  target")
-    print(f"{'server / offline output tok/s':52} {med['ratio']:>8.2f} "
-          f"{' '.join(f'{x:.2f}' for x in ratios):>18}  >= 0.90  {'PASS' if med['ratio'] >= 0.9 else 'FAIL'}")
-    print(f"{'TTFT the HTTP layer adds, p50 (ms)':52} {low['added_p50_ms']:>8.2f} "
-          f"{' '.join(f'{x:.2f}' for x in added):>18}  < 5     {'PASS' if low['added_p50_ms'] < 5 else 'FAIL'}")
-    print(f"{'same texts through the server as offline':52} {str(med['same_texts']):>8}")
+    print("\nchecks on the median repeat, every repeat's value in brackets")
+    report.print_checks(res["checks"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """How fast the simulator runs: 1,000 requests of `mixed`, Llama-3-8B on an H100.
 
-    python bench/sim_speed.py [--num-requests 1000] [--max-num-seqs 16] [--no-kv-blocks]
+    python bench/sim_speed.py [--num-requests 1000] [--max-num-seqs 16] [--no-kv-blocks] [--out FILE]
+    python bench/sim_speed.py --show bench/results/sim_speed.json   # print a saved result
 
 For each policy: build the simulated engine, queue the workload, run it, summarize
 (what `compare` does); the total must stay under 1 second (issue 4). The engine run and
@@ -10,18 +11,19 @@ For each policy: build the simulated engine, queue the workload, run it, summari
 Two times per policy: wall time, and the process's CPU time. On a machine shared with
 other processes the wall time includes time the OS gave to them; the CPU time does not.
 A fixed pure-Python loop is timed the same way, so a reader can see how busy the
-machine was. Prints a table and one JSON object; writes bench/results/sim_speed.json.
+machine was. Prints a table and the checks; writes bench/results/sim_speed.json (--out),
+in bench/report.py's shape; `--show FILE` prints a saved result without rerunning.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import report  # noqa: E402
 from minilm.metrics import summarize  # noqa: E402
 from minilm.sim import simulated_engine  # noqa: E402
 from minilm.workload import make_workload  # noqa: E402
@@ -57,6 +59,34 @@ def simulate(policy: str, args) -> dict:
             "simulated_s": m["wall_s"], "simulated_output_tok_per_s": m["output_tok_per_s"]}
 
 
+COLUMNS = [
+    report.Column("policy", "policy"), report.Column("steps (count)", "steps", "d"),
+    report.Column("items (count)", "items", "d"), report.Column("wall (s)", "wall_s", ".3f"),
+    report.Column("cpu (s)", "cpu_s", ".3f"), report.Column("run cpu (s)", "run_cpu_s", ".3f"),
+    report.Column("summarize cpu (s)", "summarize_cpu_s", ".3f"), report.Column("simulated (s)", "simulated_s", ".2f"),
+    report.Column("sim out (tok/s)", "simulated_output_tok_per_s", ".0f"),
+]
+
+
+def checks(rows: list[dict], limit_s: float) -> list[dict]:
+    """Build, run and summarize under the limit, by the wall clock (the exit status) and by CPU time."""
+    return [report.check(f"{r['policy']}: {clock} time, build + run + summarize (s)", r[f"{clock}_s"], "<", limit_s)
+            for r in rows for clock in ("wall", "cpu")]
+
+
+def show(res: dict) -> None:
+    c = res["conditions"]
+    a = c["args"]
+    print(report.joined(f"{a['num_requests']} requests of mixed, {a['model']} on {a['device']} (simulated), "
+                        f"max_num_seqs={a['max_num_seqs']}, record_kv_blocks={a['record_kv_blocks']}", report.about(c)))
+    report.print_table(res["rows"], COLUMNS)
+    b, f = c["probe_before"], c["probe_after"]
+    print(f"machine yardstick, 2M-iteration Python loop: wall {b['wall_s']:.3f} / {f['wall_s']:.3f} s, "
+          f"cpu {b['cpu_s']:.3f} / {f['cpu_s']:.3f} s (before / after)")
+    print()
+    report.print_checks(res["checks"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-3-8b")
@@ -66,28 +96,22 @@ def main() -> int:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--no-kv-blocks", dest="record_kv_blocks", action="store_false",
                    help="do not keep each step's block tables (the KV-map widget needs them; compare does not)")
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_speed.json")
+    report.add_show_option(p)
     args = p.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     probe_before = python_loop_probe()
     rows = [simulate(policy, args) for policy in ("static", "continuous", "chunked")]
     probe_after = python_loop_probe()
-    print(f"{args.num_requests} requests of mixed, {args.model} on {args.device} (simulated), "
-          f"max_num_seqs={args.max_num_seqs}, record_kv_blocks={args.record_kv_blocks}")
-    print(f"{'policy':>10} {'steps':>6} {'items':>7} {'wall s':>7} {'cpu s':>6} {'run cpu':>7} {'summ cpu':>8} "
-          f"{'simulated s':>11} {'sim tok/s':>9}  under {LIMIT_S:.0f} s")
-    for r in rows:
-        print(f"{r['policy']:>10} {r['steps']:>6} {r['items']:>7} {r['wall_s']:>7.3f} {r['cpu_s']:>6.3f} "
-              f"{r['run_cpu_s']:>7.3f} {r['summarize_cpu_s']:>8.3f} "
-              f"{r['simulated_s']:>11.2f} {r['simulated_output_tok_per_s']:>9.0f}  "
-              f"wall {'yes' if r['wall_s'] < LIMIT_S else 'NO'}, cpu {'yes' if r['cpu_s'] < LIMIT_S else 'NO'}")
-    print(f"machine yardstick, 2M-iteration Python loop: wall {probe_before['wall_s']:.3f} / "
-          f"{probe_after['wall_s']:.3f} s, cpu {probe_before['cpu_s']:.3f} / {probe_after['cpu_s']:.3f} s "
-          f"(before / after)")
-    result = {"args": vars(args), "rows": rows, "probe_before": probe_before, "probe_after": probe_after,
-              "limit_s": LIMIT_S, "date": time.strftime("%Y-%m-%d %H:%M")}
-    out = Path(__file__).parent / "results" / "sim_speed.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    conditions = report.machine() | {
+        "args": {k: v for k, v in vars(args).items() if k not in ("out", "show")},
+        "probe_before": probe_before, "probe_after": probe_after, "limit_s": LIMIT_S,
+        "date": time.strftime("%Y-%m-%d %H:%M")}
+    res = report.result("sim_speed", report.command_line(), conditions, rows, checks(rows, LIMIT_S))
+    report.write(args.out, res)
+    show(res)
+    print(f"\nJSON: {args.out}")
     return 0 if all(r["wall_s"] < LIMIT_S for r in rows) else 1
 
 

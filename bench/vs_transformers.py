@@ -2,6 +2,7 @@
 
     python bench/vs_transformers.py [--threads 1] [--max-num-seqs 32] [--rounds 3]
                                     [--out bench/results/vs_transformers.json]
+    python bench/vs_transformers.py --show bench/results/vs_transformers.json   # print a saved result
 
 One run builds a random Llama with `transformers` (vocab 2048, hidden 256, intermediate
 704, 4 layers, 8 heads, 4 KV heads, fp32), saves it as an HF checkpoint (safetensors),
@@ -38,10 +39,9 @@ candidates there (a dense forward pass), and exits with status 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -52,7 +52,10 @@ import transformers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-from minilm import Engine, EngineConfig, RequestSpec, make_workload
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install needed
+
+from bench import report  # noqa: E402
+from minilm import Engine, EngineConfig, RequestSpec, make_workload  # noqa: E402
 
 SHAPE = dict(vocab_size=2048, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4)
@@ -211,7 +214,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds; the best of each system counts")
     ap.add_argument("--no-reference", action="store_true", help="skip minilm with the reference attention")
     ap.add_argument("--out", default="bench/results/vs_transformers.json")
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     args.max_batch_tokens = args.max_batch_tokens or args.max_model_len
 
     torch.set_num_threads(args.threads)
@@ -243,61 +249,83 @@ def main() -> None:
         checks = {name: compare(base, r.runs, specs, hf) for name, r in results.items()}
 
     out_tokens = sum(s.max_tokens for s in specs)
-    print(f"{args.requests} `mixed` requests (seed {args.seed}): {sum(len(s.prompt_ids) for s in specs)} prompt "
-          f"tokens, {out_tokens} output tokens; max batch {args.max_num_seqs} requests; {args.threads} torch "
-          f"thread(s); torch {torch.__version__}, transformers {transformers.__version__}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load avg {load:.2f} at start")
-    print(f"{'system':36} {'out tok/s':>9} {'wall s':>7} {'cpu/wall':>8} {'tok/cpu-s':>9} {'rounds (wall s)':>18} "
-          f"{'identical to minilm':>20}")  # minilm continuous: its own rounds agree
-    table = {}
+    rows = []
     for name, r in results.items():
         b = r.best()
-        tps = out_tokens / b.wall_s
-        same = f"{checks[name]['identical']}/{len(specs)}"
-        print(f"{name:36} {tps:9.0f} {b.wall_s:7.2f} {b.cpu_s / b.wall_s:8.2f} {out_tokens / b.cpu_s:9.0f} "
-              f"{' '.join(f'{x.wall_s:.2f}' for x in r.runs):>18} {same:>20}")
-        table[name] = {"output_tok_per_s": tps, "output_tok_per_cpu_s": out_tokens / b.cpu_s, "wall_s": b.wall_s,
-                       "cpu_s": b.cpu_s, "median_wall_s": r.median_wall_s(),
-                       "rounds_wall_s": [x.wall_s for x in r.runs], "rounds_cpu_s": [x.cpu_s for x in r.runs]}
+        rows.append({"system": name, "output_tok_per_s": out_tokens / b.wall_s,
+                     "output_tok_per_cpu_s": out_tokens / b.cpu_s, "wall_s": b.wall_s, "cpu_s": b.cpu_s,
+                     "median_wall_s": r.median_wall_s(), "rounds_wall_s": [x.wall_s for x in r.runs],
+                     "rounds_cpu_s": [x.cpu_s for x in r.runs]} | checks[name])
     # With one thread, CPU/wall below 0.9 means other processes took the CPU (with more threads,
     # CPU/wall also measures how well they split the work, so only the load average says so).
-    cpu_share = min(t["cpu_s"] / t["wall_s"] for t in table.values())
+    cpu_share = min(t["cpu_s"] / t["wall_s"] for t in rows)
     busy = cpu_share < 0.9 if args.threads == 1 else load >= 1.0
-    if busy:
-        print(f"WARNING: the machine was busy (lowest CPU/wall {cpu_share:.2f}, load average {load:.2f} at start): "
-              f"other processes took CPU, not equally from every system, so the wall-time ratios below are "
-              f"unreliable; the per-CPU-second ratios in brackets are a rough cross-check.")
-    print()
-    ratios = {}
+    conditions = report.machine() | {
+        "model": SHAPE | {"dtype": "float32", "eos_token_id": eos},
+        "args": {k: v for k, v in vars(args).items() if k != "show"},
+        "requests": args.requests, "prompt_tokens": sum(len(s.prompt_ids) for s in specs), "output_tokens": out_tokens,
+        "threads": args.threads, "load_avg_at_start": load, "machine_busy": busy,
+        "ignore_eos": "EOS is an ordinary token; every request produces exactly max_tokens tokens",
+        "eos_emitted": sum(t == eos for ids in base.values() for t in ids),
+        "eos_requests": sum(eos in ids for ids in base.values())}
+    res = report.result("vs_transformers", report.command_line(), conditions, rows, ratio_checks(rows))
+    report.write(args.out, res)
+    show(res)
+    print(f"JSON: {args.out}")
+    if any(r["differences"] for r in rows):
+        raise SystemExit(1)
+
+
+COLUMNS = [
+    report.Column("system", "system"), report.Column("out (tok/s)", "output_tok_per_s", ".0f"),
+    report.Column("wall (s)", "wall_s", ".2f"), report.Column("cpu/wall (ratio)", "cpu_per_wall", ".2f"),
+    report.Column("out (tok/cpu-s)", "output_tok_per_cpu_s", ".0f"),
+    report.Column("rounds wall (s)", "rounds_wall_s", ".2f"), report.Column("identical to minilm", "same"),
+]
+
+
+def ratio_checks(rows: list[dict]) -> list[dict]:
+    """minilm's output tok/s over each transformers system's (the best rounds), against the
+    issue's targets; then every system's greedy outputs against minilm continuous's."""
+    table = {r["system"]: r for r in rows}
+    out = []
     for ours in ("minilm continuous", "minilm chunked"):
         for name, target in TARGETS.items():
             ratio = table[ours]["output_tok_per_s"] / table[name]["output_tok_per_s"]
             per_cpu = table[ours]["output_tok_per_cpu_s"] / table[name]["output_tok_per_cpu_s"]
             median = table[name]["median_wall_s"] / table[ours]["median_wall_s"]
-            ratios[f"{ours} / {name}"] = {"ratio": ratio, "target": target, "pass": ratio >= target,
-                                          "ratio_of_medians": median, "ratio_per_cpu_s": per_cpu}
-            print(f"{ours:17} / {name:23} {ratio:5.2f}x  target >= {target:.0f}x  {'PASS' if ratio >= target else 'FAIL'}"
-                  f"  [median rounds {median:.2f}x, per CPU-second {per_cpu:.2f}x]")
-    eos_emitted = sum(t == eos for ids in base.values() for t in ids)
-    print(f"EOS id {eos} emitted as an ordinary token {eos_emitted} time(s) in minilm's outputs "
-          f"({sum(eos in ids for ids in base.values())} of {len(specs)} requests)")
-    mismatched = {n: c for n, c in checks.items() if c["differences"]}
-    for name, c in mismatched.items():
-        for d in c["differences"]:
-            print(f"DIFFERENT: {name}, request {d['request']}, position {d['position']}: minilm {d['minilm']} vs "
-                  f"{d['other']}; dense-pass top two {d['top1']}, {d['top2']}, logit margin {d['margin']:.3g}")
-    if not mismatched:
+            out.append(report.check(f"{ours} / {name}, output tok/s (x)", ratio, ">=", target,
+                                    **{"median rounds": median, "per CPU-second": per_cpu}))
+    return out + [report.check(f"greedy outputs identical to minilm's: {r['system']} (requests)", r["identical"],
+                               "==", r["requests"]) for r in rows]
+
+
+def show(res: dict) -> None:
+    c, a = res["conditions"], res["conditions"]["args"]
+    print(report.joined(
+        f"{c['requests']} `mixed` requests (seed {a['seed']})",
+        "prompt_tokens" in c and f"{c['prompt_tokens']} prompt tokens", f"{c['output_tokens']} output tokens",
+        f"max batch {a['max_num_seqs']} requests", f"{c['threads']} torch thread(s)",
+        f"load avg {c['load_avg_at_start']:.2f} at start", report.about(c), sep=", "))
+    rows = [r | {"cpu_per_wall": r["cpu_s"] / r["wall_s"], "same": f"{r['identical']}/{r['requests']}"}
+            for r in res["rows"]]
+    report.print_table(rows, COLUMNS)  # minilm continuous: its own rounds agree
+    if c["machine_busy"]:
+        print(f"WARNING: the machine was busy (lowest CPU/wall {min(r['cpu_per_wall'] for r in rows):.2f}, load "
+              f"average {c['load_avg_at_start']:.2f} at start): other processes took CPU, not equally from every "
+              f"system, so the wall-time ratios below are unreliable; the per-CPU-second ratios in brackets are a "
+              f"rough cross-check.")
+    print()
+    report.print_checks(res["checks"])
+    print(report.joined(f"EOS id {c['model']['eos_token_id']} emitted as an ordinary token {c['eos_emitted']} "
+                        f"time(s) in minilm's outputs",
+                        "eos_requests" in c and f"({c['eos_requests']} of {c['requests']} requests)", sep=" "))
+    for r in res["rows"]:
+        for d in r["differences"]:
+            print(f"DIFFERENT: {r['system']}, request {d['request']}, position {d['position']}: minilm {d['minilm']} "
+                  f"vs {d['other']}; dense-pass top two {d['top1']}, {d['top2']}, logit margin {d['margin']:.3g}")
+    if not any(r["differences"] for r in res["rows"]):
         print("greedy outputs: every system identical to minilm, token for token")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({
-        "model": SHAPE | {"dtype": "float32", "eos_token_id": eos}, "args": vars(args),
-        "requests": args.requests, "output_tokens": out_tokens, "threads": args.threads,
-        "torch": torch.__version__, "transformers": transformers.__version__, "load_avg_at_start": load, "machine_busy": busy,
-        "ignore_eos": "EOS is an ordinary token; every request produces exactly max_tokens tokens",
-        "eos_emitted": eos_emitted, "results": table, "ratios": ratios, "output_checks": checks}, indent=1))
-    print(f"JSON: {args.out}")
-    if mismatched:
-        raise SystemExit(1)
 
 
 if __name__ == "__main__":

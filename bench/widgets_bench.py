@@ -1,7 +1,8 @@
 """How heavy is the comparison figure? Build and update times and JSON size for
 1,000 requests x 3 policies (issue 5: an update must take under 1 s).
 
-    .venv/bin/python bench/widgets_bench.py [--num-requests 1000] [--cache /tmp/minilm_widgets_bench]
+    .venv/bin/python bench/widgets_bench.py [--num-requests 1000] [--cache /tmp/minilm_widgets_bench] [--out FILE]
+    .venv/bin/python bench/widgets_bench.py --show bench/results/widgets_bench.json   # print a saved result
 
 Timelines come from `minilm.simulator` when it exists (Llama-3-8B on an H100, simulated
 time, fast), else from
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import time
 from pathlib import Path
 
@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 import plotly.graph_objects as go
 
+from bench import report
 from minilm import Timeline, make_workload, run_workload
 from widgets.compare import compare_figure, set_compare_step
 from widgets.gantt import SEGMENT_KINDS, gantt_segments
@@ -77,13 +78,31 @@ def timed(fn, repeat: int = 3) -> tuple[float, float]:
     return round(wall, 3), round(cpu, 3)
 
 
+COLUMNS = [report.Column("what", "what"), report.Column("wall (s)", "wall_s", ".3f"),
+           report.Column("cpu (s)", "cpu_s", ".3f")]
+UPDATE_LIMIT_S = 1.0  # issue 5
+
+
+def show(res: dict) -> None:
+    c, f = res["conditions"], res["conditions"]["figure"]
+    print(report.joined(f"{c['requests']} requests x {len(c['policies'])} policies, {'/'.join(c['clock'])} timelines",
+                        "repeats" in c and f"best of {c['repeats']}", report.about(c)))
+    report.print_table(res["rows"], COLUMNS)
+    print(f"{f['items']} step items -> {f['bars']} bars; figure JSON {f['json_bytes']:,} bytes")
+    print()
+    report.print_checks(res["checks"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-requests", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/minilm_widgets_bench"))
     ap.add_argument("--out", type=Path, help="also write the JSON result here (e.g. bench/results/widgets_bench.json)")
+    report.add_show_option(ap)
     args = ap.parse_args()
+    if args.show:
+        return show(report.load(args.show))
     tls = load_timelines(args.num_requests, args.seed, args.cache)
     rotated = dict(zip(POLICIES, [tls[p] for p in POLICIES[1:] + POLICIES[:1]]))  # new data in every row
 
@@ -96,23 +115,23 @@ def main() -> None:
     middle = iter([{p: len(tl.steps) // d for p, tl in tls.items()} for d in (2, 3, 4)])
     highlight_s = timed(lambda: set_compare_step(widget, tls, next(middle)))
     segs = {k: sum(int((gantt_segments(tl)["kind"] == k).sum()) for tl in tls.values()) for k in SEGMENT_KINDS}
-    result = {
-        "requests": args.num_requests, "policies": list(POLICIES),
-        "clock": sorted({tl.meta.get("clock") for tl in tls.values()}),
+    figure = {  # what was timed: the size of the figure
         "steps": {p: len(tl.steps) for p, tl in tls.items()},
         "items": sum(len(s.items) for tl in tls.values() for s in tl.steps),
-        "bars": sum(segs.values()), "bars_by_kind": segs,
-        "segments_s": segments_s, "build_s": build_s, "update_s": update_s, "highlight_s": highlight_s,
-        "json_bytes": len(fig.to_json()), "update_under_1s": update_s[0] < 1.0,
+        "bars": sum(segs.values()), "bars_by_kind": segs, "json_bytes": len(fig.to_json()),
     }
-    print(f"{'what':<14}{'wall s':>10}{'cpu s':>10}   (best of 3)")
-    for key, what in (("segments_s", "segments"), ("build_s", "build"), ("update_s", "update"),
-                      ("highlight_s", "step move")):
-        print(f"{what:<14}{result[key][0]:>10.3f}{result[key][1]:>10.3f}")
-    print(f"{result['items']} step items -> {result['bars']} bars; figure JSON {result['json_bytes']:,} bytes")
-    print(json.dumps(result))
+    conditions = report.machine() | {
+        "requests": args.num_requests, "seed": args.seed, "policies": list(POLICIES),
+        "clock": sorted({tl.meta.get("clock") for tl in tls.values()}), "repeats": 3, "figure": figure}
+    rows = [{"what": what, "wall_s": t[0], "cpu_s": t[1]}
+            for what, t in (("segments", segments_s), ("build", build_s), ("update", update_s),
+                            ("step move", highlight_s))]
+    checks = [report.check("update in place, wall (s)", update_s[0], "<", UPDATE_LIMIT_S)]
+    res = report.result("widgets_bench", report.command_line(), conditions, rows, checks)
+    show(res)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        report.write(args.out, res)
+        print(f"\nJSON: {args.out}")
 
 
 if __name__ == "__main__":
