@@ -77,8 +77,8 @@ def main() -> None:
                 if name == "forward" and "minilm/model/llama.py" in file)
     linear = total(stats, "", "<built-in method torch._C._nn.linear>", "own")
     logits = total(stats, "minilm/model/llama.py", "logits")
-    attention = total(stats, "minilm/attention", "paged_attention")
-    write_kv = total(stats, "minilm/attention", "write_kv")
+    attention = total(stats, "minilm/model/attention", "paged_attention")
+    write_kv = total(stats, "minilm/model/attention", "write_kv")
     groups = {
         "model: linear layers (incl. lm_head)": linear,
         "model: attention": attention,

@@ -4,10 +4,8 @@
     .venv/bin/python bench/widgets_bench.py [--num-requests 1000] [--cache /tmp/minilm_widgets_bench] [--out FILE]
     .venv/bin/python bench/widgets_bench.py --show bench/results/widgets_bench.json   # print a saved result
 
-Timelines come from `minilm.simulator` when it exists (Llama-3-8B on an H100, simulated
-time, fast), else from
-the tiny model on this CPU (measured time; slow for 1,000 requests, so they are cached
-as JSON under --cache and reused). The figure cost depends on the number of bars, not on
+Timelines come from the simulator (Llama-3-8B on an H100, simulated time, fast; cached as
+JSON under --cache and reused). The figure cost depends on the number of bars, not on
 where the times came from.
 
 Measured:
@@ -21,7 +19,6 @@ Measured:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from pathlib import Path
 
@@ -32,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import plotly.graph_objects as go
 
 from bench import report
-from minilm import Timeline, make_workload, run_workload
+from minilm import Timeline, make_workload
+from minilm.sim import simulated_engine
 from widgets.compare import compare_figure, set_compare_step
 from widgets.gantt import SEGMENT_KINDS, gantt_segments
 from widgets.inplace import update_figure
@@ -42,16 +40,11 @@ KNOBS = dict(max_num_seqs=32, max_model_len=2048)
 
 
 def make_timeline(policy: str, num_requests: int, seed: int) -> Timeline:
-    if importlib.util.find_spec("minilm.simulator") is not None:
-        from minilm.sim import simulated_engine
-
-        engine = simulated_engine(model="llama-3-8b", device="h100", policy=policy, **KNOBS)
-        specs = make_workload("mixed", num_requests, seed, engine.model_config.vocab_size,
-                              max_model_len=KNOBS["max_model_len"])
-        engine.add_workload(specs, ignore_eos=True)
-        return engine.run()
-    specs = make_workload("mixed", num_requests, seed, vocab_size=512, max_model_len=KNOBS["max_model_len"])
-    return run_workload(specs, policy=policy, sampling={"ignore_eos": True}, progress=True, **KNOBS)
+    engine = simulated_engine(model="llama-3-8b", device="h100", policy=policy, **KNOBS)
+    specs = make_workload("mixed", num_requests, seed, engine.model_config.vocab_size,
+                          max_model_len=KNOBS["max_model_len"])
+    engine.add_workload(specs, ignore_eos=True)
+    return engine.run()
 
 
 def load_timelines(num_requests: int, seed: int, cache: Path) -> dict[str, Timeline]:

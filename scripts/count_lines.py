@@ -1,6 +1,7 @@
 """Lines of code per part of the lab, as the README's "Layout" table shows them.
 
-    python scripts/count_lines.py
+    python scripts/count_lines.py            # print the table
+    python scripts/count_lines.py --readme   # and put it in README.md (tests/test_architecture.py checks it)
 
 `wc -l` of every Python file (docstrings, comments and blank lines included), which is
 how nano-vllm's 1,385 lines in 19 files are counted. The engine core is the contracts,
@@ -45,5 +46,17 @@ def table() -> str:
     return "\n".join(out)
 
 
+def update_readme() -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start = text.index("```\npart ") + 4
+    end = text.index("```", start)
+    readme.write_text(text[:start] + table() + "\n" + text[end:])
+
+
 if __name__ == "__main__":
+    import sys
+
     print(table())
+    if "--readme" in sys.argv:
+        update_readme()

@@ -24,10 +24,11 @@ from functools import partial
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
-from helpers import paged_attention_batch
+triton = pytest.importorskip("triton", reason="Triton is not installed here (it has wheels for Linux only)")
+import triton.language as tl  # noqa: E402
+
+from helpers import paged_attention_batch  # noqa: E402
 from minilm import Engine, EngineConfig
 from minilm.model.attention import reference, triton_paged
 from minilm.model.attention.triton_paged import _key_tiles, _program_rows

@@ -17,11 +17,11 @@ import torch
 
 class Clock:
     def __init__(self, device: str | torch.device = "cpu"):
-        self.cuda = str(device).startswith("cuda")
+        self.device = torch.device(device).type
 
     def _sync(self) -> float:
-        if self.cuda:  # the GPU runs ahead of Python: wait for its work, or it is not counted
-            torch.cuda.synchronize()
+        if self.device in ("cuda", "mps"):  # a GPU runs ahead of Python: wait for its work, or it is not counted
+            getattr(torch, self.device).synchronize()
         return time.perf_counter()
 
     def timed(self, execute: Callable, plan) -> tuple[object, float]:

@@ -9,17 +9,18 @@ triton     the GPU kernel (runs on CPU only in Triton's interpreter, for tests)
 """
 from __future__ import annotations
 
+import importlib
+
 from ...config import ATTENTION_BACKENDS, InvalidValue
 
 
 def get_backend(name: str):
     """Returns (attention, write_kv) for a backend name."""
-    if name == "reference":
-        from . import reference as backend
-    elif name == "sdpa":
-        from . import sdpa as backend
-    elif name == "triton":
-        from . import triton_paged as backend
-    else:
+    if name not in ATTENTION_BACKENDS:
         raise InvalidValue("attention_backend", name, f"allowed: {', '.join(ATTENTION_BACKENDS)}")
+    try:
+        backend = importlib.import_module(f".{'triton_paged' if name == 'triton' else name}", __name__)
+    except ImportError as e:  # Triton has wheels for Linux only (a Mac has none)
+        raise InvalidValue("attention_backend", name, f"needs {e.name}, which is not installed here; "
+                                                      f"allowed here: reference, sdpa") from None
     return backend.paged_attention, backend.write_kv

@@ -71,18 +71,18 @@ def length_groups(lens: list[int]) -> list[tuple[int, int]]:
 
 
 def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
-    cu, lens = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
+    cu, lens, dev = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist(), meta.context_lens.device
     n_new = [b - a for a, b in zip(cu, cu[1:])]
     decodes = []
     seqs = sorted((i for i, n in enumerate(n_new) if n == 1), key=lambda i: -lens[i])
     if seqs:
         # Slots and masks of all decodes at once, padded to the longest; each group takes its rows
         # and its own length from these.
-        idx = torch.tensor(seqs)
+        idx = torch.tensor(seqs, device=dev)
         ctx = meta.context_lens[idx].long()[:, None]
-        pos = torch.arange(lens[seqs[0]])[None, :]
+        pos = torch.arange(lens[seqs[0]], device=dev)[None, :]
         slots = token_slots(meta.block_tables[idx], torch.minimum(pos, ctx - 1), block_size)
-        mask = torch.zeros(slots.shape).masked_fill(pos >= ctx, float("-inf"))[:, None, None, :]
+        mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))[:, None, None, :]
         rows = meta.cu_seqlens_q[idx].long()
         for a, b in length_groups([lens[i] for i in seqs]):
             length = lens[seqs[a]]
@@ -90,9 +90,9 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     prefills = []
     for i in (i for i, n in enumerate(n_new) if n > 1):
         n, c = n_new[i], lens[i]
-        slots = token_slots(meta.block_tables[i:i + 1], torch.arange(c)[None, :], block_size)[0]
+        slots = token_slots(meta.block_tables[i:i + 1], torch.arange(c, device=dev)[None, :], block_size)[0]
         # A whole prompt is SDPA's own causal case; a chunk after earlier ones needs the offset.
-        mask = None if n == c else torch.ones(n, c, dtype=torch.bool).tril(c - n)
+        mask = None if n == c else torch.ones(n, c, dtype=torch.bool, device=dev).tril(c - n)
         prefills.append(PrefillSeq(cu[i], cu[i + 1], slots, mask))
     return StepLayout(decodes, prefills)
 
