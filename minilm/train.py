@@ -444,8 +444,8 @@ def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None
         "",
         "```", reproduce_command(args, s["planned_steps"]), "```",
         "",
-        "Use it: `python -m minilm run --model docstrings --workload docstrings`, or "
-        "`Engine(\"docstrings\", ...)` / `load_model(\"docstrings\")`.",
+        f"Use it: `python -m minilm run --model {out.name} --workload docstrings`, or "
+        f"`Engine(\"{out.name}\", ...)` / `load_model(\"{out.name}\")`.",
         "",
         f"## Samples (the engine, greedy, prompts are beginnings of held-out docstrings, max_tokens {args.sample_tokens})",
         "",
