@@ -106,3 +106,13 @@ def test_smoke_training_writes_a_loadable_checkpoint(tmp_path):
     assert engine.config.max_model_len == model.config.max_position_embeddings == 64  # the trained context
     engine.add_request("a", prompt="Return the", max_tokens=4)
     assert len(engine.run().requests[0].output_ids) >= 1
+
+
+def test_smoke_training_with_tokenizer_reuses_its_ids(tmp_path):
+    """A draft model for speculative decoding must read and write its target's token ids."""
+    given = CKPT / "tokenizer.json"
+    train(parse_args(["--smoke", "--out", str(tmp_path), "--tokenizer", str(given)]))
+    assert (tmp_path / "tokenizer.json").read_bytes() == given.read_bytes()  # a copy, not a retrained BPE
+    model, tok = load_model(tmp_path), load_tokenizer(tmp_path)
+    assert model.config.vocab_size == tok.vocab_size == load_model("docstrings").config.vocab_size  # not --vocab-size
+    assert tok.encode(HELDOUT[0]) == load_tokenizer(CKPT).encode(HELDOUT[0])

@@ -3,6 +3,8 @@
     python -m training.train --out minilm/checkpoints/docstrings --time-budget-min 50
     python -m training.train --smoke            # a few steps on a slice of the corpus (CI)
     python -m training.train --device cuda ...  # the same script on a GPU
+    python -m training.train --out minilm/checkpoints/docstrings-draft --tokenizer \
+        minilm/checkpoints/docstrings/tokenizer.json ...  # a draft model for speculative decoding
 
 No model can be downloaded on an offline laptop, so the lab trains its own from
 text every Python installation carries: the docstrings of the standard library.
@@ -11,7 +13,8 @@ The steps, one function each:
 1. corpus     import the stdlib's modules, read `__doc__` of modules, classes and
               functions, clean and deduplicate them: one document per docstring
 2. split      a deterministic held-out split (by a hash of each document's text)
-3. tokenizer  byte-level BPE trained with `tokenizers`: any text encodes
+3. tokenizer  byte-level BPE trained with `tokenizers`: any text encodes (or, with
+              --tokenizer, an existing one: a draft model shares its target's ids)
 4. rows       token rows that start at a document's first token, as an engine
               prompt does (no BOS: the engine encodes prompts without one), and
               run on into the next documents after their EOS
@@ -33,6 +36,7 @@ import math
 import os
 import pkgutil
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -158,6 +162,24 @@ def train_tokenizer(docs: list[str], vocab_size: int):
     return tok
 
 
+def get_tokenizer(args, train_docs: list[str]):
+    """`--tokenizer`'s file when given: a draft model for speculative decoding must map text
+    to exactly its target's token ids, which a BPE retrained at another size would not."""
+    if args.tokenizer is None:
+        return train_tokenizer(train_docs, args.vocab_size)
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(args.tokenizer)
+
+
+def save_tokenizer(args, tok, out: Path) -> None:
+    """A given tokenizer is copied byte for byte, so the draft's file is the target's."""
+    if args.tokenizer is None:
+        tok.save(str(out / "tokenizer.json"))
+    elif Path(args.tokenizer).resolve() != (out / "tokenizer.json").resolve():
+        shutil.copyfile(args.tokenizer, out / "tokenizer.json")
+
+
 def token_byte_lengths(tok) -> torch.Tensor:
     """UTF-8 bytes each token stands for (0 for special tokens): the denominator of bits per byte.
     In a byte-level vocabulary every character of a token's string is one byte."""
@@ -268,10 +290,10 @@ def train(args) -> dict:
     t0 = time.time()
     docs = gather_docstrings(args.limit_modules)
     train_docs, heldout_docs = split_docs(docs, args.heldout_percent)
-    tok = train_tokenizer(train_docs, args.vocab_size)
+    tok = get_tokenizer(args, train_docs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
+    save_tokenizer(args, tok, out)
     (out / "heldout.json").write_text(json.dumps(heldout_docs, indent=0))
     train_ids, heldout_ids = encode_docs(tok, train_docs), encode_docs(tok, heldout_docs)
     rows, held = train_rows(train_ids, args.seq_len), eval_rows(heldout_ids, args.seq_len)
@@ -353,7 +375,7 @@ def finish(args, out: Path, tok, held: TokenRows, byte_lengths, best, history, s
     """Re-measure the saved (float16) checkpoint on the whole held-out split; write the model card."""
     from tokenizers import Tokenizer
 
-    tok.save(str(out / "tokenizer.json"))  # save_checkpoint writes weights and config only
+    save_tokenizer(args, tok, out)  # save_checkpoint writes weights and config only
     shipped = load_model(str(out), device=args.device)
     ev = evaluate(shipped, held, args.seq_len, byte_lengths, args.device)
     heldout_docs = json.loads((out / "heldout.json").read_text())
@@ -395,7 +417,7 @@ def machine_name(device: str, threads: int | None) -> str:
 def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None:
     machine = machine_name(args.device, args.threads)
     lines = [
-        "# docstrings: a small Llama-family model trained on the Python standard library's docstrings",
+        f"# {out.name}: a small Llama-family model trained on the Python standard library's docstrings",
         "",
         "Trained by `training/train.py` so the lab writes real text offline (no model can be downloaded).",
         "Every number here was written by the training script.",
@@ -405,7 +427,8 @@ def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None
         f"(modules, classes, functions, methods), one document each, ending with `<eos>` |",
         f"| split | {s['train_docs']} train / {s['heldout_docs']} held-out documents "
         f"(sha1 of the text mod 100 < {args.heldout_percent}; the held-out texts are in `heldout.json`) |",
-        f"| tokenizer | byte-level BPE, {vocab_size} tokens (`tokenizer.json`), specials {', '.join(SPECIAL_TOKENS)} |",
+        f"| tokenizer | byte-level BPE, {vocab_size} tokens (`tokenizer.json`), specials {', '.join(SPECIAL_TOKENS)}"
+        + (f"; a copy of `{args.tokenizer}` (the same token ids)" if args.tokenizer else "") + " |",
         f"| model | Llama (SwiGLU, RMSNorm, RoPE, GQA), {s['num_params'] / 1e6:.2f} M parameters: "
         f"{args.num_layers} layers, hidden {args.hidden_size}, MLP {args.intermediate_size}, "
         f"{args.num_heads} heads / {args.num_kv_heads} KV heads, tied embeddings, context {args.seq_len}, "
@@ -424,8 +447,8 @@ def write_model_card(args, out: Path, s: dict, samples, vocab_size: int) -> None
         "",
         "```", reproduce_command(args, s["planned_steps"]), "```",
         "",
-        "Use it: `python -m minilm run --model docstrings --workload docstrings`, or "
-        "`Engine(\"docstrings\", ...)` / `load_model(\"docstrings\")`.",
+        f"Use it: `python -m minilm run --model {out.name} --workload docstrings`, or "
+        f"`Engine(\"{out.name}\", ...)` / `load_model(\"{out.name}\")`.",
         "",
         f"## Samples (the engine, greedy, prompts are beginnings of held-out docstrings, max_tokens {args.sample_tokens})",
         "",
@@ -454,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit-modules", type=int, default=None, help="only the first N top-level modules")
     p.add_argument("--heldout-percent", type=int, default=5)
     p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--tokenizer", default=None,
+                   help="use this tokenizer.json instead of training one (a draft shares its target's ids)")
     p.add_argument("--hidden-size", type=int, default=192)
     p.add_argument("--intermediate-size", type=int, default=512)
     p.add_argument("--num-layers", type=int, default=6)
