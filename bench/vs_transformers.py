@@ -154,8 +154,9 @@ def run_hf_static(model, specs: list[RequestSpec], args) -> Run:
         for i in range(0, len(specs), args.max_num_seqs):
             batch = specs[i:i + args.max_num_seqs]
             width = max(len(s.prompt_ids) for s in batch)
-            ids = torch.tensor([[PAD] * (width - len(s.prompt_ids)) + s.prompt_ids for s in batch])
-            mask = torch.tensor([[0] * (width - len(s.prompt_ids)) + [1] * len(s.prompt_ids) for s in batch])
+            ids = torch.tensor([[PAD] * (width - len(s.prompt_ids)) + s.prompt_ids for s in batch], device=model.device)
+            mask = torch.tensor([[0] * (width - len(s.prompt_ids)) + [1] * len(s.prompt_ids) for s in batch],
+                                device=model.device)
             out = model.generate(ids, attention_mask=mask,
                                  generation_config=greedy_config(max(s.max_tokens for s in batch)))
             for s, row in zip(batch, out[:, width:].tolist()):
@@ -178,7 +179,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def logit_margin(model, prompt: list[int], prefix: list[int]) -> dict:
     """Top two candidates after prompt + prefix, from one dense forward pass of the HF model."""
     with torch.inference_mode():
-        logits = model(torch.tensor([prompt + prefix])).logits[0, -1].float()
+        logits = model(torch.tensor([prompt + prefix], device=model.device)).logits[0, -1].float()
     top = torch.topk(logits, 2)
     return {"top1": int(top.indices[0]), "top2": int(top.indices[1]),
             "margin": float(top.values[0] - top.values[1])}
