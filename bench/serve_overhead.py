@@ -1,4 +1,6 @@
-"""What serving over HTTP costs: the same workload through the server and through the offline engine.
+"""What serving over HTTP costs: the same workload through the server and through the offline engine,
+for both server designs (the engine core in its own process, or in a thread of the HTTP server's)
+and both in-flight policies.
 
     python bench/serve_overhead.py [--num-prompts 64] [--max-num-seqs 16] [--out bench/results/serve_overhead.json]
     python bench/serve_overhead.py --show bench/results/serve_overhead.json   # print a saved result
@@ -6,7 +8,7 @@
 1. offline   Engine("docstrings") runs the docstrings workload's prompts (greedy), timed
              by the wall clock around `engine.run()` (timeline recording included, as in
              the server).
-2. server    `python -m minilm serve` with the same knobs in its own process;
+2. server    `python -m minilm serve --engine-core process|thread` with the same knobs;
              `python -m minilm bench-serve` in another sends the same prompts all at once
              and measures output tok/s from the client side. Greedy: the same tokens.
 3. low load  bench-serve sends short requests one at a time (--max-concurrency 1): the
@@ -15,12 +17,13 @@
              HTTP layer adds: parsing, tokenizing, handing over to the engine thread and
              back, SSE, and the client's own parsing.
 
-Targets (issue 13): server output tok/s >= 90% of offline; at low load, the TTFT the
-HTTP layer adds has p50 < 5 ms. Each repeat runs offline and server back to back, so
-both see the same machine; the table shows the median repeat. Where the server falls
-short, the second table splits its time: the engine's steps, the engine thread between
-steps, and the client's share, with each process's CPU seconds (on 2 cores the client,
-the HTTP layer and the engine compete).
+Targets (issue 19, for the process design, both policies): server output tok/s >= 90% of
+offline; at low load, the TTFT the HTTP layer adds has p50 < 5 ms. The thread design is
+measured beside it for lesson 9, with no target. Each repeat runs offline and server back
+to back, so both see the same machine; the tables show each configuration's median
+repeat, with the engine's time split (its steps, its loop between steps, the client's
+share) and each process's CPU seconds (on 2 cores the client, the HTTP side and the
+engine compete).
 """
 from __future__ import annotations
 
@@ -98,8 +101,20 @@ class CpuSampler:
         return out
 
 
-def offline(prompts, max_num_seqs: int) -> dict:
-    engine = Engine("docstrings", EngineConfig(max_num_seqs=max_num_seqs))
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started (the engine-core process of `serve`), from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            pass
+    return out
+
+
+def offline(prompts, max_num_seqs: int, policy: str) -> dict:
+    engine = Engine("docstrings", EngineConfig(policy=policy, max_num_seqs=max_num_seqs, enable_prefix_caching=True))
     for i, r in enumerate(prompts):
         engine.add_request(f"o{i}", prompt=r.prompt, max_tokens=r.max_tokens, temperature=0.0)
     sampler = CpuSampler({"engine": os.getpid()})
@@ -117,12 +132,12 @@ def offline(prompts, max_num_seqs: int) -> dict:
             "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))}}
 
 
-def bench_serve(url: str, out: Path, server_pid: int, *extra: str) -> tuple[dict, dict]:
+def bench_serve(url: str, out: Path, server_pids: dict[str, int], *extra: str) -> tuple[dict, dict]:
     """Run bench-serve in its own process; its result and the CPU seconds used while it sent
     requests (its own import time excluded: the window is its first send to its last token)."""
     client = subprocess.Popen([sys.executable, "-m", "minilm", "bench-serve", "--base-url", url, "--save", str(out),
                                *extra], cwd=ROOT, stdout=subprocess.DEVNULL)
-    sampler = CpuSampler({"server": server_pid, "client": client.pid, "bench": os.getpid()})
+    sampler = CpuSampler(server_pids | {"client": client.pid, "bench": os.getpid()})
     if client.wait() != 0:
         raise RuntimeError("bench-serve failed")
     time.sleep(0.06)
@@ -133,10 +148,10 @@ def bench_serve(url: str, out: Path, server_pid: int, *extra: str) -> tuple[dict
     return result, sampler.window(start, end)
 
 
-def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
+def start_server(args, port: int, timeline: Path, design: str, policy: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "minilm", "serve", "--port", str(port), "--max-num-seqs",
                              str(args.max_num_seqs), "--stream-interval", str(args.stream_interval),
-                             "--timeline", str(timeline)], cwd=ROOT,
+                             "--engine-core", design, "--policy", policy, "--timeline", str(timeline)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import httpx
 
@@ -157,18 +172,19 @@ def stop_server(proc: subprocess.Popen) -> None:
     proc.wait(60)
 
 
-def served(args, tmp: Path, k: int) -> dict:
-    """One server process: a warm-up request, the all-at-once run, then the low-load run."""
-    port, tl_path = free_port(), tmp / f"timeline{k}.json"
+def served(args, tmp: Path, k: int, design: str, policy: str) -> dict:
+    """One server: a warm-up request, the all-at-once run, then the low-load run."""
+    port, tl_path = free_port(), tmp / f"timeline_{design}_{policy}_{k}.json"
     url = f"http://127.0.0.1:{port}"
-    proc = start_server(args, port, tl_path)
+    proc = start_server(args, port, tl_path, design, policy)
     try:
         import httpx
 
         httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 4}, timeout=60)
-        result, cpu = bench_serve(url, tmp / f"load{k}.json", proc.pid, "--num-prompts", str(args.num_prompts),
+        pids = {"server": proc.pid} | {"engine_core": pid for pid in child_pids(proc.pid)}
+        result, cpu = bench_serve(url, tmp / f"load{k}.json", pids, "--num-prompts", str(args.num_prompts),
                                   "--seed", str(args.seed))
-        low, _ = bench_serve(url, tmp / f"low{k}.json", proc.pid, "--num-prompts", str(args.low_load_requests),
+        low, _ = bench_serve(url, tmp / f"low{k}.json", pids, "--num-prompts", str(args.low_load_requests),
                              "--max-concurrency", "1", "--max-tokens", "8", "--seed", str(args.seed + 1))
     finally:
         stop_server(proc)
@@ -199,6 +215,9 @@ def low_load(run: dict) -> dict:
             "added_max_ms": float(added.max()), "requests": len(added)}
 
 
+DESIGNS, POLICIES = ("process", "thread"), ("continuous", "chunked")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-prompts", type=int, default=64)
@@ -215,86 +234,102 @@ def main() -> None:
     prompts = make_requests("docstrings", args.num_prompts, args.seed, tokenizer=client_tokenizer("docstrings"))
     command = report.command_line()
     conditions = report.machine() | {
-        "torch_threads": 1, "loadavg_before": os.getloadavg(), "model": "docstrings", "policy": "continuous",
+        "torch_threads": 1, "loadavg_before": os.getloadavg(), "model": "docstrings", "prefix_caching": True,
         "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts, "stream_interval": args.stream_interval}
-    offline(prompts[:4], 4)  # warm up
-    repeats = []
+    offline(prompts[:4], 4, "continuous")  # warm up
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
-            off = offline(prompts, args.max_num_seqs)
-            run = served(args, Path(tmp), k)
-            r = run["result"]
-            same = all(off["texts"][f"o{i}"] == text for i, text in enumerate(r["generated_texts"]))
-            eng = engine_side(run["timeline"], r["request_ids"])
-            repeats.append({"offline": {k2: v for k2, v in off.items() if k2 != "texts"},
-                            "server": {"output_tokens": r["total_output_tokens"], "time_s": r["duration"],
-                                       "out_tok_per_s": r["output_throughput"], "failed": r["failed"],
-                                       "cpu_window": run["cpu_window"]},
-                            "engine_side": eng, "low_load": low_load(run), "same_texts": same,
-                            "ratio": r["output_throughput"] / off["out_tok_per_s"]})
-            print(f"repeat {k}: offline {off['out_tok_per_s']:.0f} tok/s, server {r['output_throughput']:.0f} tok/s "
-                  f"({repeats[-1]['ratio']:.0%}), HTTP adds {repeats[-1]['low_load']['added_p50_ms']:.2f} ms "
-                  f"TTFT p50", file=sys.stderr)
+            for design in DESIGNS:
+                for policy in POLICIES:
+                    off = offline(prompts, args.max_num_seqs, policy)
+                    run = served(args, Path(tmp), k, design, policy)
+                    r = run["result"]
+                    same = all(off["texts"][f"o{i}"] == text for i, text in enumerate(r["generated_texts"]))
+                    rows.append({"design": design, "policy": policy, "repeat": k,
+                                 "offline": {k2: v for k2, v in off.items() if k2 != "texts"},
+                                 "server": {"output_tokens": r["total_output_tokens"], "time_s": r["duration"],
+                                            "out_tok_per_s": r["output_throughput"], "failed": r["failed"],
+                                            "cpu_window": run["cpu_window"]},
+                                 "engine_side": engine_side(run["timeline"], r["request_ids"]),
+                                 "low_load": low_load(run), "same_texts": same,
+                                 "ratio": r["output_throughput"] / off["out_tok_per_s"]})
+                    print(f"repeat {k} {design} {policy}: offline {off['out_tok_per_s']:.0f} tok/s, server "
+                          f"{r['output_throughput']:.0f} tok/s ({rows[-1]['ratio']:.0%}), HTTP adds "
+                          f"{rows[-1]['low_load']['added_p50_ms']:.2f} ms TTFT p50", file=sys.stderr)
     conditions["loadavg_after"] = os.getloadavg()
-    med = sorted(repeats, key=lambda x: x["ratio"])[len(repeats) // 2]
-    conditions["median_repeat"] = repeats.index(med)  # the repeat the tables show
-    rows = [{"repeat": k} | r for k, r in enumerate(repeats)]
-    res = report.result("serve_overhead", command, conditions, rows, checks(rows, med))
+    res = report.result("serve_overhead", command, conditions, rows, checks(rows))
     report.write(args.out, res)
     show(res)
     print(f"\nJSON: {args.out}")
 
 
-def checks(rows: list[dict], med: dict) -> list[dict]:
-    """The issue's targets on the median repeat, every repeat's value beside it."""
-    return [
-        report.check("server / offline output tok/s", med["ratio"], ">=", 0.9, repeats=[r["ratio"] for r in rows]),
-        report.check("TTFT the HTTP layer adds, p50 (ms)", med["low_load"]["added_p50_ms"], "<", 5,
-                     repeats=[r["low_load"]["added_p50_ms"] for r in rows]),
-        report.check("same texts through the server as offline", med["same_texts"], "==", True),
-    ]
+def medians(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """Each configuration's median repeat (by its server / offline ratio)."""
+    out = {}
+    for design in DESIGNS:
+        for policy in POLICIES:
+            mine = sorted((r for r in rows if (r["design"], r["policy"]) == (design, policy)), key=lambda r: r["ratio"])
+            if mine:
+                out[design, policy] = mine[len(mine) // 2]
+    return out
+
+
+def checks(rows: list[dict]) -> list[dict]:
+    """The issue's targets for the process design, on each policy's median repeat (every repeat's value
+    beside it); the thread design's ratio for comparison, with no target."""
+    out = []
+    for (design, policy), med in medians(rows).items():
+        same = [r for r in rows if (r["design"], r["policy"]) == (design, policy)]
+        target = (">=", 0.9) if design == "process" else (None, None)
+        out.append(report.check(f"{design}, {policy}: server / offline output tok/s", med["ratio"], *target,
+                                repeats=[r["ratio"] for r in same]))
+        if design == "process":
+            out.append(report.check(f"{design}, {policy}: TTFT the HTTP layer adds, p50 (ms)",
+                                    med["low_load"]["added_p50_ms"], "<", 5,
+                                    repeats=[r["low_load"]["added_p50_ms"] for r in same]))
+    out.append(report.check("same texts through the server as offline, every run", all(r["same_texts"] for r in rows),
+                            "==", True))
+    return out
 
 
 RUNS = [report.Column("run", "run"), report.Column("out (tokens)", "output_tokens", "d"),
         report.Column("time (s)", "time_s", ".2f"), report.Column("out (tok/s)", "out_tok_per_s", ".0f"),
         report.Column("vs offline (%)", "vs_offline", ".0%")]
 TIME = [report.Column("run", "run"), report.Column("engine steps (s)", "busy_s", ".2f"),
-        report.Column("engine thread between steps (s)", "between_steps_s", ".2f"),
+        report.Column("engine loop between steps (s)", "between_steps_s", ".2f"),
         report.Column("client beyond the engine (s)", "client_s", ".2f"), report.Column("total (s)", "time_s", ".2f"),
         report.Column("steps (count)", "steps", "d"), report.Column("mean step (ms)", "mean_step_ms", ".2f")]
-CPU = [report.Column("run", "run"), report.Column("CPU engine process / server (s)", "engine", ".2f"),
+CPU = [report.Column("run", "run"), report.Column("CPU server, both processes (s)", "engine", ".2f"),
        report.Column("CPU bench-serve client (s)", "client", ".2f"),
        report.Column("CPU other processes (s)", "other_processes", ".2f"),
        report.Column("CPU idle, all cores (s)", "idle", ".2f")]
+LOW = [report.Column("run", "run"), report.Column("client TTFT p50 (ms)", "client_ttft_p50_ms", ".2f"),
+       report.Column("engine TTFT p50 (ms)", "engine_ttft_p50_ms", ".2f"),
+       report.Column("HTTP adds p50 (ms)", "added_p50_ms", ".2f"), report.Column("HTTP adds p90 (ms)", "added_p90_ms", ".2f")]
 
 
 def show(res: dict) -> None:
     c, rows = res["conditions"], res["rows"]
-    med = rows[c["median_repeat"]]
-    off, srv, eng, low = med["offline"], med["server"], med["engine_side"], med["low_load"]
-    oc, sc = off["cpu_window"], srv["cpu_window"]
-    print(f"docstrings model, continuous, max_num_seqs {c['max_num_seqs']}, {c['num_prompts']} prompts all at once, "
-          f"greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch {c['torch']} with 1 thread; load average "
-          f"{c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} after; median of {len(rows)} repeats")
+    print(f"docstrings model, max_num_seqs {c['max_num_seqs']}, prefix caching on, {c['num_prompts']} prompts all at "
+          f"once, greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch "
+          f"{c['torch']} with 1 thread; load average {c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} "
+          f"after; each configuration's median of {len(rows) // 4} repeats")
+    meds = medians(rows)
     print()
-    report.print_table([{"run": "offline engine (wall clock)", **off, "vs_offline": 1},
-                        {"run": "server, bench-serve client side", **srv, "vs_offline": med["ratio"]}], RUNS)
-    print("\nwhere the time goes")
-    report.print_table([{"run": "offline", **off, "client_s": 0.0},
-                        {"run": "server", **eng, "client_s": srv["time_s"] - eng["span_s"], "time_s": srv["time_s"]}],
-                       TIME)
+    report.print_table([{"run": f"{d} {p}: offline engine", **m["offline"], "vs_offline": 1.0} for (d, p), m in
+                        meds.items() if d == "process"] +
+                       [{"run": f"{d} {p}: server, client side", **m["server"], "vs_offline": m["ratio"]}
+                        for (d, p), m in meds.items()], RUNS)
+    print("\nwhere the time goes (server runs)")
+    report.print_table([{"run": f"{d} {p}", **m["engine_side"], "client_s": m["server"]["time_s"] -
+                         m["engine_side"]["span_s"], "time_s": m["server"]["time_s"]} for (d, p), m in meds.items()], TIME)
     print()
-    report.print_table([{"run": "offline", **oc, "client": 0.0}, {"run": "server", **sc, "engine": sc["server"]}], CPU)
-    need = sc["server"] + sc["client"]
-    print(f"\nCPU the work needed: offline {oc['engine']:.2f} s; served {sc['server']:.2f} (server) + "
-          f"{sc['client']:.2f} (client) = {need:.2f} s, {need / oc['engine']:.2f}x. Other processes used "
-          f"{sc['other_processes'] / sc['seconds']:.2f} of the {c['cpus']} cores during the server run, "
-          f"{oc['other_processes'] / oc['seconds']:.2f} during the offline one.")
-    print(f"With one core to itself, the served run can reach at most {oc['engine'] / need:.0%} of offline; "
-          f"the server process alone (engine and HTTP threads) needs {sc['server'] / oc['engine']:.2f}x the offline CPU.")
-    print(f"\nlow load ({low['requests']} requests one at a time, 8 tokens): client TTFT p50 "
-          f"{low['client_ttft_p50_ms']:.2f} ms, engine TTFT p50 {low['engine_ttft_p50_ms']:.2f} ms")
-    print("\nchecks on the median repeat, every repeat's value in brackets")
+    report.print_table([{"run": f"{d} {p}", **m["server"]["cpu_window"], "engine": m["server"]["cpu_window"]["server"]
+                         + m["server"]["cpu_window"].get("engine_core", 0.0)} for (d, p), m in meds.items()], CPU)
+    print("\nlow load (one request at a time, 8 tokens): TTFT p50 at the client, at the engine, and what HTTP adds")
+    report.print_table([{"run": f"{d} {p}", **m["low_load"]} for (d, p), m in meds.items()], LOW)
+    print("\nchecks on each configuration's median repeat, every repeat's value in brackets")
     report.print_checks(res["checks"])
 
 

@@ -180,8 +180,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(model="docstrings")
     p.add_argument("--policy", default="continuous", choices=list(POLICIES))
     p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--enable-prefix-caching", action="store_const", const="on", default="off",
-                   help="share cached prompt prefixes (vLLM's flag)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="share cached prompt prefixes, as vLLM V1 does by default (n > 1 choices share their "
+                        "prompt's KV through it)")
+    p.add_argument("--engine-core", default="process", choices=["process", "thread"],
+                   help="the engine in a process of its own (vLLM V1's split) or in a thread of the server's")
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
@@ -204,10 +207,26 @@ def cmd_serve(args) -> None:
         raise InvalidValue("--max-waiting", args.max_waiting, "must be >= 1 (a new request waits until the next step)")
     from .serve.server import serve  # FastAPI and uvicorn only when serving
 
-    serve(args.model, engine_config(args, args.policy, args.enable_prefix_caching == "on"),
+    config = engine_config(args, args.policy, args.enable_prefix_caching)
+    check_knobs(args.model, config)
+    serve(args.model, config,
           name=args.served_model_name, host=args.host, port=args.port, max_waiting=args.max_waiting,
           drain_timeout=args.drain_timeout, stream_interval=args.stream_interval, timeline_path=args.timeline,
-          log_level=args.log_level, access_log=args.access_log)
+          engine_core=args.engine_core, log_level=args.log_level, access_log=args.access_log)
+
+
+def check_knobs(model: str, config: EngineConfig) -> None:
+    """Refuse bad knobs here, before a server and an engine process start: resolve them against
+    the model's config.json as the engine's builder will."""
+    from .core.builder import resolve
+    from .core.policies import make_policy
+    from .config import MODEL_PRESETS, ModelConfig
+    from .model.loader import resolve_model_path
+
+    config.validate()
+    path = resolve_model_path(model)
+    resolve(config, make_policy(config.policy), MODEL_PRESETS[model] if path is None else
+            ModelConfig.from_json(path / "config.json"))
 
 
 # ---- the parser ---------------------------------------------------------------------

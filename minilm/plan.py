@@ -5,7 +5,7 @@ the requests, so it carries all they need.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .config import ModelConfig
@@ -53,6 +53,7 @@ class ModelOutput:
     """What the executor returns: the tokens each request that samples in this step drew."""
 
     sampled_token_ids: dict[str, list[int]]
+    logprobs: dict[str, list] = field(default_factory=dict)  # for requests that asked: one entry a token
 
 
 @runtime_checkable

@@ -28,10 +28,17 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0           # no EOS or stop id before this many tokens
+    logprobs: int | None = None   # return each token's log-probability and the top-N (None: none)
 
     def validate(self, request_id: str | None = None) -> None:
         check_int("max_tokens", self.max_tokens, 1, request_id=request_id)
         check_int("top_k", self.top_k, 0, "must be an integer >= 0 (0 turns it off)", request_id)
+        check_int("min_tokens", self.min_tokens, 0, request_id=request_id)
+        if self.min_tokens > self.max_tokens:
+            raise InvalidValue("min_tokens", self.min_tokens, f"must be <= max_tokens={self.max_tokens}", request_id)
+        if self.logprobs is not None:
+            check_int("logprobs", self.logprobs, 0, "must be an integer >= 0 or None", request_id)
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise InvalidValue("temperature", self.temperature, "must be a number >= 0 (0 is greedy)", request_id)
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -56,6 +63,7 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
     block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (core/prefix_cache.py)
+    output_logprobs: list = field(default_factory=list)  # with params.logprobs: [logprob, [[id, logprob], ...]] a token
 
     @property
     def prompt_len(self) -> int:

@@ -1,8 +1,9 @@
-"""A real server on a free port, in this process (tests/test_server.py, tests/test_bench_serve.py).
+"""A real server on a free port (tests/test_server.py, tests/test_bench_serve.py).
 
-uvicorn runs in a thread with its own event loop; the engine runs in the server's engine
-thread; the test talks to it over real HTTP. Being in-process lets a test look at the
-engine afterwards (its KV blocks, its timeline) once the server is idle.
+uvicorn runs in a thread of the test's process with its own event loop; the test talks to
+it over real HTTP. `serving` keeps the engine in a thread of this process (the in-process
+design), so a test can look at the engine afterwards (its KV blocks, its timeline) once the
+server is idle; `serving_process` puts it in a process of its own (the default design).
 """
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ import uvicorn
 
 from minilm import Engine, EngineConfig
 from minilm.core.clock import WallClock
+from minilm.model.loader import resolve_model_path
+from minilm.model.tokenizer import load_tokenizer
+from minilm.serve.engine_core import ProcessEngineClient
+from minilm.serve.engine_thread import ThreadEngineClient
+from minilm.serve.metrics import ServerMetrics
 from minilm.serve.process import free_port
 from minilm.serve.server import create_app
 
@@ -23,21 +29,36 @@ def docstrings_engine(**knobs) -> Engine:
 
 
 @contextmanager
-def serving(engine: Engine | None = None, **app_knobs):
-    """Yields (base_url, engine, app); the server stops (engine thread included) on exit."""
+def serving(engine: Engine | None = None, **client_knobs):
+    """Yields (base_url, engine, app), the engine in a thread; the server stops (engine thread included) on exit."""
     engine = engine or docstrings_engine()
-    app = create_app(engine, "docstrings", **app_knobs)
+    client = ThreadEngineClient(engine, ServerMetrics("docstrings"), **client_knobs)
+    with running(create_app(client, "docstrings", engine.tokenizer)) as url:
+        yield url, engine, client
+
+
+@contextmanager
+def serving_process(**knobs):
+    """Yields (base_url, client), the engine in a process of its own; `knobs`: EngineConfig's."""
+    config = EngineConfig(**{"max_num_seqs": 16, "enable_prefix_caching": True, **knobs})
+    client = ProcessEngineClient("docstrings", config, ServerMetrics("docstrings"))
+    with running(create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))) as url:
+        yield url, client
+
+
+@contextmanager
+def running(app):
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # the process design starts a process that imports torch
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}", engine, app
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)

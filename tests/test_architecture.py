@@ -51,7 +51,7 @@ def minilm_namespace() -> dict[str, object]:
         module = importlib.import_module(info.name)
         names[info.name.rsplit(".", 1)[-1]] = module
         names.update({k: v for k, v in vars(module).items()
-                      if not k.startswith("_") and getattr(v, "__module__", info.name).startswith("minilm")})
+                      if not k.startswith("_") and (getattr(v, "__module__", None) or info.name).startswith("minilm")})
     return names
 
 

@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -81,7 +82,7 @@ def test_stream_format_and_usage(server):
     assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 4 + ["length"]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
     assert usage["usage"]["prompt_tokens"] == len(load_tokenizer(CHECKPOINTS_DIR / "docstrings").encode(PROMPTS[0]))
-    body["messages"] = [{"role": "user", "content": PROMPTS[0]}]
+    body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
     chat = [json.loads(ln.removeprefix("data: ")) for ln in
             httpx.post(f"{url}/v1/chat/completions", json=body).text.split("\n\n")[:-2] if ln]
     assert chat[0]["object"] == "chat.completion.chunk" and chat[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -159,8 +160,15 @@ BAD = [  # (body or raw text, the parameter the error names, a word its message 
     ({"prompt": "x", "temperature": -1}, "temperature", "temperature=-1"),
     ({"prompt": "x", "top_p": 0}, "top_p", "top_p=0"),
     ({"prompt": "x", "top_k": 1.5}, "top_k", "top_k=1.5"),
-    ({"prompt": "x", "n": 2}, "n", "n=2"),
-    ({"prompt": "x", "stop": ["\n"]}, "stop", "stop_token_ids"),
+    ({"prompt": "x", "n": 0}, "n", "n=0"),
+    ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4"),
+    ({"prompt": "x", "stop": ""}, "stop", "non-empty"),
+    ({"prompt": "x", "suffix": "tail"}, "suffix", "suffix='tail'"),
+    ({"prompt": "x", "frobnicate": 1}, "frobnicate", "unsupported parameter(s) frobnicate"),
+    ({"prompt": "x", "logprobs": 50}, "logprobs", "logprobs=50"),
+    ({"prompt": "x", "min_tokens": 20, "max_tokens": 4}, "min_tokens", "min_tokens=20"),
+    ({"prompt": [1] * 300}, "prompt", "maximum context length"),
+    ({"prompt": "x", "best_of": 3}, "best_of", "best_of=3"),
     ({"prompt": ["a", "b"]}, "prompt", "one prompt"),
     ({"prompt": [1, 99999]}, "prompt", "99999"),
     ({"prompt": ""}, "prompt", "empty"),
@@ -353,3 +361,145 @@ def test_serve_and_bench_serve_command_lines(capsys):
     assert main(["bench-serve", "--base-url", "http://127.0.0.1:9", "--rate", "-1"]) == 2
     assert main(["bench-serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "cannot reach an OpenAI-compatible server" in capsys.readouterr().err
+
+
+# ---- the process design (the default): the engine core in a process of its own ---------------------
+@pytest.fixture(scope="module")
+def process_server():
+    from serving import serving_process
+
+    with serving_process(max_num_seqs=32) as s:
+        yield s
+
+
+def test_the_process_design_streams_the_engines_greedy_text_and_200_concurrent_streams(process_server):
+    url, client = process_server
+    expected = offline(PROMPTS[:3], 24)
+
+    async def all_at_once():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            async def one(i: int):
+                r = await http.post("/v1/completions", json={"prompt": PROMPTS[i % 3], "max_tokens": 24,
+                                                             "temperature": 0, "stream": i % 2 == 0})
+                if i % 2:
+                    return r.json()["choices"][0]["text"], r.json()["usage"]["completion_tokens"]
+                chunks = [json.loads(ln[6:]) for ln in r.text.split("\n\n") if ln and ln != "data: [DONE]"]
+                return "".join(c["choices"][0]["text"] for c in chunks), len(chunks)
+            return await asyncio.gather(*(one(i) for i in range(200)))
+
+    results = asyncio.run(all_at_once())
+    assert all(text == expected[i % 3] for i, (text, _) in enumerate(results))
+    tl = httpx.get(f"{url}/timeline").json()
+    finished = [r for r in tl["requests"] if r["finish_reason"] != "aborted"]
+    assert len(finished) >= 200 and not tl["unfinished"]  # nothing lost
+    assert client.pid != os.getpid()
+
+
+def test_n_choices_share_the_prompts_kv_and_seeds_repeat(process_server):
+    url, _ = process_server
+    prompt = " ".join(PROMPTS)  # a prompt of several full KV blocks
+    body = {"prompt": prompt, "max_tokens": 8, "n": 3, "temperature": 1.0, "seed": 7, "ignore_eos": True}
+    first = httpx.post(f"{url}/v1/completions", json=body).json()
+    again = httpx.post(f"{url}/v1/completions", json=body).json()
+    texts = [c["text"] for c in first["choices"]]
+    assert [c["index"] for c in first["choices"]] == [0, 1, 2] and len(set(texts)) > 1  # seeds 7, 8, 9 differ
+    assert texts == [c["text"] for c in again["choices"]]  # and repeat
+    assert first["usage"]["completion_tokens"] == 24
+    tl = httpx.get(f"{url}/timeline").json()
+    n_requests = [r for r in tl["requests"] if r["prompt_len"] == first["usage"]["prompt_tokens"]][:3]
+    assert [r["num_cached_tokens"] > 0 for r in n_requests] == [False, True, True]  # the 2nd and 3rd share its blocks
+
+
+def test_stop_strings_even_across_tokens_streaming_or_not(process_server):
+    from minilm import Engine
+
+    url, _ = process_server
+    engine = Engine("docstrings")
+    engine.add_request("g", prompt=PROMPTS[0], max_tokens=40)
+    engine.run()
+    ids = engine.requests["g"].output_ids
+    full = engine.tokenizer.decode(ids)
+    ends = [len(engine.tokenizer.decode(ids[:i + 1])) for i in range(len(ids))]  # where each token's text ends
+    cut = next(e for a, e in zip(ends, ends[1:]) if a >= 3 and e - a >= 2 and full[:a].count(full[a - 2:a + 2]) == 0)
+    stop = full[cut - 2:cut + 2]  # two characters of one token and two of the next: it spans the boundary
+    for stream in (False, True):
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0,
+                                                      "stop": [stop, "never appears"], "stream": stream})
+        if stream:
+            chunks = [json.loads(ln[6:]) for ln in r.text.split("\n\n") if ln and ln != "data: [DONE]"]
+            text, reason = "".join(c["choices"][0]["text"] for c in chunks), chunks[-1]["choices"][0]["finish_reason"]
+        else:
+            text, reason = r.json()["choices"][0]["text"], r.json()["choices"][0]["finish_reason"]
+        assert text == full[:full.index(stop)] and reason == "stop", (stream, text, full)
+
+
+def test_logprobs_are_the_engines(process_server):
+    from minilm import Engine
+
+    url, _ = process_server
+    r = httpx.post(f"{url}/v1/completions", json={"prompt": PROMPTS[1], "max_tokens": 6, "temperature": 0,
+                                                  "logprobs": 3, "ignore_eos": True}).json()
+    lp = r["choices"][0]["logprobs"]
+    engine = Engine("docstrings")
+    engine.add_request("x", prompt=PROMPTS[1], max_tokens=6, ignore_eos=True, logprobs=3)
+    engine.run()
+    ours = engine.requests["x"].output_logprobs
+    assert lp["token_logprobs"] == pytest.approx([e[0] for e in ours], abs=1e-5)
+    assert [list(t.values()) for t in lp["top_logprobs"]] == [pytest.approx([v for _, v in e[1]], abs=1e-5) for e in ours]
+    assert all(max(t.values()) == pytest.approx(v, abs=1e-5) for t, v in zip(lp["top_logprobs"], lp["token_logprobs"]))
+    chat = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": PROMPTS[1]}],
+                                                          "max_tokens": 3, "temperature": 0, "logprobs": True,
+                                                          "top_logprobs": 2}).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == chat["usage"]["completion_tokens"] and all(len(c["top_logprobs"]) == 2 for c in content)
+
+
+def test_a_huge_body_does_not_hold_up_small_requests(process_server):
+    """A 25 MB prompt (5 million tokens) is refused before it is read (413), quickly, and small
+    requests sent beside it take no longer than alone (medians, each measured next to the
+    other, on a machine whose other work adds noise of its own)."""
+    url, _ = process_server
+
+    def small() -> float:
+        t = time.perf_counter()
+        assert httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 8}).status_code == 200
+        return time.perf_counter() - t
+
+    alone = [small() for _ in range(5)]
+    sender = subprocess.Popen([sys.executable, "-c", f"""
+import httpx, json, time
+body = json.dumps({{"prompt": "word " * 5_000_000}})  # from another process, as an attacker's would come
+t = time.perf_counter()
+r = httpx.post("{url}/v1/completions", content=body, headers={{"Content-Type": "application/json"}}, timeout=120)
+print(r.status_code, r.json()["error"]["code"], time.perf_counter() - t)"""], stdout=subprocess.PIPE, text=True)
+    beside = []
+    while sender.poll() is None or len(beside) < 5:  # small requests for as long as the huge one is in flight
+        beside.append(small())
+    alone += [small() for _ in range(5)]
+    status, code, seconds = sender.communicate(timeout=120)[0].split()
+    assert (status, code) == ("413", "request_too_large") and float(seconds) < 2.0  # it used to take 26 s
+    assert statistics.median(beside) <= 2 * statistics.median(alone), (alone, beside)
+
+
+def test_a_killed_engine_process_ends_streams_with_an_error_and_new_requests_get_503():
+    from serving import serving_process
+
+    with serving_process() as (url, client):
+        async def stream_then_kill():
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                async with http.stream("POST", "/v1/completions", json={"prompt": "Return the", "max_tokens": 200,
+                                                                        "ignore_eos": True, "stream": True}) as r:
+                    lines = []
+                    async for line in r.aiter_lines():
+                        if line:
+                            lines.append(line)
+                        if len(lines) == 3:
+                            os.kill(client.pid, signal.SIGKILL)
+                    return lines
+
+        lines = asyncio.run(stream_then_kill())
+        assert lines[-1] == "data: [DONE]" and "the engine stopped" in json.loads(lines[-2][6:])["error"]["message"]
+        t = time.perf_counter()
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503 and time.perf_counter() - t < 1.0
+        assert httpx.get(f"{url}/health").status_code == 503

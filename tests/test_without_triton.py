@@ -49,13 +49,18 @@ with pytest.raises(InvalidValue, match="needs triton, which is not installed her
 
 # a server, over real HTTP
 import httpx, uvicorn
-from minilm.core.clock import WallClock
+from minilm.config import EngineConfig
+from minilm.model.loader import resolve_model_path
+from minilm.model.tokenizer import load_tokenizer
+from minilm.serve.engine_core import ProcessEngineClient
+from minilm.serve.metrics import ServerMetrics
 from minilm.serve.process import free_port
 from minilm.serve.server import create_app
 
 port = free_port()
-server = uvicorn.Server(uvicorn.Config(create_app(Engine("docstrings", clock=WallClock()), "docstrings"),
-                                       host="127.0.0.1", port=port, log_level="warning"))
+client = ProcessEngineClient("docstrings", EngineConfig(), ServerMetrics("docstrings"))  # its own process: no Triton there either
+app = create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))
+server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
 threading.Thread(target=server.run, daemon=True).start()
 while not server.started:
     time.sleep(0.05)

@@ -5,7 +5,7 @@ checkpoint directory or a LlamaModel (-> ModelRunner), or an Executor used as it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,19 +21,10 @@ from .kv_cache import KVCacheManager, cdiv
 from .policies import Policy, make_policy
 
 
-@dataclass
-class EngineParts:
-    config: EngineConfig  # resolved: no None left where the engine needs a value
-    policy: Policy
-    tokenizer: object
-    kv_manager: KVCacheManager
-    executor: Executor
-    clock: MeasuredClock
-
-
-def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> EngineParts:
-    """Everything an engine needs. Bad knobs raise InvalidValue before the KV cache is allocated.
-    `block_pool(num_blocks)` replaces the KV cache's free list (exercise 4)."""
+def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> tuple:
+    """(config resolved, policy, tokenizer, KV cache manager, executor, clock): everything an engine
+    needs. Bad knobs raise InvalidValue before the KV cache is allocated. `block_pool(num_blocks)`
+    replaces the KV cache's free list (exercise 4)."""
     config.validate()
     policy = make_policy(config.policy)
     name = "custom"
@@ -55,8 +46,7 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
         if torch.device(config.device).type == "cpu":
             torch.set_num_threads(config.cpu_threads)
         model = ModelRunner(model, config, name)
-    return EngineParts(config, policy, tokenizer or ByteTokenizer(), kv_manager, model,
-                       clock or MeasuredClock(config.device))
+    return config, policy, tokenizer or ByteTokenizer(), kv_manager, model, clock or MeasuredClock(config.device)
 
 
 def resolve(config: EngineConfig, policy: Policy, model: ModelConfig) -> EngineConfig:

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import Iterable
 
+from tqdm.auto import tqdm
+
 from ..config import EngineConfig, InvalidValue
 from ..plan import StepPlan
 from ..request import Request, SamplingParams
@@ -33,10 +35,8 @@ class Engine:
 
     def __init__(self, model="tiny", config: EngineConfig | None = None, *, tokenizer=None, clock=None,
                  block_pool=None, **knobs):
-        parts = build(model, replace(config or EngineConfig(), **knobs), tokenizer=tokenizer, clock=clock,
-                      block_pool=block_pool)
-        self.config, self.policy, self.tokenizer = parts.config, parts.policy, parts.tokenizer
-        self.kv_manager, self.executor, self.clock = parts.kv_manager, parts.executor, parts.clock
+        self.config, self.policy, self.tokenizer, self.kv_manager, self.executor, self.clock = build(
+            model, replace(config or EngineConfig(), **knobs), tokenizer=tokenizer, clock=clock, block_pool=block_pool)
         self.model_config = self.executor.model_config
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
         self.requests: dict[str, Request] = {}
@@ -118,15 +118,15 @@ class Engine:
                                f"{c.num_blocks}; it could never run", rid)
         self.policy.check_request(req, c)
 
-    def abort(self, request_id: str) -> bool:
+    def abort(self, request_id: str, reason: str = "aborted") -> bool:
         """Stop an unfinished request now (between steps): its KV is freed and the timeline
-        records it as finished with reason "aborted". False if it had already finished."""
+        records it as finished with `reason`. False if it had already finished."""
         req = self.requests.get(request_id)
         if req is None:
             raise InvalidValue("request_id", request_id, "unknown")
         if req.finished:
             return False
-        self.scheduler.finish(req, "aborted")
+        self.scheduler.finish(req, reason)
         self._retire([req], self.clock.now)
         return True
 
@@ -170,24 +170,17 @@ class Engine:
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(self.requests), desc=self.policy.name, unit="req", delay=2.0)
         # The timeline grows by many small records that form no reference cycles; the cyclic
         # GC re-scanned them all on every pass (half of a simulated 1,000-request run), so it pauses.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            while self.step() is not None:
-                if bar is not None:
+            with tqdm(total=len(self.requests), desc=self.policy.name, unit="req", delay=2, disable=not progress) as bar:
+                while self.step() is not None:
                     bar.update(len(self.timeline.requests) - bar.n)
         finally:
             if gc_was_enabled:
                 gc.enable()
-        if bar is not None:
-            bar.close()
         return self.timeline
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:

@@ -114,8 +114,9 @@ class KVCacheManager:
             fresh = self.pool.get_new_blocks(need)
             table = table + list(computed) + fresh
             self.block_tables[request.request_id] = table
-            if self.cached_free:
-                self._taken(list(computed) + fresh)
+            if not self.cached_free.isdisjoint(table):  # cached-free blocks taken back or evicted
+                self.cached_free.difference_update(table)
+                self._cached_free_list = None
         if self.caching:
             full = (request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens) // self.block_size
             self.cache_blocks(request, table, full)
@@ -144,11 +145,6 @@ class KVCacheManager:
                 if kept:
                     self.cached_free |= kept
                     self._cached_free_list = None
-
-    def _taken(self, blocks: list[int]) -> None:
-        if not self.cached_free.isdisjoint(blocks):
-            self.cached_free.difference_update(blocks)
-            self._cached_free_list = None
 
     def snapshot(self) -> tuple[dict[str, list[int]], list[int] | None]:
         """Every block table, and the free blocks that keep a cached prefix (None without

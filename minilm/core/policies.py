@@ -21,6 +21,7 @@ class Policy(ABC):
     policy that runs each prompt whole in one step (as yours in exercise 3 does)."""
 
     name = "policy"
+    whole_prompts = True  # a prompt (or a preempted sequence) runs in one step: it must fit one
 
     @abstractmethod
     def schedule(self, step: StepBuilder) -> None:
@@ -31,8 +32,8 @@ class Policy(ABC):
         return max(config.max_model_len, config.max_num_seqs)
 
     def check_request(self, req: Request, config: EngineConfig) -> None:
-        """Raise InvalidValue for a request this policy could never run (here: one that could never fit a step)."""
-        if req.max_len - 1 > config.max_num_batched_tokens:
+        """Raise InvalidValue for a request this policy could never run."""
+        if self.whole_prompts and req.max_len - 1 > config.max_num_batched_tokens:
             raise InvalidValue(
                 "max_tokens", req.params.max_tokens,
                 f"prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} tokens > max_num_batched_tokens="
@@ -78,6 +79,7 @@ class StaticPolicy(Policy):
     has reached, and when the batch's KV can go (when its longest row ends)."""
 
     name = "static"
+    whole_prompts = False  # no budget; the engine checks that a request's KV fits alone
 
     def __init__(self) -> None:
         self.batch: list[Request] = []
@@ -85,9 +87,6 @@ class StaticPolicy(Policy):
 
     def default_token_budget(self, config: EngineConfig) -> int | None:
         return None  # a batch's padded prefill runs whole, however long
-
-    def check_request(self, req: Request, config: EngineConfig) -> None:
-        pass  # no budget; the engine checks that a request's KV fits alone
 
     def schedule(self, step: StepBuilder) -> None:
         if step.num_running == 0:  # the last batch has fully finished (only its rows ever run)
@@ -146,12 +145,10 @@ class ContinuousPolicy(Policy):
 
 class ChunkedPolicy(Policy):
     name = "chunked"
+    whole_prompts = False  # any prompt fits: it is cut into chunks
 
     def default_token_budget(self, config: EngineConfig) -> int | None:
         return max(256, config.max_num_seqs)
-
-    def check_request(self, req: Request, config: EngineConfig) -> None:
-        pass  # any prompt fits: it is cut into chunks
 
     def schedule(self, step: StepBuilder) -> None:
         schedule_decodes(step)

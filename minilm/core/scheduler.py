@@ -66,7 +66,9 @@ class Scheduler:
             req = w.request
             if w.num_new_tokens:
                 req.num_computed_tokens = w.start + w.num_new_tokens
-            for token in sampled.get(req.request_id, ()):
+            for i, token in enumerate(sampled.get(req.request_id, ())):
+                if req.request_id in output.logprobs:
+                    req.output_logprobs.append(output.logprobs[req.request_id][i])
                 reason = req.append_output(token)
                 if reason is not None:
                     self.finish(req, reason)

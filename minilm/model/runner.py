@@ -16,7 +16,7 @@ from ..plan import ModelOutput, StepPlan
 from .attention import get_backend
 from .llama import AttentionMetadata, LlamaModel
 from .loader import resolve_dtype
-from .sampling import sample
+from .sampling import sample, token_logprobs
 
 
 def allocate_kv_cache(model: ModelConfig, num_blocks: int, block_size: int,
@@ -106,8 +106,13 @@ class ModelRunner:
                 return ModelOutput({})
             logits = self.model.logits(hidden[inp.sample_rows])
         reqs = [w.request for w in inp.sample_work]
+        logprobs = token_logprobs(logits, [r.params.logprobs for r in reqs])  # raw, as vLLM's: before any mask
+        for i, r in enumerate(reqs):  # min_tokens: no end (EOS, a stop id) yet
+            if len(r.output_ids) < r.params.min_tokens:
+                logits[i, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]] = float("-inf")
         tokens = sample(logits, [r.params for r in reqs], [self.generator(r) for r in reqs])
-        return ModelOutput({r.request_id: [t] for r, t in zip(reqs, tokens)})
+        return ModelOutput({r.request_id: [t] for r, t in zip(reqs, tokens)},
+                           {r.request_id: [lp(t)] for r, lp, t in zip(reqs, logprobs, tokens) if lp})
 
     def generator(self, req) -> torch.Generator | None:
         """A seeded request's own generator (sampling.py says why)."""

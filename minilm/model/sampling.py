@@ -32,3 +32,17 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
         probs = row.softmax(-1).cpu()
         tokens[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
     return tokens
+
+
+def token_logprobs(logits: torch.Tensor, num_top: list[int | None]) -> list:
+    """Per row, None (no log-probabilities asked) or a function of the sampled token that gives
+    [its logprob, [[id, logprob] of the `num_top` most likely tokens]]."""
+    if all(n is None for n in num_top):
+        return [None] * len(num_top)
+    logp = logits.float().log_softmax(-1).cpu()
+
+    def of_row(row: torch.Tensor, n: int):
+        top = torch.topk(row, n) if n else None
+        best = [[int(t), float(v)] for t, v in zip(top.indices, top.values)] if n else []
+        return lambda token: [float(row[token]), best]
+    return [None if n is None else of_row(logp[i], n) for i, n in enumerate(num_top)]

@@ -9,13 +9,10 @@ from pathlib import Path
 class ByteTokenizer:
     """Every UTF-8 byte is a token (ids 0-255); 256 is BOS and 257 is EOS."""
 
-    bos_token_id = 256
-    eos_token_id = 257
-    vocab_size = 258
+    bos_token_id, eos_token_id, vocab_size = 256, 257, 258
 
-    def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        ids = list(text.encode("utf-8"))
-        return [self.bos_token_id] + ids if add_bos else ids
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
         # ids past the bytes (a random model's vocabulary can be larger) show as U+FFFD
@@ -34,9 +31,8 @@ class HFTokenizer:
         self.eos_token_id = self._tok.token_to_id(eos_token)
         self.vocab_size = self._tok.get_vocab_size()
 
-    def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=False).ids
-        return [self.bos_token_id] + ids if add_bos and self.bos_token_id is not None else ids
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=True)

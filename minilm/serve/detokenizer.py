@@ -36,3 +36,25 @@ class IncrementalDetokenizer:
         self.read_offset = len(self.ids)
         self.prefix_offset = max(0, self.read_offset - WINDOW)
         return new
+
+
+class StopChecker:
+    """Stop strings, which the engine knows nothing of (it sees tokens): the text is searched
+    as it grows, and text that could be the start of a stop string is held back until the
+    next piece shows whether it is, so no text past a stop string is ever sent, even when
+    the string spans two tokens (as vLLM's output processor does)."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.held = ""
+
+    def add(self, text: str, final: bool) -> tuple[str, bool]:
+        """(the text that may be sent now, whether a stop string was found: then send nothing more)."""
+        text = self.held + text
+        found = [text.find(s) for s in self.stops if s in text]
+        if found:
+            return text[:min(found)], True
+        cut = len(text) if final else max(0, len(text) - self.hold)
+        self.held = text[cut:]
+        return text[:cut], False

@@ -12,16 +12,17 @@
     vllm:e2e_request_latency_seconds   histogram  finish - arrival
     vllm:request_queue_time_seconds    histogram  first scheduled - arrival
 
-Every value comes from the engine's own records, updated in the engine thread after each
-step: once every request has finished, the counters equal sums over the timeline
-(tests/test_server.py checks). Each is labelled `model_name`, like vLLM's. The histogram
-buckets are vLLM's.
+Every value comes from the engine's own records: where the engine runs, each step's
+numbers are measured (engine_loop.py: `StepStats`) and sent to the HTTP side with the
+step's tokens, which observes them here. Once every request has finished, the counters
+equal sums over the timeline (tests/test_server.py checks). Each is labelled
+`model_name`, like vLLM's. The histogram buckets are vLLM's.
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..core.engine import Engine
+from .messages import StepStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -53,34 +54,21 @@ class ServerMetrics:
         self.queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.",
                                     label, buckets=LATENCY_BUCKETS, registry=r)
 
-    def observe_step(self, engine: Engine, record, finished: list) -> None:
-        """After one step (engine thread): its sampled tokens, first tokens, finished requests."""
+    def observe(self, stats: StepStats) -> None:
+        """One step's numbers (or an abort's: a finish and the gauges)."""
         m = self.model_name
-        for rid in dict.fromkeys(i.request_id for i in record.items if i.kind in ("prefill", "decode")):
-            req = engine.requests[rid]
-            if not req.token_times or req.token_times[-1] != record.t_end:
-                continue  # sampled nothing in this step (a prompt chunk)
-            self.generation_tokens.labels(m).inc()
-            if len(req.token_times) == 1:
-                self.ttft.labels(m).observe(req.t_first_token - req.arrival)
-                self.queue_time.labels(m).observe(req.t_scheduled - req.arrival)
-                self.prompt_tokens.labels(m).inc(req.prompt_len)
-            else:
-                self.itl.labels(m).observe(req.token_times[-1] - req.token_times[-2])
-        for req in finished:
-            self.finished(req)
-        self.preemptions.labels(m).inc(record.num_preempted)
-        self.update_gauges(engine)
-
-    def finished(self, req) -> None:
-        self.success.labels(self.model_name, req.finish_reason).inc()
-        self.e2e.labels(self.model_name).observe(req.t_finished - req.arrival)
-
-    def update_gauges(self, engine: Engine) -> None:
-        m = self.model_name
-        self.running.labels(m).set(engine.num_running)
-        self.waiting.labels(m).set(engine.num_waiting)
-        self.kv_usage.labels(m).set(engine.kv_usage)
+        self.generation_tokens.labels(m).inc(stats.generation_tokens)
+        self.prompt_tokens.labels(m).inc(stats.prompt_tokens)
+        for name, values in ((self.ttft, stats.ttfts), (self.queue_time, stats.queue_times), (self.itl, stats.itls)):
+            for v in values:
+                name.labels(m).observe(v)
+        for reason, e2e in stats.finished:
+            self.success.labels(m, reason).inc()
+            self.e2e.labels(m).observe(e2e)
+        self.preemptions.labels(m).inc(stats.preemptions)
+        self.running.labels(m).set(stats.running)
+        self.waiting.labels(m).set(stats.waiting)
+        self.kv_usage.labels(m).set(stats.kv_usage)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

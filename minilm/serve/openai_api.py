@@ -5,25 +5,29 @@ Only what `server.py` needs, written out by hand so every rule is visible:
     parse_request(body, kind, ...)   a JSON body -> GenerateRequest, or BadRequest (HTTP 400)
     engine_error(e, request)         the engine's own InvalidValue -> a 400 with OpenAI's `param`
     chat_prompt(messages)            the chat template (the docstrings model is not a chat model)
-    completion_chunk / chat_chunk    one SSE event's JSON for a piece of text
+    chunk / full_response            one SSE event's JSON / a whole response, for n choices
     usage(...)                       the token counts OpenAI reports
 
 What is OpenAI's is checked here: the body's shape and types, OpenAI's ranges
-(temperature up to 2), the model's name, options the engine lacks. What is the
-engine's (an empty prompt, token ids outside the vocabulary, a context too long,
-max_tokens, top_p) the engine checks when the request reaches it, before anything
-changes, and `engine_error` names the body's field it came from. Either way the
-client gets OpenAI's error JSON, naming the value and what is allowed:
+(temperature up to 2, 4 stop strings, 20 top logprobs), the model's name, options the
+server cannot honour (any option outside `OPTIONS`, or one of them at a value the
+engine lacks: a 400 naming it). What is the engine's (an empty prompt, token ids outside
+the vocabulary, a context too long, max_tokens, min_tokens, top_p) the engine checks when
+the request reaches it, before anything changes, and `engine_error` names the body's
+field it came from. Either way the client gets OpenAI's error JSON, naming the value and
+what is allowed:
 
     {"error": {"message": ..., "type": "invalid_request_error", "param": ..., "code": ...}}
 
-vLLM's extensions that benchmarks send are accepted: `top_k`, `ignore_eos`,
-`stop_token_ids`, `repetition_penalty` (1.0 only), `min_tokens` (0 only).
+Supported: `n` (parallel sampling: n engine requests whose shared prompt the prefix cache
+computes once), `stop` strings (output.py), `logprobs` / `top_logprobs`, `seed`,
+`max_completion_tokens`, and vLLM's extensions `top_k`, `ignore_eos`, `min_tokens`,
+`stop_token_ids` (`repetition_penalty` 1.0 and `min_p` 0 only).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import InvalidValue
@@ -59,6 +63,13 @@ class GenerateRequest:
     include_usage: bool = False    # stream_options.include_usage: a last chunk with the token counts
     user: str | None = None        # OpenAI's `user` field: the lab puts it in the request id (the Gantt's row)
     max_tokens_param: str = "max_tokens"  # the body's name for it (chat: max_completion_tokens too)
+    n: int = 1                     # choices: n engine requests with one prompt, whose KV the prefix cache shares
+    stop: list[str] = field(default_factory=list)  # stop strings (the engine sees tokens: output.py cuts the text)
+
+    def child(self, i: int) -> GenerateRequest:
+        """Choice i of n: its own seed (seed + i), so that seeded choices differ and repeat."""
+        seed = self.sampling.get("seed")
+        return replace(self, sampling=self.sampling | ({"seed": seed + i} if seed is not None and i else {}))
 
     def param(self, engine_name: str) -> str | None:
         """The body's field for one of the engine's names (what a 400 calls `param`)."""
@@ -133,31 +144,45 @@ def refuse_unless(body: dict, name: str, ok, what: str) -> None:
         raise BadRequest(f"{name}={short(body[name])}: not supported by the minilm server ({what})", name)
 
 
-def parse_request(body: Any, kind: str, *, model_name: str, tokenizer, max_model_len: int) -> GenerateRequest:
+# Every option each endpoint takes. An option outside these gets a 400 naming it: a client
+# must learn that this server cannot honour it, not be silently ignored.
+COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed", "user",
+          "presence_penalty", "frequency_penalty", "logit_bias",
+          # vLLM's extensions that benchmarks and harnesses send
+          "top_k", "min_tokens", "ignore_eos", "stop_token_ids", "repetition_penalty", "min_p"}
+OPTIONS = {COMPLETIONS: COMMON | {"prompt", "logprobs", "echo", "best_of", "suffix"},
+           CHAT: COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
+                           "response_format", "parallel_tool_calls"}}
+MAX_LOGPROBS = 20  # top log-probabilities a token may ask for (OpenAI's chat limit; vLLM's default)
+
+
+def parse_request(body: Any, kind: str, *, model_name: str, tokenizer, max_model_len: int,
+                  max_prompt_bytes: int | None = None) -> GenerateRequest:
     """Check an OpenAI request body and tokenize its prompt; raises APIError (400) naming the bad value.
-    The engine checks the rest when the request reaches it (`engine_error`)."""
+    The engine checks the rest when the request reaches it (`engine_error`). A prompt of more than
+    `max_prompt_bytes` bytes could never fit the context: it is refused before it is tokenized."""
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - OPTIONS[kind])
+    if unknown:
+        raise BadRequest(f"unsupported parameter(s) {', '.join(unknown)}: the minilm server takes "
+                         f"{', '.join(sorted(OPTIONS[kind]))}", unknown[0], "unsupported_parameter")
     model = body.get("model")
     if model is not None and model != model_name:
         raise BadRequest(f"model={short(model)} does not exist; this server serves {model_name!r} "
                          f"(GET /v1/models)", "model", "model_not_found")
-    refuse_unless(body, "n", lambda v: v == 1, "one choice per request: n=1")
-    refuse_unless(body, "best_of", lambda v: v == 1, "best_of=1")
-    refuse_unless(body, "echo", lambda v: v is False, "echo=false")
-    refuse_unless(body, "logprobs", lambda v: v is False or v == 0, "no logprobs")
-    refuse_unless(body, "top_logprobs", lambda v: v == 0, "no logprobs")
-    refuse_unless(body, "stop", lambda v: v == [], "no stop strings; use stop_token_ids")
-    refuse_unless(body, "presence_penalty", lambda v: v == 0, "no penalties")
-    refuse_unless(body, "frequency_penalty", lambda v: v == 0, "no penalties")
-    refuse_unless(body, "repetition_penalty", lambda v: v == 1, "no penalties: repetition_penalty=1")
-    refuse_unless(body, "min_tokens", lambda v: v == 0, "min_tokens=0")
-    refuse_unless(body, "tools", lambda v: v == [], "no tools")
+    for name, neutral, what in (("echo", (False,), "echo=false"), ("suffix", ("",), "no suffix"),
+                                ("presence_penalty", (0,), "no penalties"), ("frequency_penalty", (0,), "no penalties"),
+                                ("repetition_penalty", (1,), "no penalties: repetition_penalty=1"),
+                                ("logit_bias", ({},), "no logit_bias"), ("min_p", (0,), "min_p=0"),
+                                ("tools", ([],), "no tools"), ("tool_choice", ("none",), "no tools"),
+                                ("parallel_tool_calls", (False,), "no tools"),
+                                ("response_format", ({"type": "text"},), "response_format text")):
+        refuse_unless(body, name, lambda v: v in neutral, what)
+    n = get_number(body, "n", 1, 1, 16, integer=True, allowed="must be an integer in [1, 16]")
+    refuse_unless(body, "best_of", lambda v: v == n, f"best_of=n ({n})")
 
-    if kind == CHAT:
-        prompt_ids = tokenizer.encode(chat_prompt(check_messages(body.get("messages"))))
-    else:
-        prompt_ids = prompt_tokens(body.get("prompt"), tokenizer)
+    prompt_ids = prompt_tokens(body, kind, tokenizer, max_model_len, max_prompt_bytes)
     # OpenAI's defaults: 16 tokens for completions; for chat, whatever fits the context
     name = "max_completion_tokens" if kind == CHAT and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = get_number(body, name, 16 if kind == COMPLETIONS else max(1, max_model_len - len(prompt_ids)),
@@ -170,6 +195,8 @@ def parse_request(body: Any, kind: str, *, model_name: str, tokenizer, max_model
         "seed": get_number(body, "seed", None, integer=True, allowed="must be an integer"),
         "ignore_eos": get_bool(body, "ignore_eos"),
         "stop_token_ids": tuple(get_int_list(body, "stop_token_ids")),
+        "min_tokens": get_number(body, "min_tokens", 0, integer=True, allowed="must be an integer"),
+        "logprobs": logprobs_asked(body, kind),
     }
     stream = get_bool(body, "stream")
     options = body.get("stream_options") or {}
@@ -180,7 +207,29 @@ def parse_request(body: Any, kind: str, *, model_name: str, tokenizer, max_model
     if user is not None and not isinstance(user, str):
         raise BadRequest(f"user={short(user)}: must be a string", "user")
     return GenerateRequest(kind, prompt_ids, max_tokens, sampling, stream, options.get("include_usage", False),
-                           user, name)
+                           user, name, n, stop_strings(body.get("stop")))
+
+
+def logprobs_asked(body: dict, kind: str) -> int | None:
+    """How many top log-probabilities each token comes with, or None for no logprobs at all:
+    completions' `logprobs` is that number; chat's is a switch, its number `top_logprobs`."""
+    allowed = f"must be an integer in [0, {MAX_LOGPROBS}]"
+    if kind == COMPLETIONS:
+        return get_number(body, "logprobs", None, 0, MAX_LOGPROBS, integer=True, allowed=allowed)
+    top = get_number(body, "top_logprobs", None, 0, MAX_LOGPROBS, integer=True, allowed=allowed)
+    if not get_bool(body, "logprobs"):
+        if top:
+            raise BadRequest(f"top_logprobs={top}: needs logprobs=true", "top_logprobs")
+        return None
+    return top or 0
+
+
+def stop_strings(value: Any) -> list[str]:
+    """OpenAI's `stop`: a string or up to 4 of them (empty strings would stop at once: refused)."""
+    stops = [value] if isinstance(value, str) else value or []
+    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(x, str) and x for x in stops):
+        raise BadRequest(f"stop={short(value)}: must be a non-empty string or a list of up to 4", "stop")
+    return stops
 
 
 def get_bool(body: dict, name: str) -> bool:
@@ -197,16 +246,31 @@ def get_int_list(body: dict, name: str) -> list[int]:
     return value
 
 
-def prompt_tokens(prompt: Any, tokenizer) -> list[int]:
-    """A completions `prompt`: text, or token ids (for a client that shares the lab's vocabulary)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return tokenizer.encode(prompt)
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return list(prompt)  # the engine checks that they are in its vocabulary
-    raise BadRequest(f"prompt={short(prompt)}: must be a string or a list of token ids "
-                     f"(one prompt per request)", "prompt")
+def prompt_tokens(body: dict, kind: str, tokenizer, max_model_len: int, max_prompt_bytes: int | None) -> list[int]:
+    """The prompt's token ids: chat messages through the chat template, a completions `prompt` as
+    text or as token ids (for a client that shares the lab's vocabulary). A prompt that could
+    never fit the context is refused before tokenizing (no request may make the others wait)."""
+    if kind == CHAT:
+        text, param = chat_prompt(check_messages(body.get("messages"))), "messages"
+    else:
+        text, param = body.get("prompt"), "prompt"
+        if isinstance(text, list) and len(text) == 1 and isinstance(text[0], (str, list)):
+            text = text[0]  # a batch of one
+    if isinstance(text, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in text):
+        if len(text) >= max_model_len:
+            raise too_long(f"{len(text)} tokens", param, max_model_len)
+        return list(text)  # the engine checks that they are in its vocabulary
+    if not isinstance(text, str):
+        raise BadRequest(f"prompt={short(text)}: must be a string or a list of token ids (one prompt per request)",
+                         param)
+    if max_prompt_bytes is not None and len(text.encode()) > max_prompt_bytes:
+        raise too_long(f"{len(text.encode()):,} bytes, more than the context holds", param, max_model_len)
+    return tokenizer.encode(text)
+
+
+def too_long(what: str, param: str, max_model_len: int) -> APIError:
+    return BadRequest(f"the prompt has {what}; this model's maximum context length is {max_model_len} tokens",
+                      param, "context_length_exceeded")
 
 
 # ---- responses ------------------------------------------------------------------
@@ -218,17 +282,17 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_chunk(rid: str, model: str, created: int, text: str, finish_reason: str | None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
-
-
-def chat_chunk(rid: str, model: str, created: int, text: str, finish_reason: str | None, first: bool) -> dict:
-    # OpenAI sends the role in a chunk of its own before any text; the lab puts it in the
-    # first token's chunk, so every chunk is one token (clients time tokens by chunks)
-    delta = {"role": "assistant", "content": text} if first else {"content": text}
-    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+def chunk(rid: str, model: str, created: int, kind: str, index: int, text: str, finish_reason: str | None,
+          logprobs: dict | None, first: bool) -> dict:
+    """One SSE event's JSON: a piece of choice `index`'s text."""
+    if kind == CHAT:
+        # OpenAI sends the role in a chunk of its own before any text; the lab puts it in the
+        # first token's chunk, so every chunk is one token (clients time tokens by chunks)
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
 def usage_chunk(rid: str, model: str, created: int, kind: str, counts: dict) -> dict:
@@ -236,16 +300,18 @@ def usage_chunk(rid: str, model: str, created: int, kind: str, counts: dict) -> 
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": counts}
 
 
-def full_response(rid: str, model: str, created: int, kind: str, text: str, finish_reason: str,
+def full_response(rid: str, model: str, created: int, kind: str, choices: list[tuple[str, str, dict | None]],
                   counts: dict) -> dict:
+    """A whole (non-streaming) response: `choices` are (text, finish reason, logprobs) in index order."""
     if kind == CHAT:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish_reason}
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": counts}
+        items = [{"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+                  "finish_reason": reason} for i, (text, reason, logprobs) in enumerate(choices)]
+        return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": items,
+                "usage": counts}
+    items = [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason}
+             for i, (text, reason, logprobs) in enumerate(choices)]
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": items,
+            "usage": counts}
 
 
 def now_s() -> int:

@@ -2,12 +2,13 @@
 
     python -m minilm serve --model docstrings --policy continuous --port 8000
 
-A thin layer: an HTTP request becomes `engine.add_request` (through the engine thread,
-engine_thread.py), and the engine's tokens become Server-Sent Events. The engine runs
-the same loop as offline; only its clock is the wall clock (core/clock.py: WallClock), so idle
-time is real and a request arrives when its HTTP request does.
+A thin layer: an HTTP request becomes an `Add` command for the engine, and the engine's
+tokens become Server-Sent Events. The engine runs the same loop as offline, on the wall
+clock, in a process of its own (engine_core.py, vLLM V1's split; `--engine-core thread`
+keeps it in a thread of this process: engine_thread.py). This side parses and tokenizes,
+detokenizes, cuts stop strings and formats; it never touches the engine itself.
 
-    POST /v1/completions        OpenAI completions, streaming (SSE) or not, `usage`
+    POST /v1/completions        OpenAI completions, streaming (SSE) or not, `usage`, n choices
     POST /v1/chat/completions   the same behind a chat template (openai_api.chat_prompt)
     GET  /v1/models             the one model served
     GET  /health                200 while the engine runs, 503 when it stopped or is shutting down
@@ -15,12 +16,14 @@ time is real and a request arrives when its HTTP request does.
     GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt)
     GET  /                      a page with a prompt box that streams the answer
 
-Errors are OpenAI's JSON: 400 for a bad request (openai_api.py names the bad value),
-429 when `--max-waiting` requests already wait, 503 while shutting down. A client that
-disconnects aborts its request: its KV blocks are freed before the next step and the
-timeline records it as "aborted". Ctrl-C stops taking requests, lets those in flight
-finish for `--drain-timeout` seconds, aborts the rest (their streams end with
-finish_reason "abort"), and writes `--timeline`.
+Errors are OpenAI's JSON: 400 for a bad request (openai_api.py names the bad value), 413
+for a body larger than any prompt the model could take (refused before it is read, so
+no request can make the others wait), 429 when `--max-waiting` requests already wait,
+503 while shutting down or once the engine has stopped. A client that disconnects aborts
+its request: its KV blocks are freed before the next step and the timeline records it as
+"aborted". Ctrl-C stops taking requests, lets those in flight finish for
+`--drain-timeout` seconds, aborts the rest (their streams end with finish_reason
+"abort"), and writes `--timeline`.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import itertools
 import json
 import re
 import sys
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -36,13 +40,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from ..config import EngineConfig
-from ..core.clock import WallClock
-from ..core.engine import Engine
-from .detokenizer import IncrementalDetokenizer
-from .engine_thread import Accepted, EngineThread, Rejected, RequestStream, Snapshot
-from .metrics import ServerMetrics
-from .openai_api import (CHAT, CHAT_TEMPLATE_DOC, COMPLETIONS, FINISH_REASONS, APIError, BadRequest, GenerateRequest,
-                         chat_chunk, completion_chunk, full_response, now_s, parse_request, usage, usage_chunk)
+from .client import EngineClient, RequestStream
+from .messages import Rejected, Tokens
+from .openai_api import (CHAT, CHAT_TEMPLATE_DOC, COMPLETIONS, APIError, BadRequest, GenerateRequest, chunk,
+                         full_response, now_s, parse_request, usage, usage_chunk)
+from .output import Choice, merge_logprobs
 
 PAGE = Path(__file__).with_name("page.html")
 
@@ -53,41 +55,45 @@ def sse(obj) -> str:
 
 
 def error_response(e: APIError) -> JSONResponse:
-    return JSONResponse(e.to_json(), status_code=e.status)
+    # a refused oversized body: close the connection rather than read the rest of it
+    return JSONResponse(e.to_json(), status_code=e.status, headers={"Connection": "close"} if e.status == 413 else None)
 
 
 def unavailable(message: str) -> JSONResponse:
     return error_response(APIError(503, message, type="service_unavailable"))
 
 
-class OpenAIServer:
-    """The HTTP side of one engine: each route is a method. The engine itself is touched
-    only by its thread (engine_thread.py); this side reads its fixed facts (tokenizer,
-    max_model_len, meta) and its clock."""
+def rejected(event: Rejected, req: GenerateRequest) -> APIError:
+    """The engine's refusal as OpenAI's error (its names mapped to the body's fields)."""
+    return APIError(event.status, event.message, req.param(event.param) if event.param else None, event.code,
+                    event.type)
 
-    def __init__(self, engine: Engine, model_name: str, max_waiting: int | None = 1024,
-                 timeline_path: str | None = None, stream_interval: int = 1):
-        self.engine, self.model_name = engine, model_name
-        self.max_waiting, self.timeline_path, self.stream_interval = max_waiting, timeline_path, stream_interval
-        self.metrics = ServerMetrics(model_name)
+
+def max_token_bytes(tokenizer) -> int:
+    """The most bytes one token of this vocabulary stands for (a byte tokenizer's: 1)."""
+    return max(len(tokenizer.decode([i]).encode()) for i in range(tokenizer.vocab_size))
+
+
+class OpenAIServer:
+    """The HTTP side of one engine: each route is a method; the engine is reached only
+    through `client` (client.py)."""
+
+    def __init__(self, client: EngineClient, model_name: str, tokenizer):
+        self.client, self.model_name, self.tokenizer = client, model_name, tokenizer
         self.ids = itertools.count()
-        self.thread: EngineThread | None = None  # made when the app starts (it needs the running event loop)
+        self.max_prompt_bytes = self.max_body_bytes = None  # from the model's context, once the engine is ready
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI):
-        """The engine thread starts and stops with the app."""
-        self.thread = EngineThread(self.engine, asyncio.get_running_loop(), self.max_waiting, self.metrics,
-                                   self.stream_interval)
-        app.state.engine_thread = self.thread
-        self.metrics.update_gauges(self.engine)
-        self.thread.start()
+        """The engine starts and stops with the app."""
+        await self.client.start()
+        # A prompt's tokens each stand for at least one byte, so a prompt of more bytes than
+        # max_model_len tokens of the longest kind could never fit; JSON escapes a byte in at
+        # most 6 characters. Bodies past that are refused unread (413).
+        self.max_prompt_bytes = self.client.info.max_model_len * max_token_bytes(self.tokenizer)
+        self.max_body_bytes = 6 * self.max_prompt_bytes + (1 << 20)
         yield
-        self.thread.stop()
-        if self.timeline_path:
-            tl = self.engine.timeline
-            tl.to_json(self.timeline_path)
-            print(f"minilm serve: wrote {self.timeline_path} ({len(tl.requests)} requests, {len(tl.steps)} steps)",
-                  file=sys.stderr)
+        await self.client.stop()
 
     # ---- POST /v1/completions and /v1/chat/completions ---------------------------------
     async def completions(self, http: Request) -> Response:
@@ -97,30 +103,49 @@ class OpenAIServer:
         return await self.generate(http, CHAT)
 
     async def generate(self, http: Request, kind: str) -> Response:
-        arrival = self.engine.clock.now  # the request arrived now: its TTFT counts from here
+        arrival = time.perf_counter()  # the request arrived now: its TTFT counts from here
         try:
-            try:
-                body = await http.json()
-            except ValueError as e:
-                raise BadRequest(f"the request body is not valid JSON: {e}")
-            req = parse_request(body, kind, model_name=self.model_name, tokenizer=self.engine.tokenizer,
-                                max_model_len=self.engine.config.max_model_len)
+            req = parse_request(await self.read_json(http), kind, model_name=self.model_name,
+                                tokenizer=self.tokenizer, max_model_len=self.client.info.max_model_len,
+                                max_prompt_bytes=self.max_prompt_bytes)
         except APIError as e:
             return error_response(e)
-        if not self.thread.thread.is_alive():
-            return unavailable(f"the engine is not running ({self.thread.error!r})")
-        stream = self.thread.add(self.request_id(http, req), req, arrival)
+        if not self.client.alive:
+            return unavailable("the server is shutting down" if self.client.error is None
+                               else f"the engine is not running ({self.client.error})")
+        rid = self.request_id(http, req)
+        streams = [self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival) for i in range(req.n)]
         try:
-            first = await stream.queue.get()
-        except asyncio.CancelledError:  # the server is going down before the engine took it
-            self.thread.abort(stream)
+            firsts = [await s.queue.get() for s in streams]
+        except asyncio.CancelledError:  # the server is going down before the engine answered
+            for s in streams:
+                self.client.abort(s)
             raise
-        if isinstance(first, Rejected):
-            return error_response(first.error)
-        assert isinstance(first, Accepted)
+        refused = next((e for e in firsts if isinstance(e, Rejected)), None)
+        if refused is not None:
+            for s, first in zip(streams, firsts):
+                if not isinstance(first, Rejected):
+                    self.client.abort(s)
+            return error_response(rejected(refused, req))
+        prompt_len = firsts[0].prompt_len
         if req.stream:
-            return StreamingResponse(self.stream_events(stream, req, first.prompt_len), media_type="text/event-stream")
-        return await self.full_completion(http, stream, req, first.prompt_len)
+            return StreamingResponse(self.stream_events(streams, req, prompt_len), media_type="text/event-stream")
+        return await self.full_completion(http, streams, req, prompt_len)
+
+    async def read_json(self, http: Request):
+        """The body, read only up to what a request may hold (413 past it), then parsed."""
+        declared = http.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise too_large(int(declared), self.max_body_bytes)
+        body = bytearray()
+        async for part in http.stream():
+            body += part
+            if len(body) > self.max_body_bytes:
+                raise too_large(len(body), self.max_body_bytes)
+        try:
+            return json.loads(body)
+        except ValueError as e:
+            raise BadRequest(f"the request body is not valid JSON: {e}")
 
     def request_id(self, http: Request, req: GenerateRequest) -> str:
         """The engine's id: the client's X-Request-Id (as vLLM), else the user's name (the Gantt's
@@ -131,113 +156,140 @@ class OpenAIServer:
         name = re.sub(r"[^A-Za-z0-9_.-]", "", req.user or "")[:24] or "req"
         return f"{name}-{next(self.ids)}"
 
-    async def stream_events(self, stream: RequestStream, req: GenerateRequest, prompt_len: int):
-        """The SSE body: one chunk per token (its text may be '' while a character is incomplete);
-        the last token's chunk carries the finish_reason. Tokens that queued up while the
-        client was slow go out in one write."""
-        rid, created = stream.request_id, now_s()
-        response_id = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{rid}"
-        detok = IncrementalDetokenizer(self.engine.tokenizer)
-        num_tokens, finish_reason = 0, None
+    async def stream_events(self, streams: list[RequestStream], req: GenerateRequest, prompt_len: int):
+        """The SSE body: one chunk per token and choice (its text may be '' while a character is
+        incomplete); a choice's last chunk carries its finish_reason. Tokens that queued up while
+        the client was slow go out in one write."""
+        created = now_s()
+        response_id = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{streams[0].request_id}"
+        choices = [Choice(i, req, self.tokenizer) for i in range(req.n)]
+        merged: asyncio.Queue = asyncio.Queue()
+        forwards = [asyncio.create_task(forward(s, i, merged)) for i, s in enumerate(streams)]
+        open_choices = set(range(req.n))
         try:
-            while finish_reason is None:
-                events = [await stream.queue.get()]
-                while not stream.queue.empty():
-                    events.append(stream.queue.get_nowait())
+            while open_choices:
+                events = [await merged.get()]
+                while not merged.empty():
+                    events.append(merged.get_nowait())
                 out = []
-                for event in events:
-                    if isinstance(event, Rejected):  # the engine thread died: say so, end the stream
-                        yield sse(event.error.to_json()) + "data: [DONE]\n\n"
+                for i, event in events:
+                    if isinstance(event, Rejected):  # the engine stopped: say so, end the stream
+                        yield sse(APIError(event.status, event.message, type=event.type).to_json()) + "data: [DONE]\n\n"
                         return
-                    finish_reason = FINISH_REASONS.get(event.finish_reason)
-                    if not event.token_ids:  # aborted between steps: an empty last chunk
-                        out.append(self.chunk(req.kind, response_id, created, "", finish_reason, num_tokens == 0))
-                    for k, token in enumerate(event.token_ids):
-                        last = k == len(event.token_ids) - 1 and finish_reason is not None
-                        text = detok.add([token], final=last)
-                        out.append(self.chunk(req.kind, response_id, created, text, finish_reason if last else None,
-                                              num_tokens == 0))
-                        num_tokens += 1
-                if finish_reason is not None:
+                    out += self.choice_chunks(choices[i], event, response_id, created)
+                    if choices[i].finish_reason is not None and i in open_choices:
+                        open_choices.discard(i)
+                        if choices[i].stopped:
+                            self.client.abort(streams[i], reason="stop")
+                if not open_choices:
                     if req.include_usage:
                         out.append(sse(usage_chunk(response_id, self.model_name, created, req.kind,
-                                                   usage(prompt_len, num_tokens))))
+                                                   usage(prompt_len, sum(c.num_tokens for c in choices)))))
                     out.append("data: [DONE]\n\n")
                 yield "".join(out)
         finally:
-            if finish_reason is None:  # the client went away (or the server stops): free its KV now
-                self.thread.abort(stream)
+            for task in forwards:
+                task.cancel()
+            for i in open_choices:  # the client went away (or the server stops): free their KV now
+                self.client.abort(streams[i])
 
-    def chunk(self, kind: str, response_id: str, created: int, text: str, finish_reason: str | None,
-              first: bool) -> str:
-        if kind == CHAT:
-            return sse(chat_chunk(response_id, self.model_name, created, text, finish_reason, first))
-        return sse(completion_chunk(response_id, self.model_name, created, text, finish_reason))
+    def choice_chunks(self, choice: Choice, event: Tokens, response_id: str, created: int) -> list[str]:
+        """The SSE events of one Tokens event for one choice: a chunk per token (the last one
+        carrying the finish), or one empty chunk when it finishes with no token."""
+        out, first = [], choice.num_tokens == 0
+        tokens = event.token_ids or [None]
+        for k, token in enumerate(tokens):
+            last = k == len(tokens) - 1
+            one = Tokens(event.key, [token] if token is not None else [],
+                         None if event.logprobs is None else event.logprobs[k:k + 1],
+                         event.finish_reason if last else None)
+            if choice.finish_reason is not None:
+                break
+            text, logprobs = choice.feed(one)
+            out.append(sse(chunk(response_id, self.model_name, created, choice.req.kind, choice.index, text,
+                                 choice.finish_reason, logprobs, first)))
+            first = False
+        return out
 
-    async def full_completion(self, http: Request, stream: RequestStream, req: GenerateRequest,
+    async def full_completion(self, http: Request, streams: list[RequestStream], req: GenerateRequest,
                               prompt_len: int) -> Response:
-        """Non-streaming: wait for the last token, unless the client disconnects first."""
-        result, gone = asyncio.ensure_future(collect(stream)), asyncio.ensure_future(disconnected(http))
+        """Non-streaming: wait for every choice's end, unless the client disconnects first."""
+        choices = [Choice(i, req, self.tokenizer) for i in range(req.n)]
+        result = asyncio.ensure_future(asyncio.gather(*(self.collect(s, c) for s, c in zip(streams, choices))))
+        gone = asyncio.ensure_future(disconnected(http))
         try:
             await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
             if not result.done():
                 result.cancel()
-                self.thread.abort(stream)
+                for s in streams:
+                    self.client.abort(s)
         if not result.done() or result.cancelled():
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-        if isinstance(result.result(), APIError):
-            return error_response(result.result())
-        token_ids, reason = result.result()
-        rid = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{stream.request_id}"
-        return JSONResponse(full_response(rid, self.model_name, now_s(), req.kind,
-                                          self.engine.tokenizer.decode(token_ids), FINISH_REASONS[reason],
-                                          usage(prompt_len, len(token_ids))))
+        error = next((r for r in result.result() if isinstance(r, APIError)), None)
+        if error is not None:
+            return error_response(error)
+        rid = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{streams[0].request_id}"
+        return JSONResponse(full_response(rid, self.model_name, now_s(), req.kind, result.result(),
+                                          usage(prompt_len, sum(c.num_tokens for c in choices))))
+
+    async def collect(self, stream: RequestStream, choice: Choice) -> tuple[str, str, dict | None] | APIError:
+        """One choice's whole text, finish reason and logprobs (or the error that ended it)."""
+        texts, logprobs = [], []
+        while choice.finish_reason is None:
+            event = await stream.queue.get()
+            if isinstance(event, Rejected):  # the engine stopped
+                return APIError(event.status, event.message, type=event.type)
+            text, lp = choice.feed(event)
+            texts.append(text)
+            logprobs.append(lp)
+        if choice.stopped:
+            self.client.abort(stream, reason="stop")
+        return "".join(texts), choice.finish_reason, merge_logprobs(logprobs)
 
     # ---- GET routes ----------------------------------------------------------------------
     async def models(self):
-        meta = self.engine.timeline.meta
+        meta = self.client.info.meta
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": now_s(),
                                             "owned_by": "minilm", "root": str(meta.get("model", self.model_name)),
-                                            "max_model_len": self.engine.config.max_model_len,
+                                            "max_model_len": self.client.info.max_model_len,
                                             "policy": meta.get("policy")}]}
 
     async def health(self):
-        if not self.thread.alive:
-            return unavailable("the engine is not running" if self.thread.draining_until is None
+        if not self.client.alive:
+            return unavailable("the engine is not running" if self.client.error is not None
                                else "the server is shutting down")
         return {"status": "ok"}
 
     async def prometheus_metrics(self):
-        return Response(self.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(self.client.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def timeline(self, since: int = 0, since_request: int = 0):
         """Timeline records from step `since` and finished request `since_request` on, plus the
-        unfinished requests as they are now; taken by the engine thread between two steps."""
+        unfinished requests as they are now; taken by the engine between two steps."""
         if since < 0 or since_request < 0:
             return error_response(BadRequest(f"since={since}, since_request={since_request}: must be >= 0"))
-        if not self.thread.thread.is_alive():
+        if self.client.error is not None:
             return unavailable("the engine is not running")
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.thread.send(Snapshot(since, since_request, lambda d: loop.call_soon_threadsafe(future.set_result, d)))
-        return await future
+        return await self.client.snapshot(since, since_request)
 
     async def page(self):
         return PAGE.read_text()
 
 
-async def collect(stream: RequestStream) -> tuple[list[int], str] | APIError:
-    """A request's whole output: its tokens and the engine's finish reason (or the error that ended it)."""
-    token_ids = []
+def too_large(size: int, limit: int) -> APIError:
+    return APIError(413, f"the request body is {size:,} bytes; this server takes at most {limit:,} (a prompt "
+                         f"longer than that could not fit the model's context)", code="request_too_large")
+
+
+async def forward(stream: RequestStream, index: int, merged: asyncio.Queue) -> None:
+    """A choice's events onto the response's one queue, until its last."""
     while True:
         event = await stream.queue.get()
-        if isinstance(event, Rejected):  # the engine thread died
-            return event.error
-        token_ids += event.token_ids
-        if event.finish_reason is not None:
-            return token_ids, event.finish_reason
+        merged.put_nowait((index, event))
+        if isinstance(event, Rejected) or event.finish_reason is not None:
+            return
 
 
 async def disconnected(http: Request) -> None:
@@ -246,12 +298,11 @@ async def disconnected(http: Request) -> None:
         pass
 
 
-def create_app(engine: Engine, model_name: str, *, max_waiting: int | None = 1024,
-               timeline_path: str | None = None, stream_interval: int = 1) -> FastAPI:
-    """The FastAPI app over one engine; the engine thread starts and stops with it."""
-    server = OpenAIServer(engine, model_name, max_waiting, timeline_path, stream_interval)
+def create_app(client: EngineClient, model_name: str, tokenizer) -> FastAPI:
+    """The FastAPI app over one engine client; the engine starts and stops with the app."""
+    server = OpenAIServer(client, model_name, tokenizer)
     app = FastAPI(title="minilm", lifespan=server.lifespan)
-    app.state.engine, app.state.metrics = engine, server.metrics
+    app.state.client = client
     app.post("/v1/completions")(server.completions)
     app.post("/v1/chat/completions")(server.chat_completions)
     app.get("/v1/models")(server.models)
@@ -267,7 +318,7 @@ class DrainingServer:
     """uvicorn's server, with Ctrl-C (or SIGTERM) first draining the engine: no new requests,
     those in flight get `drain_timeout` seconds to finish, then the rest are aborted. uvicorn
     waits for every open response to end before it stops the app, which stops the engine
-    thread and writes the timeline. A second Ctrl-C quits at once."""
+    and writes the timeline. A second Ctrl-C quits at once."""
 
     def __init__(self, app: FastAPI, host: str, port: int, drain_timeout: float = 5.0, log_level: str = "info",
                  access_log: bool = False):
@@ -275,8 +326,8 @@ class DrainingServer:
 
         class Server(uvicorn.Server):
             def handle_exit(self, sig, frame):
-                if not self.should_exit and hasattr(app.state, "engine_thread"):
-                    app.state.engine_thread.drain(drain_timeout)
+                if not self.should_exit:
+                    app.state.client.drain(drain_timeout)
                 super().handle_exit(sig, frame)
 
         self.server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log))
@@ -287,16 +338,31 @@ class DrainingServer:
 
 def serve(model: str, config: EngineConfig, *, name: str | None = None, host: str = "127.0.0.1",
           port: int = 8000, max_waiting: int = 1024, drain_timeout: float = 5.0, stream_interval: int = 1,
-          timeline_path: str | None = None, log_level: str = "warning", access_log: bool = False) -> None:
+          timeline_path: str | None = None, engine_core: str = "process", log_level: str = "warning",
+          access_log: bool = False) -> None:
     """`python -m minilm serve ...` (its arguments: cli.py): one engine on the wall clock, until Ctrl-C."""
-    engine = Engine(model, config, clock=WallClock(config.device))
+    from ..model.loader import resolve_model_path
+    from ..model.tokenizer import load_tokenizer
+    from .metrics import ServerMetrics
+
     name = name or Path(str(model)).name
-    app = create_app(engine, name, max_waiting=max_waiting, timeline_path=timeline_path,
-                     stream_interval=stream_interval)
-    c = engine.config
-    print(f"minilm serve: {name}, policy {engine.policy.name}, "
-          f"max_num_seqs {c.max_num_seqs}, max_model_len {c.max_model_len}, {c.num_blocks} KV blocks of "
-          f"{c.block_size}; chat template: {CHAT_TEMPLATE_DOC}", file=sys.stderr)
+    metrics = ServerMetrics(name)
+    options = dict(max_waiting=max_waiting, stream_interval=stream_interval, timeline_path=timeline_path)
+    if engine_core == "process":
+        from .engine_core import ProcessEngineClient
+
+        client, tokenizer = ProcessEngineClient(model, config, metrics, **options), load_tokenizer(resolve_model_path(model))
+    else:
+        from ..core.clock import WallClock
+        from ..core.engine import Engine
+        from .engine_thread import ThreadEngineClient
+
+        engine = Engine(model, config, clock=WallClock(config.device))
+        client, tokenizer = ThreadEngineClient(engine, metrics, **options), engine.tokenizer
+    app = create_app(client, name, tokenizer)
+    print(f"minilm serve: {name}, policy {config.policy}, engine core in a {engine_core}, max_num_seqs "
+          f"{config.max_num_seqs}, prefix caching {'on' if config.enable_prefix_caching else 'off'}; chat template: "
+          f"{CHAT_TEMPLATE_DOC}", file=sys.stderr)
     print(f"minilm serve: page at http://{host}:{port}/ , OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
     try:
         DrainingServer(app, host, port, drain_timeout, log_level, access_log).run()

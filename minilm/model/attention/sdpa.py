@@ -97,14 +97,6 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
     return StepLayout(decodes, prefills)
 
 
-def step_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
-    """The step's layout, built for its first layer and kept in the metadata for the others
-    (every layer of a step passes the same metadata, and the layout depends on nothing else)."""
-    if "sdpa" not in meta.scratch:
-        meta.scratch["sdpa"] = build_layout(meta, block_size)
-    return meta.scratch["sdpa"]
-
-
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens: q [T, Hq, D] -> [T, Hq, D].
@@ -113,7 +105,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     hq = q.shape[1]
     keys = k_cache.view(num_blocks * block_size, hkv, d)  # one row per cache slot
     values = v_cache.view(num_blocks * block_size, hkv, d)
-    layout = step_layout(meta, block_size)
+    if "sdpa" not in meta.scratch:  # built for the step's first layer, kept for the others (same metadata)
+        meta.scratch["sdpa"] = build_layout(meta, block_size)
+    layout = meta.scratch["sdpa"]
     out = torch.empty_like(q) if out is None else out
     for g in layout.decodes:
         b = len(g.rows)
