@@ -44,8 +44,8 @@ A step is compute-bound when its arithmetic intensity (FLOPs / byte) exceeds the
 device's ridge point, peak / bandwidth (H100 SXM: 989e12 / 3.35e12 = 295 FLOP/byte).
 A decode step at batch 1 does ~2 FLOPs per 2-byte weight, 1 FLOP/byte: far below the
 ridge, memory-bound. A prefill of N tokens does ~N FLOP/byte, so it becomes
-compute-bound near N = ridge * b / 2 tokens (on an H100 with the efficiencies below,
-258 FLOP/byte: the model crosses at N = 278).
+compute-bound near N = ridge * b / 2 tokens (on an H100 with the fitted efficiencies,
+227 FLOP/byte: the model crosses at N = 244).
 
 `overhead` is what a step costs besides the roofline: scheduling, launching kernels,
 sampling. It depends on the engine more than on the GPU, so it belongs to a kind of
@@ -116,9 +116,10 @@ class DeviceSpec:
 # below on the fit sources (gpt-fast, TensorRT-LLM's docs, NeMo, Qwen's speed benchmark) and
 # reports the error on the held-out ones (LMDeploy, torchao): bench/results/calibrate_gpu.json
 # and the README's "Simulator against published GPU measurements". Rounded to 3 digits.
-ROOFLINE_P = math.inf  # every GPU: how compute and memory time combine, (c^p + m^p)^(1/p)
-A100_FIT = {"compute_efficiency": 0.7, "memory_efficiency": 0.8, "allreduce_latency": 0.0}
-H100_FIT = {"compute_efficiency": 0.7, "memory_efficiency": 0.8, "allreduce_latency": 0.0}
+# One compute efficiency for both: no H100 point is compute-bound enough to fit its own.
+ROOFLINE_P = 1.54  # every GPU: how compute and memory time combine, (c^p + m^p)^(1/p)
+A100_FIT = {"compute_efficiency": 0.693, "memory_efficiency": 0.827, "allreduce_latency": 3.57e-05}
+H100_FIT = {"compute_efficiency": 0.693, "memory_efficiency": 0.903, "allreduce_latency": 1.78e-05}
 
 
 @dataclass(frozen=True)
@@ -132,13 +133,17 @@ class EngineKind:
     examples: str = ""
 
 
-# Fitted by bench/calibrate_gpu.py (see above), on batch-1 decoding mostly: what each kind
-# pays a step on top of the kernels.
+# Fitted by bench/calibrate_gpu.py with the constants above: what each kind pays a step on
+# top of its kernels. The fit is free to put eager PyTorch's cost per layer; with one eager
+# model in the fit sources it chose a cost per step.
 ENGINE_KINDS: dict[str, EngineKind] = {
-    "vllm": EngineKind("vllm", 1e-3, examples="vLLM 0.6 (Python scheduler, CUDA graphs); fitted on Qwen's vLLM rows"),
-    "cpp": EngineKind("cpp", 1e-3, examples="TensorRT-LLM, LMDeploy TurboMind (C++ runtimes); fitted on TensorRT-LLM and NeMo"),
-    "compiled": EngineKind("compiled", 1e-3, examples="gpt-fast (torch.compile, a CUDA graph a step, no scheduler)"),
-    "eager": EngineKind("eager", 1e-3, 0.0, examples="Hugging Face transformers, PyTorch without compile"),
+    "vllm": EngineKind("vllm", 0.00363, examples="vLLM 0.6: Python scheduler, CUDA graphs (fit: Qwen's vLLM rows)"),
+    "cpp": EngineKind("cpp", 0.00354, examples="TensorRT-LLM, LMDeploy TurboMind: C++ runtimes (fit: TensorRT-LLM, "
+                                               "NeMo)"),
+    "compiled": EngineKind("compiled", 0.0, examples="gpt-fast: torch.compile, a CUDA graph a step, no scheduler "
+                                                     "(fit: gpt-fast; its cost hides in the all-reduce latency)"),
+    "eager": EngineKind("eager", 0.0185, 0.0, examples="Hugging Face transformers, PyTorch without compile (fit: Qwen's "
+                                                       "transformers rows)"),
 }
 LAB_ENGINE = "vllm"  # the built-in GPUs' overhead: the lab's engine is a vLLM-like Python engine
 
