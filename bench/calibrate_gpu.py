@@ -44,6 +44,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -135,15 +136,24 @@ def run_point(p: dict, device=None, engine=None):
         shape = [(p["input_len"], p["input_len"])]
         t = CostModel(p["model"], device, dtype=p["dtype"], tp=p["tp"], engine=engine).cost(shape).time
         return t, Trace([shape], np.ones(1), [[0]], 1)
-    b, n, o = p["batch"], p["input_len"], p["output_len"]
-    e = simulated_engine(p["model"], device, p["policy"], dtype=p["dtype"], tp=p["tp"], engine=engine, max_num_seqs=b,
-                         max_num_batched_tokens=max(b * n, n + o), max_model_len=n + o, record_kv_blocks=False,
-                         gpu_memory_utilization=p.get("gpu_memory_utilization", 0.9))
-    e.add_workload([RequestSpec(f"r{i}", [7] * n, o) for i in range(b)])
-    tl = e.run()
+    tl = simulate(p["model"], device, p["tp"], p["dtype"], engine, p["policy"], p["batch"], p["input_len"],
+                  p["output_len"], p.get("gpu_memory_utilization", 0.9))
     index = {s.t_end: i for i, s in enumerate(tl.steps)}
     token_steps = [[index[t] for t in r.token_times] for r in tl.requests]
     return metric_of_timeline(p["metric"], tl), trace_of(p["metric"], tl, token_steps)
+
+
+@lru_cache(maxsize=None)
+def simulate(model: str, device: str, tp: int, dtype: str, engine: str, policy: str, batch: int, input_len: int,
+             output_len: int, gpu_memory_utilization: float):
+    """`batch` requests of `input_len` prompt tokens and `output_len` new ones, all at t = 0,
+    on the simulated engine (several points read the same run)."""
+    e = simulated_engine(model, device, policy, dtype=dtype, tp=tp, engine=engine, max_num_seqs=batch,
+                         max_num_batched_tokens=max(batch * input_len, input_len + output_len),
+                         max_model_len=input_len + output_len, record_kv_blocks=False,
+                         gpu_memory_utilization=gpu_memory_utilization)
+    e.add_workload([RequestSpec(f"r{i}", [7] * input_len, output_len) for i in range(batch)])
+    return e.run()
 
 
 def metric_of_timeline(metric: str, tl) -> float:
