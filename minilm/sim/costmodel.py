@@ -35,8 +35,9 @@ the batch sizes of a serving engine and stay in cache when they are not).
 
 `p` says how much the two overlap. p = inf is the textbook roofline, max(compute,
 memory): loading the weights hides the arithmetic completely. Real kernels do not: a
-128-token prefill of Llama-2-7B on an A100, where the two are about equal, measures
-1.6x (TensorRT-LLM) to 2.2x (LMDeploy) a decode step, not 1x. A finite p rounds the
+128-token prefill of Llama-2-7B on an A100, where the two are about equal, takes 16 ms
+(TensorRT-LLM) to 22 ms (LMDeploy) against 10 ms for a decode step (LMDeploy): 1.6x to
+2.2x, not 1x (bench/data/gpu_measurements.json). A finite p rounds the
 corner: equal halves cost 2^(1/p) times one of them, and a step far from the ridge
 costs what its larger term costs, as before.
 
