@@ -18,7 +18,8 @@ of size D, MLP width I, vocabulary V, and b bytes per number:
                                  input embedding table (a lookup reads only T of its rows)
                       KV_read  = 2 * L * Hkv * D * b * sum_i c_i
                       KV_write = 2 * L * Hkv * D * b * T
-    time = max(FLOPs / (peak * eff_c), bytes / (bandwidth * eff_m)) + overhead
+    compute  = FLOPs / (peak * eff_c)          memory = bytes / (bandwidth * eff_m)
+    time     = (compute^p + memory^p)^(1/p) + all-reduces + overhead
 
 Seed-level approximations, and where this model differs from them:
 
@@ -32,26 +33,45 @@ Seed-level approximations, and where this model differs from them:
 Activations are not counted as memory traffic (they are small next to the weights at
 the batch sizes of a serving engine and stay in cache when they are not).
 
+`p` says how much the two overlap. p = inf is the textbook roofline, max(compute,
+memory): loading the weights hides the arithmetic completely. Real kernels do not: a
+128-token prefill of Llama-2-7B on an A100, where the two are about equal, takes 16 ms
+(TensorRT-LLM) to 22 ms (LMDeploy) against 10 ms for a decode step (LMDeploy): 1.6x to
+2.2x, not 1x (bench/data/gpu_measurements.json). A finite p rounds the
+corner: equal halves cost 2^(1/p) times one of them, and a step far from the ridge
+costs what its larger term costs, as before.
+
 A step is compute-bound when its arithmetic intensity (FLOPs / byte) exceeds the
 device's ridge point, peak / bandwidth (H100 SXM: 989e12 / 3.35e12 = 295 FLOP/byte).
 A decode step at batch 1 does ~2 FLOPs per 2-byte weight, 1 FLOP/byte: far below the
 ridge, memory-bound. A prefill of N tokens does ~N FLOP/byte, so it becomes
-compute-bound near N = ridge * b / 2 tokens (on an H100 with the efficiencies below,
-258 FLOP/byte: the model crosses at N = 278).
+compute-bound near N = ridge * b / 2 tokens (on an H100 with the fitted efficiencies,
+227 FLOP/byte: the model crosses at N = 244).
 
-`overhead` is what a step costs besides the roofline: launching kernels, scheduling,
-sampling. On a GPU it is a fixed time per step (an assumption; the datasheets do not
-give it). On this machine's CPU the engine is Python over per-sequence attention
-calls, so the calibrated `cpu` spec adds a cost per layer and per sequence and layer
+`overhead` is what a step costs besides the roofline: scheduling, launching kernels,
+sampling. It depends on the engine more than on the GPU, so it belongs to a kind of
+engine (ENGINE_KINDS): a C++ runtime (TensorRT-LLM), a Python scheduler around CUDA
+graphs (vLLM), a compiled loop (gpt-fast), eager PyTorch. The built-in GPUs charge the
+lab's engine's, vLLM's; `CostModel(..., engine="cpp")` charges another kind's. On this
+machine's CPU the engine is this lab's Python over per-sequence attention calls, so the
+calibrated `cpu` spec has a cost per step, per layer and per sequence and layer
 (bench/calibrate_cpu.py fits all of them from measured steps).
 
 Tensor parallelism (`tp` GPUs): FLOPs, weights and KV are split evenly, and every layer
-adds two all-reduces of the step's activations (T * d * b bytes) over the interconnect
-(ring: 2 * (tp - 1) / tp of the data crosses each link).
+adds two all-reduces of the step's activations (T * d * b bytes) over the interconnect:
+each costs a fixed latency (launch and synchronization, what a decode step's few
+kilobytes mostly pay) plus its bytes, 2 * (tp - 1) / tp of which cross each link (ring):
+
+    all-reduces = 2 * L * (allreduce_latency + 2 * (tp - 1) / tp * T * d * b / link)
+
+The efficiencies, p, the all-reduce latency and the engines' overheads are fitted to
+published measurements of A100 and H100 GPUs by bench/calibrate_gpu.py (see the
+constants below); the datasheet rates are not.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
@@ -66,20 +86,24 @@ TB = 1e12
 @dataclass(frozen=True)
 class DeviceSpec:
     """One accelerator, as data. Rates are vendor datasheet peaks; efficiencies say how
-    much of them a real engine reaches (assumptions, typical of well-tuned kernels)."""
+    much of them a real engine reaches. The built-in GPUs' efficiencies, roofline_p,
+    allreduce_latency and step_overhead are fitted to published measurements by
+    bench/calibrate_gpu.py; the defaults here are untuned guesses for a custom device."""
 
     name: str
     flops: float                  # dense bf16/fp16 tensor-core FLOP/s (no 2:4 sparsity)
     mem_bw: float                 # memory bandwidth, bytes/s
     memory: float                 # device memory, bytes
-    step_overhead: float = 1e-3   # seconds per step: launches, scheduling, sampling
+    step_overhead: float = 1e-3   # seconds per step: launches, scheduling, sampling (the engine's)
     compute_efficiency: float = 0.7
     memory_efficiency: float = 0.8
-    layer_overhead: float = 0.0   # seconds per layer per step (CPU: Python per layer)
+    layer_overhead: float = 0.0   # seconds per layer per step (CPU, eager PyTorch: Python per layer)
     seq_overhead: float = 0.0     # seconds per sequence per layer (CPU: per-sequence attention)
     interconnect_bw: float = 0.0  # bytes/s per GPU to its peers (tensor parallelism)
     dtype: str = "bfloat16"       # what the device serves in unless told otherwise
     source: str = ""
+    roofline_p: float = math.inf  # compute and memory time combine as (c^p + m^p)^(1/p); inf: max(c, m)
+    allreduce_latency: float = 0.0  # seconds each all-reduce costs besides its bytes (tensor parallelism)
 
     @property
     def ridge_point(self) -> float:
@@ -87,31 +111,73 @@ class DeviceSpec:
         return self.flops * self.compute_efficiency / (self.mem_bw * self.memory_efficiency)
 
 
+# ---- fitted to published measurements (bench/calibrate_gpu.py) ---------------------------
+# calibrate_gpu.py reproduces published measurements of Llama-family models on A100 and H100
+# (bench/data/gpu_measurements.json, each with its citation) with this model, fits the values
+# below on the fit sources (gpt-fast, TensorRT-LLM's docs, NeMo, Qwen's speed benchmark) and
+# reports the error on the held-out ones (LMDeploy, torchao): bench/results/calibrate_gpu.json
+# and the README's "Simulator against published GPU measurements". Rounded to 3 digits.
+# One compute efficiency for both: no H100 point is compute-bound enough to fit its own.
+ROOFLINE_P = 1.54  # every GPU: how compute and memory time combine, (c^p + m^p)^(1/p)
+A100_FIT = {"compute_efficiency": 0.693, "memory_efficiency": 0.827, "allreduce_latency": 3.57e-05}
+H100_FIT = {"compute_efficiency": 0.693, "memory_efficiency": 0.903, "allreduce_latency": 1.78e-05}
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """What a kind of engine costs per step besides the roofline (lesson 1): a Python
+    scheduler, a C++ runtime and eager PyTorch differ by milliseconds a step."""
+
+    name: str
+    step_overhead: float         # seconds per step: scheduling, launches, sampling
+    layer_overhead: float = 0.0  # seconds per layer per step: kernels launched one by one from Python
+    examples: str = ""
+
+
+# Fitted by bench/calibrate_gpu.py with the constants above: what each kind pays a step on
+# top of its kernels. The fit is free to put eager PyTorch's cost per layer; with one eager
+# model in the fit sources it chose a cost per step.
+ENGINE_KINDS: dict[str, EngineKind] = {
+    "vllm": EngineKind("vllm", 0.00363, examples="vLLM 0.6: Python scheduler, CUDA graphs (fit: Qwen's vLLM rows)"),
+    "cpp": EngineKind("cpp", 0.00354, examples="TensorRT-LLM, LMDeploy TurboMind: C++ runtimes (fit: TensorRT-LLM, "
+                                               "NeMo)"),
+    "compiled": EngineKind("compiled", 0.0, examples="gpt-fast: torch.compile, a CUDA graph a step, no scheduler "
+                                                     "(fit: gpt-fast; its cost hides in the all-reduce latency)"),
+    "eager": EngineKind("eager", 0.0185, 0.0, examples="Hugging Face transformers, PyTorch without compile (fit: Qwen's "
+                                                       "transformers rows)"),
+}
+LAB_ENGINE = "vllm"  # the built-in GPUs' overhead: the lab's engine is a vLLM-like Python engine
+
+
+def gpu(name: str, flops: float, mem_bw: float, memory: float, interconnect_bw: float, source: str,
+        fit: dict) -> DeviceSpec:
+    """A GPU from its datasheet and a fitted set of efficiencies, with the lab engine's overhead."""
+    return DeviceSpec(name, flops, mem_bw, memory, step_overhead=ENGINE_KINDS[LAB_ENGINE].step_overhead,
+                      interconnect_bw=interconnect_bw, source=source, roofline_p=ROOFLINE_P, **fit)
+
+
 # Vendor datasheet values. NVIDIA quotes tensor FLOP/s "with sparsity"; the dense
 # rate used here is half of that. GB here are 10^9 bytes, as on the datasheets.
 DEVICE_SPECS: dict[str, DeviceSpec] = {
     # H100 SXM5 datasheet: BF16 tensor 1,979 TFLOPS with sparsity (989 dense),
     # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s.
-    "h100": DeviceSpec("H100 SXM", 989e12, 3.35 * TB, 80 * GB, interconnect_bw=900 * GB,
-                       source="NVIDIA H100 datasheet (SXM5)"),
+    "h100": gpu("H100 SXM", 989e12, 3.35 * TB, 80 * GB, 900 * GB, "NVIDIA H100 datasheet (SXM5)", H100_FIT),
     # H200 SXM datasheet: same compute as H100 SXM, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s.
-    "h200": DeviceSpec("H200 SXM", 989e12, 4.8 * TB, 141 * GB, interconnect_bw=900 * GB,
-                       source="NVIDIA H200 datasheet (SXM)"),
+    # No published 16-bit H200 measurement was found: the H100's fit (same chip, faster memory).
+    "h200": gpu("H200 SXM", 989e12, 4.8 * TB, 141 * GB, 900 * GB, "NVIDIA H200 datasheet (SXM)", H100_FIT),
     # A100 80GB SXM datasheet: BF16 tensor 312 TFLOPS dense (624 with sparsity),
     # HBM2e 2,039 GB/s, NVLink 600 GB/s.
-    "a100": DeviceSpec("A100 80GB SXM", 312e12, 2039 * GB, 80 * GB, interconnect_bw=600 * GB,
-                       source="NVIDIA A100 datasheet (80GB SXM)"),
+    "a100": gpu("A100 80GB SXM", 312e12, 2039 * GB, 80 * GB, 600 * GB, "NVIDIA A100 datasheet (80GB SXM)", A100_FIT),
+    # The three below were not measured: they take the A100's fit (Ampere; Ada is its successor).
     # L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), GDDR6 864 GB/s,
     # 48 GB, PCIe Gen4 x16 64 GB/s (no NVLink).
-    "l40s": DeviceSpec("L40S", 362.05e12, 864 * GB, 48 * GB, interconnect_bw=32 * GB,
-                       source="NVIDIA L40S datasheet"),
+    "l40s": gpu("L40S", 362.05e12, 864 * GB, 48 * GB, 32 * GB, "NVIDIA L40S datasheet", A100_FIT),
     # L4 datasheet: BF16 tensor 242 TFLOPS with sparsity (121 dense), GDDR6 300 GB/s, 24 GB.
-    "l4": DeviceSpec("L4", 121e12, 300 * GB, 24 * GB, interconnect_bw=32 * GB,
-                     source="NVIDIA L4 datasheet"),
+    "l4": gpu("L4", 121e12, 300 * GB, 24 * GB, 32 * GB, "NVIDIA L4 datasheet", A100_FIT),
     # RTX 4090, Ada architecture whitepaper: FP16/BF16 tensor with FP32 accumulate
     # 165.2 TFLOPS dense (what PyTorch's bf16 matmuls use), GDDR6X 1,008 GB/s, 24 GB.
-    "rtx4090": DeviceSpec("RTX 4090", 165.2e12, 1008 * GB, 24 * GB, interconnect_bw=32 * GB,
-                          source="NVIDIA Ada Lovelace architecture whitepaper"),
+    "rtx4090": gpu("RTX 4090", 165.2e12, 1008 * GB, 24 * GB, 32 * GB, "NVIDIA Ada Lovelace architecture whitepaper",
+                   A100_FIT),
 }
 
 CPU_SPEC_FILE = Path(__file__).parent / "cpu_device.json"
@@ -128,6 +194,15 @@ def get_device(name: str | DeviceSpec) -> DeviceSpec:
     if key not in DEVICE_SPECS:
         raise InvalidValue("device", name, f"allowed: {', '.join(DEVICE_NAMES)} (or a DeviceSpec)")
     return DEVICE_SPECS[key]
+
+
+def get_engine_kind(name: str | EngineKind) -> EngineKind:
+    """An engine kind by name (vllm, cpp, compiled, eager), or one given."""
+    if isinstance(name, EngineKind):
+        return name
+    if name not in ENGINE_KINDS:
+        raise InvalidValue("engine", name, f"allowed: {', '.join(ENGINE_KINDS)} (or an EngineKind)")
+    return ENGINE_KINDS[name]
 
 
 def load_cpu_spec(path: str | Path = CPU_SPEC_FILE) -> DeviceSpec:
@@ -165,10 +240,22 @@ MODEL_SPECS: dict[str, ModelConfig] = {
                                num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
                                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
                                torch_dtype="bfloat16"),
+    # Llama 2 70B: 80 layers, grouped-query attention (8 KV heads), the Llama 2 vocabulary
+    "llama-2-70b": ModelConfig(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                               num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=4096,
+                               bos_token_id=1, eos_token_id=2, torch_dtype="float16"),
+    "llama-3.1-70b": ModelConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                 num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=131072,
+                                 rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
+                                 torch_dtype="bfloat16"),
     "qwen2.5-7b": ModelConfig(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                               num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=131072,
                               rope_theta=1000000.0, attention_bias=True, bos_token_id=151643,
                               eos_token_id=151643, model_type="qwen2", torch_dtype="bfloat16"),
+    "qwen2.5-72b": ModelConfig(vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+                               num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,
+                               rope_theta=1000000.0, attention_bias=True, bos_token_id=151643,
+                               eos_token_id=151645, model_type="qwen2", torch_dtype="bfloat16"),
     "mistral-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
                               bos_token_id=1, eos_token_id=2, model_type="mistral", torch_dtype="bfloat16"),
@@ -234,6 +321,7 @@ class StepCost:
     memory_s: float
     comm_s: float
     overhead_s: float
+    roofline_p: float = math.inf
 
     @property
     def flops(self) -> float:
@@ -244,12 +332,25 @@ class StepCost:
         return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes
 
     @property
+    def roofline_s(self) -> float:
+        """Compute and memory time together: max(compute, memory) when they overlap fully."""
+        return roofline(self.compute_s, self.memory_s, self.roofline_p)
+
+    @property
     def time(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+        return self.roofline_s + self.comm_s + self.overhead_s
 
     @property
     def bound(self) -> str:
         return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def roofline(compute_s: float, memory_s: float, p: float) -> float:
+    """(compute^p + memory^p)^(1/p): the max for p = inf, their sum for p = 1."""
+    if math.isinf(p):
+        return max(compute_s, memory_s)
+    hi = max(compute_s, memory_s)
+    return 0.0 if hi == 0 else hi * ((compute_s / hi) ** p + (memory_s / hi) ** p) ** (1 / p)
 
 
 def plan_shape(plan) -> list[tuple[int, int]]:
@@ -271,13 +372,16 @@ def items_shape(items: Iterable) -> list[tuple[int, int]]:
 
 
 class CostModel:
-    """Step times of `model` on `device` (names or specs), `tp` devices in tensor parallel."""
+    """Step times of `model` on `device` (names or specs), `tp` devices in tensor parallel.
+    `engine` (vllm, cpp, compiled, eager) replaces the device's per-step overheads with that
+    kind of engine's; by default a built-in GPU pays the lab's engine's (vllm)."""
 
     def __init__(self, model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
-                 dtype: str | None = None, tp: int = 1):
+                 dtype: str | None = None, tp: int = 1, engine: str | EngineKind | None = None):
         self.model = get_model_spec(model)
         self.name = model if isinstance(model, str) else "custom"
         self.device = get_device(device)
+        self.engine = None if engine is None else get_engine_kind(engine)
         self.dtype = dtype or self.device.dtype
         if not isinstance(tp, int) or tp < 1:
             raise InvalidValue("tp", tp, "must be a positive integer (GPUs in tensor parallel)")
@@ -295,14 +399,20 @@ class CostModel:
         dev = self.device
         self.flop_rate = dev.flops * dev.compute_efficiency * tp
         self.byte_rate = dev.mem_bw * dev.memory_efficiency * tp
-        self.layer_s = dev.step_overhead + dev.layer_overhead * m.num_hidden_layers
+        step, layer = (dev.step_overhead, dev.layer_overhead) if self.engine is None else \
+            (self.engine.step_overhead, self.engine.layer_overhead)
+        self.layer_s = step + layer * m.num_hidden_layers
         self.seq_s = dev.seq_overhead * m.num_hidden_layers
-        # two all-reduces of [T, d] activations per layer, ring algorithm
-        self.comm_s_per_token = (0.0 if tp == 1 else 2 * m.num_hidden_layers * 2 * (tp - 1) / tp
+        # two all-reduces of [T, d] activations per layer, ring algorithm: a fixed latency
+        # each, plus 2 * (tp - 1) / tp of the data over each GPU's link
+        self.allreduces = 0 if tp == 1 else 2 * m.num_hidden_layers
+        self.comm_fixed_s = self.allreduces * dev.allreduce_latency
+        self.comm_s_per_token = (0.0 if tp == 1 else self.allreduces * 2 * (tp - 1) / tp
                                  * d * self.dtype_bytes / dev.interconnect_bw)
 
     def describe(self) -> dict:
         return {"device": self.device.name, "dtype": self.dtype, "tp": self.tp,
+                "engine": "the device's own" if self.engine is None else self.engine.name,
                 "params": self.model.num_params, "weight_bytes": self.weight_bytes}
 
     def cost(self, shape: list[tuple[int, int]]) -> StepCost:
@@ -318,8 +428,8 @@ class CostModel:
         return StepCost(B, num_tokens, linear, attention, float(self.weight_bytes), kv_read, kv_write,
                         compute_s=(linear + attention) / self.flop_rate,
                         memory_s=(self.weight_bytes + kv_read + kv_write) / self.byte_rate,
-                        comm_s=self.comm_s_per_token * num_tokens,
-                        overhead_s=self.layer_s + self.seq_s * B)
+                        comm_s=self.comm_fixed_s + self.comm_s_per_token * num_tokens,
+                        overhead_s=self.layer_s + self.seq_s * B, roofline_p=self.device.roofline_p)
 
     def step_time(self, plan) -> float:
         """Seconds for a `StepPlan` (the SimulatedClock's callback)."""

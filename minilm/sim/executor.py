@@ -19,7 +19,7 @@ from ..config import EngineConfig, ModelConfig
 from ..core.clock import SimulatedClock
 from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
-from .costmodel import CostModel, DeviceSpec
+from .costmodel import CostModel, DeviceSpec, EngineKind
 
 
 class SimulatedExecutor:
@@ -44,18 +44,19 @@ class SimulatedExecutor:
 
 def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                      policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, **knobs) -> Engine:
+                     tp: int = 1, engine: str | EngineKind | None = None, **knobs) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
     The KV cache gets the blocks that fit in the device memory left after the weights
     (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
-    given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). Other
-    keyword arguments are EngineConfig knobs (max_num_seqs, max_num_batched_tokens, ...).
+    given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). `engine` picks
+    another kind of engine's step overhead (costmodel.ENGINE_KINDS: vllm, cpp, compiled,
+    eager). Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
         knobs["policy"] = policy
-    cost = CostModel(model, device, dtype=dtype, tp=tp)
+    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine)
     config = replace(config or EngineConfig(), **{**knobs, "dtype": cost.dtype})
     config.validate()
     if config.num_blocks is None and config.kv_cache_bytes is None:
