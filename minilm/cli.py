@@ -53,6 +53,9 @@ def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)" if simulate else ""))
     p.add_argument("--dtype", default="float32")
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
+    p.add_argument("--speculative-config", type=json_object, default=None, metavar="JSON",
+                   help='speculative decoding with vLLM\'s keys, e.g. \'{"method": "ngram", "num_speculative_tokens": '
+                        '4}\' or \'{"method": "draft_model", "model": "docstrings-draft"}\' (lesson 10)')
     p.add_argument("--attention-backend", default=None, choices=ATTENTION_BACKENDS,
                    help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth")
 
@@ -91,7 +94,17 @@ def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None =
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
                         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
                         attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
-                        cpu_threads=args.cpu_threads, seed=args.seed)
+                        cpu_threads=args.cpu_threads, seed=args.seed, speculative_config=args.speculative_config)
+
+
+def json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, not {text!r}")
+    return value
 
 
 # ---- run and compare ----------------------------------------------------------------
@@ -130,6 +143,9 @@ def print_table(rows: list[dict]) -> None:
     columns = TABLE_COLUMNS
     if any(r["prefix_cache_hit_rate"] for r in rows):
         columns = [*columns, ("prefix_cache_hit_rate", "prefix hit", 1, "{:.0%}")]
+    if any(r["spec_draft_tokens"] for r in rows):
+        columns = [*columns, ("spec_acceptance_rate", "drafts accepted", 1, "{:.0%}"),
+                   ("spec_mean_acceptance_length", "tokens/verify", 1, "{:.2f}")]
     header = [h for _, h, _, _ in columns]
     cells = [["-" if r[k] is None else fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns]
              for r in rows]
@@ -222,8 +238,10 @@ def check_knobs(model: str, config: EngineConfig) -> None:
     from .core.policies import make_policy
     from .config import MODEL_PRESETS, ModelConfig
     from .model.loader import resolve_model_path
+    from .spec import SpeculativeConfig
 
     config.validate()
+    SpeculativeConfig.of(config.speculative_config)
     path = resolve_model_path(model)
     resolve(config, make_policy(config.policy), MODEL_PRESETS[model] if path is None else
             ModelConfig.from_json(path / "config.json"))

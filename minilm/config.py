@@ -131,6 +131,7 @@ class EngineConfig:
     seed: int = 0
     cpu_threads: int = 1  # torch intra-op threads on CPU: the tiny model's ops are too small to share (README)
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
+    speculative_config: Any = None  # vLLM's keys as a dict, or a spec.SpeculativeConfig (lesson 10); None: off
 
     def validate(self) -> None:
         """Each knob on its own; checks against the model and policy happen in core/builder.py."""

@@ -103,11 +103,13 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     span = run_span(tl)
     out_tokens = sum(r.output_len for r in tl.requests)
     prompt_tokens = sum(r.prompt_len for r in tl.requests)
-    computed = padding = 0
+    computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
     for s in steps:
         real = set()
         for i in s.items:
+            if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
+                drafts, accepted, verifies = drafts + i.num_draft, accepted + i.num_accepted, verifies + 1
             if i.kind == "padding":
                 padding += i.num_tokens
             elif i.kind == CACHED:
@@ -135,6 +137,11 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "preemptions": sum(r.preemptions for r in tl.requests),
         # vLLM's prefix cache hit rate: prompt tokens found cached / prompt tokens
         "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in tl.requests) / prompt_tokens if prompt_tokens else 0.0,
+        # vLLM's spec-decode metrics: drafts the target agreed with, and tokens a verifying step kept
+        # (its accepted drafts and its own token): "mean acceptance length"
+        "spec_draft_tokens": drafts,
+        "spec_acceptance_rate": accepted / drafts if drafts else None,
+        "spec_mean_acceptance_length": 1 + accepted / verifies if verifies else None,
     }
     for name, values in (("ttft", ttfts(tl)), ("itl", itls(tl)), ("tpot", tpots(tl)), ("e2e", e2e_latencies(tl))):
         for q in (50, 90, 99):

@@ -27,6 +27,8 @@ class SeqWork:
     kind: str                # prefill (a prompt, a chunk, a preempted sequence recomputed) | decode | padding
     samples: bool            # this step computes the sequence's last token, so it samples the next
     num_cached: int = 0      # tokens before `start` found in the prefix cache when admitted: no compute
+    draft_token_ids: list[int] = field(default_factory=list)  # the last of the new tokens are these drafts,
+    #                          which the step verifies (lesson 10): it samples at each of them and after them
 
 
 @dataclass
@@ -50,10 +52,13 @@ class StepPlan:
 
 @dataclass
 class ModelOutput:
-    """What the executor returns: the tokens each request that samples in this step drew."""
+    """What the executor returns: the tokens each request that samples in this step kept (its
+    accepted drafts and one token of the target's own), and the drafts proposed for the next."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list] = field(default_factory=dict)  # for requests that asked: one entry a token
+    draft_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    draft_time: float = 0.0  # seconds of the step spent proposing them
 
 
 @runtime_checkable

@@ -64,6 +64,7 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
     block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (core/prefix_cache.py)
     output_logprobs: list = field(default_factory=list)  # with params.logprobs: [logprob, [[id, logprob], ...]] a token
+    spec_token_ids: list[int] = field(default_factory=list)  # drafts to verify in its next decode (lesson 10)
 
     @property
     def prompt_len(self) -> int:

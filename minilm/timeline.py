@@ -18,7 +18,9 @@ class StepItem:
     request_id: str
     kind: str          # prefill | decode | padding | cached
     num_tokens: int
-    context_len: int   # the sequence's context after this item
+    context_len: int   # the sequence's context after this item (its verified tokens)
+    num_draft: int = 0     # of num_tokens, draft tokens the step verified (speculative decoding, lesson 10)
+    num_accepted: int = 0  # of those, drafts the target agreed with
 
 
 @dataclass
@@ -36,6 +38,7 @@ class StepRecord:
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
     model_time: float = 0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
     kv_cached_free: list[int] | None = None  # blocks nobody holds that keep a cached prefix (prefix caching)
+    draft_time: float = 0.0  # of model_time, seconds spent proposing the next step's drafts
 
     @property
     def duration(self) -> float:

@@ -22,6 +22,7 @@ PARTS = {  # name -> files; the first three are the engine core
         [f for f in sorted((M / "model").rglob("*.py")) if f != KERNEL],
     "Triton kernel (model/attention/triton_paged.py)": [KERNEL],
     "workload, metrics, trace": [M / f for f in ("workload.py", "metrics.py", "trace.py")],
+    "spec/ (speculative decoding: config, proposers, executor)": sorted((M / "spec").rglob("*.py")),
     "sim/ (cost model, simulated executor)": sorted((M / "sim").rglob("*.py")),
     "serve/ (server, engine thread, OpenAI API, metrics, bench client, result files)": sorted((M / "serve").rglob("*.py")),
     "command line (cli.py, __main__.py, __init__.py)": [M / f for f in ("cli.py", "__main__.py", "__init__.py")],

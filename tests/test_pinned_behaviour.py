@@ -19,7 +19,7 @@ from minilm import Engine, EngineConfig, Timeline, summarize
 from minilm.core.clock import SimulatedClock
 from minilm.metrics import e2e_latencies, itls, tpots, ttfts, worst_itls
 from minilm.request import SamplingParams
-from minilm.model.sampling import filter_logits, sample
+from minilm.model.sampling import accept, filter_logits
 from minilm.timeline import RequestRecord, StepItem, StepRecord
 
 
@@ -49,6 +49,11 @@ def sampler_probs(logits: torch.Tensor, params: list[SamplingParams]) -> list[to
         mp.setattr(torch, "multinomial", spy)
         sample(logits, params, [torch.Generator().manual_seed(0) for _ in params])
     return seen
+
+
+def sample(logits, params, generators) -> list[int]:
+    """One token per row, as the runner samples a sequence that has no draft tokens."""
+    return [accept(logits[i:i + 1], [], p, g)[0] for i, (p, g) in enumerate(zip(params, generators))]
 
 
 # ---- public-API helpers -----------------------------------------------------------------
@@ -506,6 +511,7 @@ def test_metrics_exact_values():
         "kv_unused_slots_mean": (3 + 5 + 2) / 3,
         "preemptions": 1,
         "prefix_cache_hit_rate": 2 / 10,
+        "spec_draft_tokens": 0,  # no drafts: no acceptance rate or length
         # numpy's linear percentiles: p of sorted x at index q/100 * (n-1)
         "ttft_p50": 3.0, "ttft_p90": 3.8, "ttft_p99": 3.98,       # [2, 3, 4]
         "itl_p50": 1.0, "itl_p90": 3.1, "itl_p99": 3.91,          # [1, 1, 1, 4]: 1 + .7*3, 1 + .97*3
@@ -518,6 +524,7 @@ def test_metrics_exact_values():
         "goodput_req_per_s": 1 / 8,
     }
     assert m["policy"] == "hand" and m["clock"] == "simulated"
-    assert set(expected) | {"policy", "clock"} == set(m)
+    assert set(expected) | {"policy", "clock", "spec_acceptance_rate", "spec_mean_acceptance_length"} == set(m)
+    assert m["spec_acceptance_rate"] is None and m["spec_mean_acceptance_length"] is None
     for k, v in expected.items():
         assert m[k] == pytest.approx(v, abs=1e-9, rel=0), k

@@ -16,6 +16,7 @@ from ..model.loader import load_model, resolve_dtype, resolve_model_path
 from ..model.runner import ModelRunner
 from ..model.tokenizer import ByteTokenizer, load_tokenizer
 from ..plan import Executor
+from ..spec import SpeculativeConfig, make_speculative_executor
 from .clock import MeasuredClock
 from .kv_cache import KVCacheManager, cdiv
 from .policies import Policy, make_policy
@@ -26,6 +27,7 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
     needs. Bad knobs raise InvalidValue before the KV cache is allocated. `block_pool(num_blocks)`
     replaces the KV cache's free list (exercise 4)."""
     config.validate()
+    config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
     policy = make_policy(config.policy)
     name = "custom"
     if isinstance(model, (str, Path)):
@@ -46,6 +48,11 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
         if torch.device(config.device).type == "cpu":
             torch.set_num_threads(config.cpu_threads)
         model = ModelRunner(model, config, name)
+        if config.speculative_config:
+            model = make_speculative_executor(model, config)
+    elif config.speculative_config and not getattr(model, "speculates", False):
+        raise InvalidValue("speculative_config", config.speculative_config, f"executor {model.kind!r} cannot "
+                           f"speculate; a model can, and so can the simulator")
     return config, policy, tokenizer or ByteTokenizer(), kv_manager, model, clock or MeasuredClock(config.device)
 
 

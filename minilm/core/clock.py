@@ -14,15 +14,15 @@ from typing import Callable
 
 import torch
 
+from ..model.runner import device_time
+
 
 class Clock:
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = torch.device(device).type
 
     def _sync(self) -> float:
-        if self.device in ("cuda", "mps"):  # a GPU runs ahead of Python: wait for its work, or it is not counted
-            getattr(torch, self.device).synchronize()
-        return time.perf_counter()
+        return device_time(self.device)
 
     def timed(self, execute: Callable, plan) -> tuple[object, float]:
         """`execute(plan)`'s result and the seconds it took."""

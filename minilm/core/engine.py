@@ -16,7 +16,7 @@ from typing import Iterable
 from tqdm.auto import tqdm
 
 from ..config import EngineConfig, InvalidValue
-from ..plan import StepPlan
+from ..plan import ModelOutput, StepPlan
 from ..request import Request, SamplingParams
 from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
 from ..workload import RequestSpec
@@ -155,8 +155,8 @@ class Engine:
             req.token_times += [t_end] * (len(req.output_ids) - len(req.token_times))
             if req.t_first_token is None:
                 req.t_first_token = t_end
-        record = record_step(index=len(self.timeline.steps), plan=plan, t_start=t_start, t_end=t_end,
-                             model_time=model_time, kv_blocks_total=self.config.num_blocks)
+        record = record_step(index=len(self.timeline.steps), plan=plan, output=output, t_start=t_start,
+                             t_end=t_end, model_time=model_time, kv_blocks_total=self.config.num_blocks)
         self.timeline.steps.append(record)
         self._retire(finished, t_end)
         return record
@@ -197,22 +197,25 @@ class Engine:
 
 
 # ---- recording: functions of the plan and the step's times, after the clock stopped ----
-def record_step(*, index: int, plan: StepPlan, t_start: float, t_end: float, model_time: float,
-                kv_blocks_total: int) -> StepRecord:
+def record_step(*, index: int, plan: StepPlan, output: ModelOutput, t_start: float, t_end: float,
+                model_time: float, kv_blocks_total: int) -> StepRecord:
     items = []
     for w in plan.work:
         rid = w.request.request_id
         if w.num_cached:
             items.append(StepItem(rid, CACHED, w.num_cached, w.num_cached))
         if w.num_new_tokens:
-            items.append(StepItem(rid, w.kind, w.num_new_tokens, w.start + w.num_new_tokens))
+            drafts = len(w.draft_token_ids)
+            accepted = len(output.sampled_token_ids[rid]) - 1 if drafts else 0
+            items.append(StepItem(rid, w.kind, w.num_new_tokens, w.start + w.num_new_tokens - drafts + accepted,
+                                  drafts, accepted))
         if w.num_padding:
             items.append(StepItem(rid, "padding", w.num_padding, w.end))
     return StepRecord(step=index, t_start=t_start, t_end=t_end, items=items, num_running=plan.num_running,
                       num_waiting=plan.num_waiting, kv_blocks_used=plan.kv_blocks_used,
                       kv_blocks_total=kv_blocks_total, num_preempted=len(plan.preempted),
                       kv_tokens_stored=plan.kv_tokens_stored, kv_blocks=plan.block_tables, model_time=model_time,
-                      kv_cached_free=plan.cached_free_blocks)
+                      kv_cached_free=plan.cached_free_blocks, draft_time=output.draft_time)
 
 
 def record_request(req: Request) -> RequestRecord:

@@ -117,9 +117,9 @@ class KVCacheManager:
             if not self.cached_free.isdisjoint(table):  # cached-free blocks taken back or evicted
                 self.cached_free.difference_update(table)
                 self._cached_free_list = None
-        if self.caching:
-            full = (request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens) // self.block_size
-            self.cache_blocks(request, table, full)
+        if self.caching:  # not draft tokens (past num_tokens): they may be rejected
+            end = min(request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens, request.num_tokens)
+            self.cache_blocks(request, table, end // self.block_size)
         return table
 
     def cache_blocks(self, request: Request, table: list[int], num_full: int) -> None:

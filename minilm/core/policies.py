@@ -94,9 +94,10 @@ class StaticPolicy(Policy):
             return
         for req in step.unscheduled_running():
             step.schedule_running(req, 1)
+        end = padded_len(self.batch)
         for req in self.batch:  # dead rows: the padded tensor still computes them
-            if req.finished:
-                start = self.padded_end.get(req.request_id, req.num_computed_tokens)
+            start = self.padded_end.get(req.request_id, req.num_computed_tokens)
+            if req.finished and start < end:  # (with speculation a row can reach its end steps early)
                 step.schedule_padding(req, start, 1)
                 self.padded_end[req.request_id] = start + 1
 

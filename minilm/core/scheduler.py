@@ -59,14 +59,17 @@ class Scheduler:
 
     def update_from_output(self, plan: StepPlan, output: ModelOutput) -> list[Request]:
         """Advance each request's computed tokens, append what it sampled, finish those that
-        stop. Returns the finished requests."""
+        stop. Returns the finished requests. A rejected draft's K/V stays in its slot until
+        the next step's tokens overwrite it: only the accepted count as computed (lesson 10)."""
         finished = []
         sampled = output.sampled_token_ids
         for w in plan.work:
-            req = w.request
+            req, kept = w.request, sampled.get(w.request.request_id, ())
             if w.num_new_tokens:
-                req.num_computed_tokens = w.start + w.num_new_tokens
-            for i, token in enumerate(sampled.get(req.request_id, ())):
+                rejected = len(w.draft_token_ids) - (len(kept) - 1) if w.draft_token_ids else 0
+                req.num_computed_tokens = w.start + w.num_new_tokens - rejected
+            req.spec_token_ids = output.draft_token_ids.get(req.request_id, [])
+            for i, token in enumerate(kept):
                 if req.request_id in output.logprobs:
                     req.output_logprobs.append(output.logprobs[req.request_id][i])
                 reason = req.append_output(token)
@@ -91,7 +94,7 @@ class Scheduler:
         self.kv_manager.free(req)
         self.running.remove(req)
         req.status = Status.WAITING
-        req.num_computed_tokens = 0
+        req.num_computed_tokens, req.spec_token_ids = 0, []
         req.preemptions += 1
         self.waiting.appendleft(req)
 

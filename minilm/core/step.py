@@ -28,6 +28,9 @@ class StepBuilder:
         self.work: list[SeqWork] = []
         self.preempted: list[Request] = []
         self.scheduled: set[str] = set()
+        self.owed = len(scheduler.running)  # running requests not yet scheduled: drafts leave each a token
+        spec = self.config.speculative_config
+        self.lookahead = spec.num_lookahead_tokens if spec else 0
 
     # ---- what a policy reads ----------------------------------------------------------
     @property
@@ -58,18 +61,25 @@ class StepBuilder:
     def schedule_running(self, req: Request, num_tokens: int) -> bool:
         """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
         preempt the newest running request not yet scheduled in this step, until the blocks
-        fit; False when that was `req` itself (it went back to the queue)."""
+        fit; False when that was `req` itself (it went back to the queue). A decode also
+        verifies its draft tokens, as many as the budget allows (lesson 10)."""
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
                                f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
-        while (table := self._kv.allocate_slots(req, num_tokens)) is None:
+        samples = num_tokens == req.num_remaining
+        drafts = req.spec_token_ids[:max(0, self.budget - num_tokens - (self.owed - 1))] if samples else []
+        n = num_tokens + len(drafts)
+        while (table := self._kv.allocate_slots(req, n, self._lookahead(req, req.num_computed_tokens + n, samples))) \
+                is None:
             victim = next(r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled)
             self._scheduler.preempt(victim)
             self.preempted.append(victim)
+            self.owed -= 1
             if victim is req:
                 return False
-        self._add_work(req, num_tokens, 0, table)
+        self.owed -= 1
+        self._add_work(req, num_tokens, 0, table, drafts=drafts)
         return True
 
     def can_admit(self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0) -> bool:
@@ -89,7 +99,7 @@ class StepBuilder:
         if admission is None:
             raise RuntimeError(f"policy {self._policy_name!r}: cannot admit {req.request_id!r} now "
                                f"(check can_admit first)")
-        computed, num_tokens = admission
+        computed, num_tokens, reserve_tokens = admission
         table = self._kv.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
         num_cached = len(computed) * self._kv.block_size
         self._scheduler.move_to_running(req, self.now, num_cached)
@@ -122,15 +132,23 @@ class StepBuilder:
 
     # ---- bookkeeping ------------------------------------------------------------------
     def _admission(self, req: Request, num_tokens: int, num_padding: int,
-                   reserve_tokens: int) -> tuple[list[int], int] | None:
-        """(its cached prefix blocks, the tokens left to compute after them) if `req` can be admitted now."""
+                   reserve_tokens: int) -> tuple[list[int], int, int] | None:
+        """(its cached prefix blocks, the tokens left to compute after them, the KV slots to hold)
+        if `req` can be admitted now."""
         computed = self._kv.get_computed_blocks(req)
-        num_tokens = min(num_tokens, req.num_tokens - len(computed) * self._kv.block_size)
+        end = len(computed) * self._kv.block_size + num_tokens
+        num_tokens -= max(0, end - req.num_tokens)
+        reserve_tokens = max(reserve_tokens, self._lookahead(req, min(end, req.num_tokens), end >= req.num_tokens))
         if (not self.preempted and len(self._scheduler.running) < self.config.max_num_seqs
                 and num_tokens + num_padding <= self.budget
                 and self._kv.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)):
-            return computed, num_tokens
+            return computed, num_tokens, reserve_tokens
         return None
+
+    def _lookahead(self, req: Request, end: int, samples: bool) -> int:
+        """KV slots a step whose work ends at `end` must hold: a draft model proposes after the
+        step samples and writes the K/V of its drafts past `end` (lesson 10)."""
+        return min(end + self.lookahead, req.max_len) if samples and self.lookahead else 0
 
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:
         name, rid = self._policy_name, req.request_id
@@ -143,11 +161,12 @@ class StepBuilder:
                                f"{req.num_remaining} left to compute")
 
     def _add_work(self, req: Request, num_tokens: int, num_padding: int, table: list[int],
-                  num_cached: int = 0) -> None:
+                  num_cached: int = 0, drafts: list[int] = ()) -> None:
         start = req.num_computed_tokens
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
+        num_tokens += len(drafts)
         self.work.append(SeqWork(req, num_tokens, num_padding, start, start + num_tokens + num_padding, table,
-                                 "decode" if decode else "prefill", samples, num_cached))
+                                 "decode" if decode else "prefill", samples, num_cached, list(drafts)))
         self.scheduled.add(req.request_id)
         self.budget -= num_tokens + num_padding

@@ -7,7 +7,9 @@ token costs, and their results are thrown away.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -16,7 +18,7 @@ from ..plan import ModelOutput, StepPlan
 from .attention import get_backend
 from .llama import AttentionMetadata, LlamaModel
 from .loader import resolve_dtype
-from .sampling import sample, token_logprobs
+from .sampling import accept, token_logprobs
 
 
 def allocate_kv_cache(model: ModelConfig, num_blocks: int, block_size: int,
@@ -24,6 +26,14 @@ def allocate_kv_cache(model: ModelConfig, num_blocks: int, block_size: int,
     """[layers, 2 (K,V), num_blocks, block_size, Hkv, D], vLLM's per-layer layout."""
     return torch.zeros(model.num_hidden_layers, 2, num_blocks, block_size,
                        model.num_key_value_heads, model.head_dim, dtype=dtype, device=device)
+
+
+def device_time(device_type: str) -> float:
+    """time.perf_counter() once the device has done its queued work: a GPU runs ahead of
+    Python, and what it has not finished would not be counted."""
+    if device_type in ("cuda", "mps"):
+        getattr(torch, device_type).synchronize()
+    return time.perf_counter()
 
 
 def slot_mapping(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
@@ -39,40 +49,53 @@ class StepInputs:
     input_ids: torch.Tensor    # [T]
     positions: torch.Tensor    # [T]
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # [S] index in the flat batch of each sampling sequence's last token
-    sample_work: list          # the SeqWork of each of those rows
+    sample_rows: torch.Tensor  # [S] index in the flat batch of each token whose next token is sampled
+    sample_work: list          # the SeqWork of each sampling sequence: 1 + its drafts rows each, in order
 
 
-def build_step_inputs(plan: StepPlan, block_size: int, pad_token_id: int,
-                      device: str | torch.device = "cpu") -> StepInputs:
-    ids, starts, lens, ctx, tables, sample_rows, sample_work = [], [], [], [], [], [], []
-    num_tokens = 0
-    for w in plan.work:
-        ids += w.request.token_ids(w.start, w.num_new_tokens)
-        ids += [pad_token_id] * w.num_padding
-        n = w.num_new_tokens + w.num_padding
-        if w.samples:
-            sample_rows.append(num_tokens + w.num_new_tokens - 1)
-            sample_work.append(w)
-        starts.append(w.start)
-        lens.append(n)
-        ctx.append(w.end)
-        tables.append(w.block_table)
-        num_tokens += n
-    width = max(len(t) for t in tables)
-    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+def ragged_batch(seqs: list[tuple[list[int], int, list[int]]], block_size: int,
+                 device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """(input_ids, positions, metadata) of one flat batch, from (token ids, position of the first,
+    block table) of each sequence; each attends to its cache up to its last new token."""
+    lens = [len(ids) for ids, _, _ in seqs]
+    width = max(len(table) for _, _, table in seqs)
+    block_tables = torch.tensor([table + [0] * (width - len(table)) for _, _, table in seqs], dtype=torch.int32)
     q_lens = torch.tensor(lens)
     # each token's row (sequence) and its position in that sequence
     rows = torch.repeat_interleave(torch.arange(len(lens)), q_lens)
     cu = torch.zeros(len(lens) + 1, dtype=torch.int64)
     torch.cumsum(q_lens, 0, out=cu[1:])
-    positions = torch.tensor(starts)[rows] + torch.arange(num_tokens) - cu[rows]
+    starts = torch.tensor([start for _, start, _ in seqs])
+    positions = starts[rows] + torch.arange(int(cu[-1])) - cu[rows]
     meta = AttentionMetadata(cu_seqlens_q=cu.to(device, torch.int32),
-                             context_lens=torch.tensor(ctx, dtype=torch.int32, device=device),
+                             context_lens=(starts + q_lens).to(device, torch.int32),
                              block_tables=block_tables.to(device),
                              slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device))
-    return StepInputs(torch.tensor(ids, device=device), positions.to(device), meta,
-                      torch.tensor(sample_rows, device=device), sample_work)
+    input_ids = torch.tensor([t for ids, _, _ in seqs for t in ids], device=device)
+    return input_ids, positions.to(device), meta
+
+
+def build_step_inputs(plan: StepPlan, block_size: int, pad_token_id: int,
+                      device: str | torch.device = "cpu") -> StepInputs:
+    """The plan's ragged batch. A sampling sequence is sampled after its last known token and
+    after each of its draft tokens, which are the last of its new tokens (lesson 10)."""
+    seqs, sample_rows, sample_work = [], [], []
+    num_tokens = 0
+    for w in plan.work:
+        known = w.num_new_tokens - len(w.draft_token_ids)
+        ids = w.request.token_ids(w.start, known) + w.draft_token_ids + [pad_token_id] * w.num_padding
+        if w.samples:
+            sample_rows += range(num_tokens + known - 1, num_tokens + w.num_new_tokens)
+            sample_work.append(w)
+        seqs.append((ids, w.start, w.block_table))
+        num_tokens += len(ids)
+    input_ids, positions, meta = ragged_batch(seqs, block_size, device)
+    return StepInputs(input_ids, positions, meta, torch.tensor(sample_rows, device=device), sample_work)
+
+
+def split_list(items: list, counts: list[int]) -> list[list]:
+    ends = list(accumulate(counts))
+    return [items[e - n:e] for e, n in zip(ends, counts)]
 
 
 class ModelRunner:
@@ -97,7 +120,8 @@ class ModelRunner:
                 "dtype": str(self.kv_cache.dtype).removeprefix("torch.")}
 
     def execute(self, plan: StepPlan) -> ModelOutput:
-        """The next token of every sequence that samples in this step."""
+        """The tokens each sequence that samples in this step keeps: its accepted drafts, then
+        one of the target's own (without drafts: just that one)."""
         inp = build_step_inputs(plan, self.block_size, self.pad_token_id, self.device)
         with torch.inference_mode():
             hidden = self.model(inp.input_ids, inp.positions, self.kv_cache, inp.meta,
@@ -106,13 +130,20 @@ class ModelRunner:
                 return ModelOutput({})
             logits = self.model.logits(hidden[inp.sample_rows])
         reqs = [w.request for w in inp.sample_work]
-        logprobs = token_logprobs(logits, [r.params.logprobs for r in reqs])  # raw, as vLLM's: before any mask
-        for i, r in enumerate(reqs):  # min_tokens: no end (EOS, a stop id) yet
-            if len(r.output_ids) < r.params.min_tokens:
-                logits[i, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]] = float("-inf")
-        tokens = sample(logits, [r.params for r in reqs], [self.generator(r) for r in reqs])
-        return ModelOutput({r.request_id: [t] for r, t in zip(reqs, tokens)},
-                           {r.request_id: [lp(t)] for r, lp, t in zip(reqs, logprobs, tokens) if lp})
+        counts = [1 + len(w.draft_token_ids) for w in inp.sample_work]
+        row_reqs = [(r, i) for r, n in zip(reqs, counts) for i in range(n)]  # row i of a request: its i-th new token
+        logprobs = token_logprobs(logits, [r.params.logprobs for r, _ in row_reqs])  # raw, as vLLM's: before any mask
+        for row, (r, i) in enumerate(row_reqs):  # min_tokens: no end (EOS, a stop id) yet
+            if len(r.output_ids) + i < r.params.min_tokens:
+                logits[row, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]] = float("-inf")
+        out = ModelOutput({})
+        for w, rows, lps in zip(inp.sample_work, logits.split(counts), split_list(logprobs, counts)):
+            r = w.request
+            tokens = accept(rows, w.draft_token_ids, r.params, self.generator(r))
+            out.sampled_token_ids[r.request_id] = tokens
+            if lps[0]:
+                out.logprobs[r.request_id] = [lp(t) for lp, t in zip(lps, tokens)]
+        return out
 
     def generator(self, req) -> torch.Generator | None:
         """A seeded request's own generator (sampling.py says why)."""

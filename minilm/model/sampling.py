@@ -1,5 +1,6 @@
-"""Turning logits into tokens: greedy, temperature, top-k, top-p. A request with a seed
-draws from its own generator, so what it samples does not depend on its batch-mates.
+"""Turning logits into tokens: greedy, temperature, top-k, top-p, and the acceptance of draft
+tokens (speculative decoding). A request with a seed draws from its own generator, so what it
+samples does not depend on its batch-mates.
 """
 from __future__ import annotations
 
@@ -22,16 +23,33 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row of `logits` [B, V]."""
-    tokens = logits.argmax(-1).tolist()
-    for i, p in enumerate(params):
-        if p.temperature == 0:
+def accept(logits: torch.Tensor, draft: list[int], params: SamplingParams,
+           generator: torch.Generator | None) -> list[int]:
+    """The tokens one sequence keeps from a step: `logits [1 + d, V]` are the target's after its
+    last known token and after each of its `d` draft tokens (lesson 10). Greedy: keep drafts
+    while each is the target's argmax, then the target's own next token. Sampling: rejection
+    sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
+    (q is one-hot, as for vLLM's n-gram and EAGLE drafts): keep draft x with probability p(x),
+    else draw from p with x removed; after d kept drafts, draw one more from p. Every kept token
+    is then distributed exactly as the target's own sample. With no drafts: one plain sample."""
+    if params.temperature == 0:
+        best = logits.argmax(-1).tolist()
+        n = next((i for i, x in enumerate(draft) if x != best[i]), len(draft))
+        return draft[:n] + [best[n]]
+    kept = []
+    for i, x in enumerate(draft):
+        p = target_probs(logits[i], params)
+        if torch.rand(1, generator=generator).item() < p[x]:
+            kept.append(x)
             continue
-        row = filter_logits(logits[i].float() / p.temperature, p.top_k, p.top_p)
-        probs = row.softmax(-1).cpu()
-        tokens[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
-    return tokens
+        p[x] = 0.0  # rejected: the residual max(0, p - q) for a one-hot q, renormalised by multinomial
+        return kept + [int(torch.multinomial(p, 1, generator=generator).item())]
+    return kept + [int(torch.multinomial(target_probs(logits[len(draft)], params), 1, generator=generator).item())]
+
+
+def target_probs(row: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a request samples from: softmax(logits / temperature), top-k and top-p applied."""
+    return filter_logits(row.float() / params.temperature, params.top_k, params.top_p).softmax(-1).cpu()
 
 
 def token_logprobs(logits: torch.Tensor, num_top: list[int | None]) -> list:

@@ -1,0 +1,61 @@
+"""One step with speculation: the target verifies the drafts proposed in the step before, then
+the proposer guesses the next ones for every sequence that sampled (vLLM V1's order: drafting
+is part of the step, after sampling), so they are ready when the scheduler plans the next.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..config import EngineConfig, InvalidValue
+from ..model.loader import load_model
+from ..model.runner import ModelRunner, device_time
+from ..plan import ModelOutput, StepPlan
+from .draft_model import DraftModelProposer
+from .ngram import NgramProposer
+from .proposal import Proposal
+
+
+class SpeculativeExecutor:
+    """The model runner with a proposer (ngram.py or draft_model.py) behind it."""
+
+    def __init__(self, runner: ModelRunner, proposer, config: EngineConfig):
+        self.runner, self.proposer, self.spec = runner, proposer, config.speculative_config
+        self.kind, self.model_config = runner.kind, runner.model_config
+
+    def describe(self) -> dict:
+        return {**self.runner.describe(), "speculative_config": asdict(self.spec)}
+
+    def execute(self, plan: StepPlan) -> ModelOutput:
+        out = self.runner.execute(plan)
+        for req in plan.preempted:
+            self.proposer.forget(req.request_id)
+        t0 = device_time(self.runner.device.type)
+        proposals = []
+        for w in plan.work:
+            req, kept = w.request, out.sampled_token_ids.get(w.request.request_id)
+            # drafts past the request's last token could never be kept
+            k = min(self.spec.num_speculative_tokens, req.params.max_tokens - len(req.output_ids) - len(kept or ()) - 1)
+            if kept and k > 0:
+                proposals.append(Proposal(req.request_id, req.token_ids(0, req.num_tokens) + kept, k, w.block_table))
+        out.draft_token_ids = self.proposer.propose(proposals)
+        out.draft_time = device_time(self.runner.device.type) - t0
+        return out
+
+    def forget(self, request_id: str) -> None:
+        self.runner.forget(request_id)
+        self.proposer.forget(request_id)
+
+
+def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> SpeculativeExecutor:
+    """The runner with the proposer `config.speculative_config` names; a draft model must share
+    the target's vocabulary (its token ids are the target's)."""
+    spec = config.speculative_config
+    if spec.method == "ngram":
+        return SpeculativeExecutor(runner, NgramProposer(spec), config)
+    draft = load_model(spec.model, device=config.device, dtype=config.dtype, seed=config.seed)
+    vocab, target_vocab = draft.config.vocab_size, runner.model_config.vocab_size
+    if vocab != target_vocab:
+        raise InvalidValue("speculative_config.model", spec.model, f"has a vocabulary of {vocab} tokens, the "
+                           f"target {target_vocab}: a draft model must share the target's tokenizer")
+    proposer = DraftModelProposer(draft, config.num_blocks, config.block_size, config.attention_backend)
+    return SpeculativeExecutor(runner, proposer, config)
