@@ -5,8 +5,8 @@
     server.stop()                  # Ctrl-C by its pid: it drains, stops, writes the timeline
 
 The server gets a process of its own (not a thread of the notebook's kernel), as it
-would in production: the kernel stays free to draw, and the server's engine thread
-shares its GIL with nothing but the server's own HTTP layer.
+would in production: the kernel stays free to draw. (The server then starts its engine
+core in a process of its own too, unless given engine_core="thread".)
 """
 from __future__ import annotations
 
