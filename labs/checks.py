@@ -1,27 +1,98 @@
-"""Checks for the lab's exercises: one `check_*` function per exercise.
+"""Checks for the lab's exercises: one `check_*` function per graded part.
 
 An exercise notebook and its solution call the same check, so a solution can never
-pass a weaker test than the learner's code. Each check runs the learner's code
-against the real engine (or an independent computation), raises AssertionError with
-a hint when something is off, and prints one line when all is well.
+pass a weaker test than the learner's code. Each check runs the learner's code on
+inputs chosen so that the situations where a right and a wrong answer differ occur
+(an exact tie, a whole-number crossing, a preemption, a request with no first token,
+...), against the real engine where it has the answer and otherwise against a plain
+reference written below. It raises AssertionError with a message that names the
+likely cause (or only what differs, where the cause cannot be told), and prints one
+line when all is well. Every check is tested against known-wrong answers it must
+reject and right answers written another way it must accept (tests/test_exercise_NN.py).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import numbers
 import random
+import signal
+import threading
+from collections.abc import Mapping
+from fractions import Fraction
 
 import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
-from minilm.model.attention.reference import paged_attention
 from minilm.config import ModelConfig
+from minilm.core.policies import Policy
+from minilm.model.llama import LlamaModel
 from minilm.core.kv_cache import cdiv
-from minilm.model.llama import AttentionMetadata, LlamaModel
+from minilm.model.attention.reference import paged_attention
+from minilm.model.llama import AttentionMetadata
 
 
 def ok(message: str) -> None:
     print(f"passed: {message}")
+
+
+def call(fn, *args, what: str | None = None):
+    """The learner's function, with any crash turned into a failed check that says where."""
+    try:
+        return fn(*args)
+    except (AssertionError, NotImplementedError, TookTooLong):
+        raise
+    except Exception as e:  # noqa: BLE001 - any error is the learner's to see, as a failed check
+        where = what or f"{getattr(fn, '__name__', 'your function')}{args!r}"
+        raise AssertionError(f"{where} raised {type(e).__name__}: {e}") from e
+
+
+def is_real(x) -> bool:
+    """A real number: int, float, or NumPy's and PyTorch's scalars (a bool is not a number here)."""
+    if isinstance(x, torch.Tensor):
+        return x.dim() == 0 and not x.is_complex() and x.dtype != torch.bool
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def close(got, want: float, rel_tol: float = 1e-9) -> bool:
+    """`got` (any real number, NumPy's included) equals `want` up to rounding."""
+    return is_real(got) and math.isclose(float(got), want, rel_tol=rel_tol, abs_tol=1e-300)
+
+
+class TookTooLong(BaseException):
+    """Raised inside the learner's code by `time_limit` (a BaseException, so that `except
+    Exception` in their code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    """Stop a loop that never ends. Needs SIGALRM and the main thread (a notebook's cells run
+    there); elsewhere it only waits."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise TookTooLong
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except TookTooLong:
+        raise AssertionError(f"{what} ran for more than {seconds:g} s: does a loop in it never end?") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def tiny_model(vocab_size: int = 97) -> LlamaModel:
+    """A small model with large random weights: its greedy choices are far from ties, so a
+    different batching (which changes the float rounding) cannot flip a token."""
+    return LlamaModel(ModelConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                  eos_token_id=None, bos_token_id=None)).init_random(3, std=0.5)
 
 
 # ---- exercise 0: reading a timeline ---------------------------------------------------
@@ -35,48 +106,95 @@ def engine_counts(tl) -> dict[str, int]:
 
 
 def check_kind_dict(got, want: dict[str, int], what: str) -> None:
-    assert isinstance(got, dict), f"return a dict, got {type(got).__name__}"
-    assert set(got) == set(want), f"keys should be {sorted(want)}, got {sorted(got)}"
+    assert isinstance(got, Mapping), f"{what}: return a dict, got {type(got).__name__}"
+    extra = [k for k in got if k not in KINDS and got[k]]
+    assert not extra, f"{what}: only the keys {list(KINDS)}, got {sorted(map(str, got))}"
     for k in KINDS:
-        assert got[k] == want[k], f"{what}: {k}: you have {got[k]}, the engine computed {want[k]}"
+        try:
+            value = got[k]  # a Counter or defaultdict gives 0 for a kind the run never had
+        except KeyError:
+            raise AssertionError(f"{what}: no {k!r} key; the keys are {list(KINDS)} (0 for a kind the run "
+                                 f"did not compute)") from None
+        assert value == want[k], f"{what}: {k}: you have {value}, the engine computed {want[k]}"
 
 
-def small_workload(n: int, seed: int) -> list[RequestSpec]:
-    """`n` requests with short random prompts (2-24 tokens) and outputs (1-12): quick to run."""
+def small_workload(n: int, seed: int, max_prompt: int = 24) -> list[RequestSpec]:
+    """`n` requests with short random prompts (2 to `max_prompt` tokens) and outputs (1-12): quick to run."""
     rng = random.Random(seed)
-    return [RequestSpec(f"r{i}", [rng.randrange(256) for _ in range(rng.randrange(2, 25))], rng.randrange(1, 13))
-            for i in range(n)]
+    return [RequestSpec(f"r{i}", [rng.randrange(256) for _ in range(rng.randrange(2, max_prompt + 1))],
+                        rng.randrange(1, 13)) for i in range(n)]
+
+
+def preempting_run():
+    """A continuous run whose KV cache (10 blocks of 4 slots) is too small for its requests:
+    some are preempted and computed again, prompt and output so far."""
+    tl = run_workload(small_workload(8, seed=2), policy="continuous", max_num_seqs=4, num_blocks=10, block_size=4,
+                      sampling={"ignore_eos": True})
+    assert summarize(tl)["preemptions"] > 0, "the check's own run should preempt"
+    return tl
 
 
 def check_tokens_by_kind(tokens_by_kind) -> None:
     # a static run has all three kinds; prompts of many lengths make "count the items" differ
-    # from "count the tokens" for prefill, and finished rows make padding items
-    specs = small_workload(7, seed=1)
-    tl = run_workload(specs, policy="static", max_num_seqs=3, sampling={"ignore_eos": True})
-    want = engine_counts(tl)
-    check_kind_dict(tokens_by_kind(tl), want, "a static run")
-    ok(f"tokens by kind on a static run: {want}")
+    # from "count the tokens", and finished rows make padding. A run with preemptions computes
+    # prompts (and outputs) again: there the steps and the requests' lengths disagree.
+    runs = {"a static run": run_workload(small_workload(7, seed=1), policy="static", max_num_seqs=3,
+                                         sampling={"ignore_eos": True}),
+            "a continuous run with preemptions": preempting_run()}
+    for what, tl in runs.items():
+        want = engine_counts(tl)
+        got = call(tokens_by_kind, tl, what="tokens_by_kind(timeline)")
+        prompts = sum(r.prompt_len for r in tl.requests)
+        if isinstance(got, Mapping) and got.get("prefill") == prompts != want["prefill"]:
+            raise AssertionError(f"{what}: prefill: you have {prompts}, the prompts' lengths; the engine computed "
+                                 f"{want['prefill']}: a preempted request computes its prompt (and its output so "
+                                 f"far) again. Count the steps' items, not the requests")
+        check_kind_dict(got, want, what)
+    preempted = summarize(runs["a continuous run with preemptions"])["preemptions"]
+    ok(f"tokens by kind on a static run and on a continuous run with {preempted} preemptions")
 
 
 def check_predict_tokens(predict_tokens) -> None:
     cases = [[RequestSpec("one", [1] * 5, max_tokens=1)],  # a single output token: no decode step at all
              small_workload(5, seed=10), small_workload(9, seed=11)]
     for specs in cases:
-        got = predict_tokens(specs)  # before the run: a prediction may not peek at the timeline
+        got = call(predict_tokens, specs, what="predict_tokens(specs)")  # before the run: no peeking
         tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
         assert summarize(tl)["preemptions"] == 0, "the check's run was preempted: its prediction would differ"
-        lens = f"{len(specs)} requests, prompts {[len(s.prompt_ids) for s in specs]}, " \
+        lens = f"{len(specs)} request(s), prompts {[len(s.prompt_ids) for s in specs]}, " \
                f"max_tokens {[s.max_tokens for s in specs]}"
         check_kind_dict(got, engine_counts(tl), lens)
     ok("token counts of three continuous runs predicted from their workloads alone")
 
 
+# (max_tokens of each request, max_num_seqs): what each case has that a wrong rule misses
+STEP_CASES = [
+    ([1], 4),                       # one output token: its prefill step is its whole life
+    ([3, 7, 2], 4),                 # fewer requests than seats: all start at once
+    ([3, 3, 3, 3, 3, 3], 2),        # equal lengths: seats free together
+    ([5, 1, 1, 1, 4], 2),           # a seat frees three times while the other is busy
+    ([2, 9, 1, 6, 3, 8, 2, 5], 3),  # the next request takes whichever seat frees first
+]
+
+
+def check_predict_steps(predict_steps) -> None:
+    rng = random.Random(12)
+    cases = STEP_CASES + [([rng.randrange(1, 13) for _ in range(n)], seats) for n, seats in ((9, 4), (11, 3))]
+    for lengths, seats in cases:
+        specs = [RequestSpec(f"r{j}", [7] * (2 + (3 * j) % 11), max_tokens=m) for j, m in enumerate(lengths)]
+        got = call(predict_steps, [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs], seats,
+                   what="predict_steps(specs, max_num_seqs)")
+        tl = run_workload(specs, policy="continuous", max_num_seqs=seats, sampling={"ignore_eos": True})
+        assert summarize(tl)["preemptions"] == 0, "the check's run was preempted: its prediction would differ"
+        want = len(tl.steps)
+        assert is_real(got) and got == want, (
+            f"max_tokens {lengths}, max_num_seqs={seats}: you predict {got} steps, the engine ran {want}. "
+            f"Follow one seat: in which step does a request get its first token, its last, and in which "
+            f"step does the next request take its seat?")
+    ok(f"the number of steps of {len(cases)} continuous runs predicted from max_tokens and max_num_seqs")
+
+
 # ---- exercise 1: the roofline -----------------------------------------------------------
-def close(got, want: float) -> bool:
-    """`got` (any real number, numpy's included) equals `want` up to rounding."""
-    return isinstance(got, numbers.Real) and math.isclose(float(got), want, rel_tol=1e-9)
-
-
 def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
     # expected values are written out by hand (not with your functions)
     for params, tokens in ((8.0e9, 512), (1.0e6, 1), (3.0e3, 7)):
@@ -450,16 +568,6 @@ GOODPUT_CASES = [  # (ttft_slo, tpot_slo) -> request goodput, and what a wrong a
     ((0.25, 0.0), 0.5, "a one-token request has no gap between tokens: no TPOT limit can fail it"),
     ((None, None), 2.0, "with no limits every request counts"),
 ]
-
-
-def call(fn, *args):
-    """The learner's function, with any crash turned into a failed check that says where."""
-    try:
-        return fn(*args)
-    except (AssertionError, NotImplementedError):
-        raise
-    except Exception as e:
-        raise AssertionError(f"{fn.__name__}{args[1:]} raised {type(e).__name__}: {e}") from e
 
 
 def goodput_run():
