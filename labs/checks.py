@@ -306,28 +306,75 @@ def check_compute_bound_batch(compute_bound_batch) -> None:
 
 
 # ---- exercise 2: static batching's padding ----------------------------------------------
-def engine_padding(prompt_lens: list[int], output_lens: list[int], max_num_seqs: int) -> int:
-    """Padding tokens the real engine computes for this workload under static batching."""
-    specs = [RequestSpec(f"r{i}", [1] * p, max_tokens=o) for i, (p, o) in enumerate(zip(prompt_lens, output_lens))]
-    tl = run_workload(specs, policy="static", max_num_seqs=max_num_seqs, sampling={"ignore_eos": True})
-    return int(steps_df(tl)["padding_tokens"].sum())
+@functools.lru_cache(maxsize=None)
+def engine_padding(prompt_lens: tuple[int, ...], output_lens: tuple[int, ...], max_num_seqs: int) -> tuple[int, int]:
+    """(prompt padding, padding of finished rows) the engine computes for this workload under
+    static batching, the requests queued in the order given. (The simulator runs the engine's
+    own scheduler and policy: the same steps as on the CPU, in a fraction of the time.)"""
+    from minilm.sim import simulated_engine
+
+    engine = simulated_engine("llama-3-8b", "h100", policy="static", max_num_seqs=max_num_seqs)
+    engine.add_workload([RequestSpec(f"r{i}", [1] * p, max_tokens=o)
+                         for i, (p, o) in enumerate(zip(prompt_lens, output_lens))], ignore_eos=True)
+    tl = engine.run()
+    prompt = sum(i.num_tokens for s in tl.steps for i in s.items
+                 if i.kind == "padding" and any(j.kind == "prefill" for j in s.items))
+    return prompt, sum(s.tokens("padding") for s in tl.steps) - prompt
 
 
-def check_static_padding(static_padding) -> None:
-    rng = random.Random(2)
+def padding_cases(seed: int) -> list[tuple[list[int], list[int], int]]:
+    rng = random.Random(seed)
     cases = [([5, 5], [3, 3], 2),          # equal lengths: nothing to pad
              ([9], [6], 1),                # a batch of one: nothing to pad
              ([3, 5], [5, 3], 2),          # the longest prompt and the longest output are different rows
              ([4, 4, 4], [1, 6, 2], 3),    # a row whose only token comes out of the prefill step
-             ([7, 2, 5, 3, 6], [2, 9, 4, 4, 1], 2)]   # three batches, the last one of a single row
-    cases += [([rng.randrange(1, 40) for _ in range(n)], [rng.randrange(1, 30) for _ in range(n)], b)
-              for n, b in ((7, 3), (8, 4), (6, 6))]
+             ([5, 8, 3], [4, 1, 6], 8),    # fewer requests than max_num_seqs
+             ([7, 2, 5, 3, 6], [2, 9, 4, 4, 1], 2),  # three batches, the last one of a single row
+             ([6, 2, 9, 4, 3], [2, 7, 3, 5, 8], 3)]  # a last batch of two uneven rows
+    return cases + [([rng.randrange(1, 40) for _ in range(n)], [rng.randrange(1, 30) for _ in range(n)], b)
+                    for n, b in ((7, 3), (8, 4), (6, 6), (10, 4))]
+
+
+def check_static_padding(static_padding) -> None:
+    cases = padding_cases(seed=2)
     for prompts, outputs, batch in cases:
-        got = static_padding(list(prompts), list(outputs), batch)
-        want = engine_padding(prompts, outputs, batch)
-        assert got == want, (f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} "
-                             f"padding tokens, the engine computed {want}")
+        got = call(static_padding, list(prompts), list(outputs), batch)
+        prompt, rows = engine_padding(tuple(prompts), tuple(outputs), batch)
+        assert is_real(got) and got == prompt + rows, (
+            f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens, the "
+            f"engine computed {prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)")
     ok(f"padding predicted for {len(cases)} static workloads, from one batch of one row to three batches")
+
+
+def by_prompt_length(prompt_lens: list[int], output_lens: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The queue sorted by prompt length, shortest first; equal prompts keep their order."""
+    order = sorted(range(len(prompt_lens)), key=lambda i: prompt_lens[i])  # sorted() is stable
+    return tuple(prompt_lens[i] for i in order), tuple(output_lens[i] for i in order)
+
+
+def check_sorted_padding(sorted_padding) -> None:
+    cases = [([9, 2, 8, 3], [4, 4, 4, 4], 2),        # sorting pairs the short prompts and the long ones
+             ([4, 4, 4, 2], [9, 1, 5, 3], 2),        # equal prompts, different outputs: their order is kept
+             ([3, 9, 5, 7, 1], [2, 6, 3, 8, 4], 2),  # a batch of one at the end: the longest prompt's
+             ([2, 2, 2], [5, 1, 3], 4)]              # one batch: sorting changes nothing
+    cases += padding_cases(seed=3)[-4:]
+    saved = total = 0
+    for prompts, outputs, batch in cases:
+        got = call(sorted_padding, list(prompts), list(outputs), batch)
+        prompt, rows = engine_padding(*by_prompt_length(prompts, outputs), batch)
+        unsorted = sum(engine_padding(tuple(prompts), tuple(outputs), batch))
+        if not (is_real(got) and got == prompt + rows):
+            if is_real(got) and got == unsorted:
+                raise AssertionError(f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict "
+                                     f"{got}, the padding of the queue in arrival order; sorted, the engine "
+                                     f"computes {prompt + rows}")
+            raise AssertionError(
+                f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens; "
+                f"the engine, given the queue sorted by prompt length (equal prompts in arrival order), computed "
+                f"{prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)")
+        saved, total = saved + unsorted - got, total + unsorted
+    ok(f"sorted batching's padding predicted for {len(cases)} workloads: sorting saved {saved} of their "
+       f"{total} padding tokens")
 
 
 # ---- exercise 3: a policy of your own ----------------------------------------------------
