@@ -378,62 +378,137 @@ def check_sorted_padding(sorted_padding) -> None:
 
 
 # ---- exercise 3: a policy of your own ----------------------------------------------------
-def refused(run, what: str):
-    """Run `run()`; a RuntimeError (the scheduler's verbs refuse a policy's mistake with one)
-    becomes an AssertionError that says where."""
+class WatermarkReference(Policy):
+    """The reference for exercise 3: the engine's in-flight batching (a decode for every
+    running request, oldest first, then whole prompts from the head of the queue), except
+    that it admits a prompt only if `watermark` KV blocks stay free after it (vLLM V0's
+    watermark). With `watermark=0` it is the engine's `continuous` policy."""
+
+    name = "watermark-reference"
+
+    def __init__(self, watermark: int = 0):
+        self.watermark = watermark
+
+    def schedule(self, s) -> None:
+        for req in s.unscheduled_running():
+            s.schedule_running(req, 1)
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark:
+                break
+            s.admit(req, n)
+
+
+def run_policy(run, what: str):
+    """Run `run()`. The scheduler's verbs refuse a policy's mistake with a RuntimeError that
+    starts "policy '<name>':"; any other error is one in the policy's own code."""
     try:
         return run()
-    except NotImplementedError:  # (a RuntimeError too): the exercise is not written yet
+    except (AssertionError, NotImplementedError):
         raise
     except RuntimeError as e:
-        raise AssertionError(f"{what}: the scheduler refused your policy: {e}") from e
+        if str(e).startswith("policy "):
+            hint = ""
+            if "scheduled nothing" in str(e):
+                hint = (": nothing runs, so the head of the queue fits; admit it" if str(e).endswith(" and 0 run")
+                        else ": every running request gets its next token in every step")
+            raise AssertionError(f"{what}: the scheduler refused your policy: {e}{hint}") from e
+        hint = (" (admit() takes the head of s.waiting, which changes the queue under a loop over it: loop "
+                "`while s.waiting`, reading `s.waiting[0]`)") if "mutated during iteration" in str(e) else ""
+        raise AssertionError(f"{what}: your policy's code raised RuntimeError: {e}{hint}") from e
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"{what}: your policy's code raised {type(e).__name__}: {e}") from e
+
+
+def step_work(step) -> list[tuple[str, str, int]]:
+    """A step's work as a sorted list: the same work in any order is the same step."""
+    return sorted((i.request_id, i.kind, i.num_tokens) for i in step.items)
+
+
+def compare_steps(mine, ref, what: str, ref_name: str, watermark: int = 0) -> None:
+    for a, b in zip(mine.steps, ref.steps):
+        got, want = step_work(a), step_work(b)
+        if got == want:
+            continue
+        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        why = ""
+        if any(kind == "prefill" for _, kind, _ in missing) and b.kv_blocks_total - b.kv_blocks_used == watermark:
+            why = (f". Admitting it leaves exactly {watermark} KV blocks free: at least the watermark, so it is "
+                   f"admitted")
+        elif a.num_preempted or b.num_preempted:
+            why = (f". The step preempted ({b.num_preempted} in {ref_name}'s): schedule_running preempts the "
+                   f"newest running request not yet scheduled, so the order in which you schedule the running "
+                   f"ones decides who goes")
+        raise AssertionError(f"{what}, step {a.step}: your policy ran {got}, {ref_name} runs {want} (missing "
+                             f"{missing}, extra {extra}){why}")
+    assert len(mine.steps) == len(ref.steps), \
+        f"{what}: your policy took {len(mine.steps)} steps, {ref_name} {len(ref.steps)}"
+
+
+def check_watermark_kept(tl, watermark: int, what: str) -> None:
+    """Every step that admitted a request left at least `watermark` blocks free (the step
+    record's block count is taken after the whole step was planned)."""
+    for s in tl.steps:
+        admitted = [i.request_id for i in s.items if i.kind == "prefill"]
+        free = s.kv_blocks_total - s.kv_blocks_used
+        assert not admitted or free >= watermark, (
+            f"{what}, step {s.step}: admitted {admitted} and left {free} KV blocks free, fewer than the "
+            f"watermark {watermark}: once the step's decodes have taken their blocks and a prompt its own, at "
+            f"least the watermark must stay free")
 
 
 def check_policy(make_policy) -> None:
     from minilm.sim import simulated_engine
 
-    # 1. Step by step against the engine's `continuous` policy, on the simulated clock (so the
-    # arrivals fall between the same steps on every machine). Requests arrive faster than they
-    # finish, at most 4 run at once, and the 96-token budget binds: every few requests one
-    # brings a 95-token prompt, which fits only when at most one decode shares its step.
+    # 1. With no watermark: step by step against the engine's `continuous` policy, on the
+    # simulated clock (so the arrivals fall between the same steps on every machine). (a)
+    # At most 4 running, a 96-token budget, and every few requests a 95-token prompt that
+    # fits only when at most one decode shares its step. (b) 20 KV blocks for requests
+    # that need up to 12 each: the engine preempts, and who is preempted depends on the
+    # order in which the policy schedules the running requests.
     budget = 96
-    specs = make_workload("mixed", num_requests=24, seed=3, rate=400.0, max_model_len=128, vocab_size=128256)
-    for spec in specs[5::6]:
+    tight_budget = make_workload("mixed", num_requests=24, seed=3, rate=400.0, max_model_len=128, vocab_size=128256)
+    for spec in tight_budget[5::6]:
         spec.prompt_ids, spec.max_tokens = spec.prompt_ids[:1] * (budget - 1), 2
-    knobs = dict(max_num_seqs=4, max_num_batched_tokens=budget)
+    tight_kv = make_workload("mixed", num_requests=24, seed=3, rate=200.0, max_model_len=256, vocab_size=128256)
+    runs = {"a run with a tight token budget": (tight_budget, dict(max_num_seqs=4, max_num_batched_tokens=budget)),
+            "a run with a tight KV cache": (tight_kv, dict(max_num_seqs=8, num_blocks=20, max_model_len=256))}
 
-    def simulate(policy):
+    def simulate(policy, specs, knobs):
         engine = simulated_engine("llama-3-8b", "h100", policy=policy, **knobs)
         engine.add_workload(specs)
         return engine.run()
 
-    mine = refused(lambda: simulate(make_policy()), "simulated run")
-    ref = simulate("continuous")
-    for a, b in zip(mine.steps, ref.steps):
-        # the same work, in any order: a step's items are a set
-        got = sorted((i.request_id, i.kind, i.num_tokens) for i in a.items)
-        want = sorted((i.request_id, i.kind, i.num_tokens) for i in b.items)
-        assert got == want, f"step {a.step}: your policy ran {got}, continuous batching runs {want}"
-    assert len(mine.steps) == len(ref.steps), f"{len(mine.steps)} steps, continuous takes {len(ref.steps)}"
-    # 2. A real model with a KV cache too small for everyone: the policy must survive
-    # preemptions and generate exactly the tokens it generates with room to spare. (A small
-    # model with large random weights: its greedy choices are far from ties, so a different
-    # batching, which changes the float rounding, cannot flip a token.)
-    model = LlamaModel(ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                   eos_token_id=None, bos_token_id=None)).init_random(3, std=0.5)
+    for what, (specs, knobs) in runs.items():
+        mine = run_policy(lambda: simulate(make_policy(watermark=0), specs, knobs), f"{what}, watermark=0")
+        ref = simulate("continuous", specs, knobs)
+        compare_steps(mine, ref, f"{what}, watermark=0", "the engine's continuous policy")
+    # 2. With watermarks: the reference above, step by step, on the tight-KV run
+    specs, knobs = runs["a run with a tight KV cache"]
+    ref = simulate("continuous", specs, knobs)
+    preempted, steps = {0: summarize(ref)["preemptions"]}, {0: len(ref.steps)}
+    assert preempted[0] > 0, "the check's tight-KV run should preempt"
+    for watermark in (2, 4, 8):
+        what = f"the tight-KV run, watermark={watermark}"
+        mine = run_policy(lambda: simulate(make_policy(watermark=watermark), specs, knobs), what)
+        check_watermark_kept(mine, watermark, what)
+        ref = simulate(WatermarkReference(watermark), specs, knobs)
+        compare_steps(mine, ref, what, "the reference", watermark)
+        preempted[watermark], steps[watermark] = summarize(ref)["preemptions"], len(ref.steps)
+    # 3. A real model, 12 KV blocks: the same tokens as with room to spare
     real = make_workload("mixed", num_requests=10, seed=3, max_model_len=128, vocab_size=97)
-    real_knobs = dict(model=model, max_num_seqs=4)
-    tight = refused(lambda: run_workload(real, policy=make_policy(), num_blocks=12, **real_knobs),
-                    "with 12 KV blocks")
+    real_knobs = dict(model=tiny_model(), max_num_seqs=4)
+    tight = run_policy(lambda: run_workload(real, policy=make_policy(watermark=3), num_blocks=12, **real_knobs),
+                       "a real model with 12 KV blocks, watermark=3")
     roomy = run_workload(real, policy="continuous", **real_knobs)
-    preemptions = summarize(tight)["preemptions"]
-    assert preemptions > 0, "the tight run should preempt; did your policy run anything?"
     got = {r.request_id: r.output_ids for r in tight.requests}
     want = {r.request_id: r.output_ids for r in roomy.requests}
-    assert got == want, "with 12 KV blocks some request did not finish with the right tokens"
-    ok(f"same work as continuous batching in all {len(ref.steps)} steps; {preemptions} preemptions survived "
-       f"with 12 KV blocks, the same tokens")
+    assert got == want, "with 12 KV blocks and watermark=3 some request did not finish with the right tokens"
+    ok(f"watermark 0 runs the engine's continuous batching step by step, watermarks 2, 4, 8 the reference's "
+       f"steps, and a real model's tokens are unchanged. The tight-KV run at watermarks 0, 2, 4, 8: "
+       f"{preempted[0]}, {preempted[2]}, {preempted[4]}, {preempted[8]} preemptions in {steps[0]}, {steps[2]}, "
+       f"{steps[4]}, {steps[8]} steps (simulated)")
 
 
 # ---- exercise 4: a block allocator -------------------------------------------------------
