@@ -511,15 +511,7 @@ def check_policy(make_policy) -> None:
        f"{steps[4]}, {steps[8]} steps (simulated)")
 
 
-# ---- exercise 4: a block allocator -------------------------------------------------------
-def check_allocator(make_pool, blocks_needed, slot) -> None:
-    calls = check_pool(make_pool)
-    check_block_arithmetic(blocks_needed, slot)
-    steps = check_pool_in_engine(make_pool)
-    ok(f"{calls} get/free calls: no block handed out twice, none lost, a failed get changes nothing; "
-       f"blocks and slots computed right; the engine ran {steps} steps on your pool with the same tokens")
-
-
+# ---- exercise 4: a shared block pool and copy-on-write -----------------------------------
 def pool_get(pool, n: int):
     """pool.get_new_blocks(n), or None when it refuses with RuntimeError (as the engine's pool does)."""
     try:
@@ -534,73 +526,206 @@ def pool_get(pool, n: int):
 
 
 def check_pool(make_pool) -> int:
-    """Drive a 12-block pool: the edges by hand, then random calls; the invariants after each."""
+    """Drive a 12-block pool: the edges by hand, then random calls; the invariants after each.
+    The check keeps its own count of each block's holders: a hold is one list of blocks that
+    get_new_blocks or share gave, and that free_blocks gives back."""
     num_blocks = 12
-    pool = make_pool(num_blocks)
-    held: list[list[int]] = []
+    pool = call(make_pool, num_blocks, what=f"{getattr(make_pool, '__name__', 'your pool')}({num_blocks})")
+    holds: list[list[int]] = []
     calls = 0
 
-    def give_back(blocks: list[int], when: str) -> None:
-        nonlocal calls
-        calls += 1
-        pool.free_blocks(blocks)
-        invariants(when)
+    def held() -> set[int]:
+        return {b for blocks in holds for b in blocks}
 
     def invariants(when: str) -> None:
-        owned = [b for blocks in held for b in blocks]
-        assert len(owned) == len(set(owned)), f"{when}: a block was handed out twice: {sorted(owned)}"
-        assert all(0 <= b < num_blocks for b in owned), f"{when}: a block id outside 0..{num_blocks - 1}: {owned}"
-        assert len(owned) + pool.num_free_blocks == num_blocks, \
-            f"{when}: {len(owned)} blocks held + {pool.num_free_blocks} free != {num_blocks}"
+        assert all(0 <= b < num_blocks for b in held()), f"{when}: a block id outside 0..{num_blocks - 1}: {holds}"
+        free = call(lambda: pool.num_free_blocks, what="num_free_blocks")
+        assert free == num_blocks - len(held()), (
+            f"{when}: {len(held())} blocks have a holder, so {num_blocks - len(held())} should be free; "
+            f"num_free_blocks is {free}")
 
-    def get(n: int, when: str) -> bool:
+    def get(n: int, when: str) -> None:
         nonlocal calls
         calls += 1
-        before = pool.num_free_blocks
+        before, taken = pool.num_free_blocks, held()
         got = pool_get(pool, n)
         if got is None:
             assert n > before, f"{when}: get_new_blocks({n}) raised with {before} blocks free"
             assert pool.num_free_blocks == before, f"{when}: a failed get_new_blocks({n}) must change nothing"
-            invariants(when)
-            return False
-        assert n <= before, f"{when}: get_new_blocks({n}) succeeded with only {before} blocks free"
-        assert len(got) == n, f"{when}: get_new_blocks({n}) returned {len(got)} blocks"
-        held.append(got)
+        else:
+            assert n <= before, f"{when}: get_new_blocks({n}) succeeded with only {before} blocks free"
+            assert len(got) == n and len(set(got)) == n, f"{when}: get_new_blocks({n}) returned {got}"
+            again = sorted(set(got) & taken)
+            assert not again, f"{when}: get_new_blocks({n}) handed out {again}, which still have a holder"
+            holds.append(got)
         invariants(when)
-        return True
 
-    # the edges: nothing, everything, one too many, and everything again after giving it back
-    # (get() itself asserts that a get succeeds exactly when there are enough free blocks)
+    def share(i: int, when: str) -> None:
+        nonlocal calls
+        calls += 1
+        call(pool.share, list(holds[i]), what=f"share({holds[i]})")
+        holds.append(list(holds[i]))
+        invariants(when)
+
+    def give_back(i: int, when: str) -> None:
+        nonlocal calls
+        calls += 1
+        blocks = holds.pop(i)
+        call(pool.free_blocks, list(blocks), what=f"free_blocks({blocks})")
+        invariants(when + (f" (blocks {blocks}: another holder still has {sorted(set(blocks) & held())})"
+                           if set(blocks) & held() else ""))
+
+    # the edges: nothing, everything, one too many, everything again after giving it back;
+    # a shared hold given back by one holder stays taken until the last gives it back
     get(0, "get 0")
+    holds.pop()  # the empty hold of `get 0`
     get(num_blocks, f"get all {num_blocks}")
     get(1, "get 1 from an empty pool")
-    give_back(held.pop(), "give all back")
-    held.pop()  # the empty list of `get 0`
+    give_back(0, "give all back")
+    get(4, "get 4")
+    share(0, "share those 4")
+    give_back(0, "free the 4 once, while a second holder has them")
+    get(num_blocks - 3, f"get {num_blocks - 3} with {num_blocks - 4} free")
+    give_back(0, "free the 4 by their last holder")
     get(num_blocks - 3, f"get {num_blocks - 3}")
     get(4, "get 4 with 3 free")
     get(3, "get the last 3")
-    while held:
-        give_back(held.pop(0), "give back")
+    while holds:
+        give_back(0, "give back")
     rng = random.Random(4)
     for step in range(300):
-        if held and rng.random() < 0.4:
-            give_back(held.pop(rng.randrange(len(held))), f"random call {step}")
+        r = rng.random()
+        if holds and r < 0.35:
+            give_back(rng.randrange(len(holds)), f"random call {step}")
+        elif holds and r < 0.5:
+            share(rng.randrange(len(holds)), f"random call {step}")
         else:
             get(rng.randrange(0, 6), f"random call {step}")
     return calls
 
 
-def check_block_arithmetic(blocks_needed, slot) -> None:
-    for num_tokens, held, size, want in [(0, 0, 4, 0), (1, 0, 4, 1), (4, 0, 4, 1), (5, 0, 4, 2), (5, 2, 4, 0),
-                                         (8, 1, 4, 1), (9, 2, 4, 1), (3, 3, 4, 0), (16, 1, 16, 0),
-                                         (17, 1, 16, 1), (33, 0, 16, 3)]:
-        got = blocks_needed(num_tokens, held, size)
-        assert got == want, f"blocks_needed({num_tokens}, {held}, {size}) = {got}, expected {want}"
-    for table, size, cases in [([7, 2, 9], 4, [(0, 28), (3, 31), (4, 8), (7, 11), (8, 36), (11, 39)]),
-                               ([3, 0], 16, [(0, 48), (15, 63), (16, 0), (20, 4)])]:
-        for position, want in cases:
-            got = slot(table, position, size)
-            assert got == want, f"slot({table}, {position}, {size}) = {got}, expected {want}"
+class Sequence:
+    """What the check knows of one sequence: its token ids, and the block table it holds."""
+
+    def __init__(self, name: str, tokens: list[int], table: list[int]):
+        self.name, self.tokens, self.table = name, tokens, table
+
+
+def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
+    """Sequences that grow, fork and end, token by token, on a pool of 64 blocks of 4 slots.
+    The check keeps the cache's contents itself: `append_slot` says where each new token goes
+    and which block to copy first; every sequence must then read its own tokens back, no
+    block may be written while another sequence holds it, and every block comes back."""
+    num_blocks, bs = 64, 4
+    pool = make_pool(num_blocks)
+    memory = {b: [None] * bs for b in range(num_blocks)}  # the K/V cache: a token id per slot
+    live: dict[str, Sequence] = {}
+    counts = {"appends": 0, "copies": 0}
+    copied_away: set[int] = set()  # shared blocks some sequence copied instead of writing into
+
+    def holders(block: int, other_than: Sequence | None = None) -> list[str]:
+        return [s.name for s in live.values() if s is not other_than and block in s.table]
+
+    def invariants(when: str) -> None:
+        used = {b for s in live.values() for b in s.table}
+        assert pool.num_free_blocks == num_blocks - len(used), (
+            f"{when}: the live sequences hold {len(used)} distinct blocks, so {num_blocks - len(used)} should be "
+            f"free; num_free_blocks is {pool.num_free_blocks}")
+        for s in live.values():
+            read = [memory[s.table[p // bs]][p % bs] for p in range(len(s.tokens))]
+            assert read == s.tokens, (f"{when}: sequence {s.name} reads {read} through its table {s.table}, "
+                                      f"but its tokens are {s.tokens}: a block it holds was written by another")
+
+    def append(s: Sequence, token: int) -> None:
+        n, before = len(s.tokens), list(s.table)
+        when = f"append token {n} to {s.name} (table {before}, block size {bs})"
+        out = call(append_slot, pool, s.table, n, bs, what=f"append_slot(pool, {before}, {n}, {bs})")
+        assert isinstance(out, tuple) and len(out) == 2, f"{when}: return (table, copy), got {out!r}"
+        table, copy = list(out[0]), out[1]
+        if n % bs == 0:  # the token starts a new block
+            fresh = table[-1] if len(table) == len(before) + 1 else None
+            assert table[:-1] == before and fresh is not None and copy is None, (
+                f"{when}: token {n} starts a new block: the table grows by one fresh block and nothing is "
+                f"copied; you returned table {table}, copy {copy}")
+        else:
+            last, others = before[-1], holders(before[-1], other_than=s)
+            if others:
+                fresh = table[-1]
+                assert table[:-1] == before[:-1] and copy is not None and tuple(copy) == (last, fresh), (
+                    f"{when}: its last block {last} is shared with {others}: copy-on-write takes a fresh block "
+                    f"for this sequence's last one and copies {last} into it, copy = ({last}, new block); you "
+                    f"returned table {table}, copy {copy}")
+            else:
+                fresh = None
+                assert table == before and copy is None, (
+                    f"{when}: its last block {last} is this sequence's alone: the token is written in place, "
+                    f"no new block, nothing to copy; you returned table {table}, copy {copy}" + (
+                        f". Another sequence copied block {last} earlier instead of writing into it: did it let go "
+                        f"of the old block then?" if last in copied_away else ""))
+        if fresh is not None:
+            taken = holders(fresh, other_than=s) + ([s.name] if fresh in before else [])
+            assert not taken, f"{when}: the new block {fresh} is still held by {taken}"
+        if copy is not None:
+            copied_away.add(copy[0])
+            memory[copy[1]] = list(memory[copy[0]])
+            counts["copies"] += 1
+        s.table = table
+        memory[table[n // bs]][n % bs] = token
+        s.tokens.append(token)
+        counts["appends"] += 1
+        invariants(when)
+
+    def start(name: str, prompt: list[int]) -> None:
+        live[name] = Sequence(name, [], [])
+        for token in prompt:
+            append(live[name], token)
+
+    def split(parent: str, child: str) -> None:
+        p = live[parent]
+        table = call(fork, pool, p.table, what=f"fork(pool, {p.table})")
+        assert list(table) == p.table, f"fork of {p.name}'s table {p.table} returned {table}: the same blocks"
+        assert table is not p.table, (f"fork returned the parent's own list: when one of them grows, the other's "
+                                      f"table would change too; return a new list")
+        live[child] = Sequence(child, list(p.tokens), list(table))
+        invariants(f"fork {parent} into {child}")
+
+    def end(name: str) -> None:
+        s = live.pop(name)
+        call(pool.free_blocks, list(s.table), what=f"free_blocks({s.table})")
+        invariants(f"free {name}'s blocks {s.table}")
+
+    # by hand: a fork in the middle of a block, then at a block boundary, a fork of a fork
+    start("a", [10, 11, 12, 13, 14, 15])           # 6 tokens: one full block and half of one
+    split("a", "b")                                # both hold both blocks
+    append(live["a"], 16)                          # a's last block is shared: copy it first
+    append(live["b"], 26)                          # b's is now b's alone: in place
+    append(live["a"], 17)
+    append(live["a"], 18)                          # a new block
+    start("c", [30, 31, 32, 33, 34, 35, 36, 37])  # 8 tokens: two full blocks
+    split("c", "d")                                # a fork at a block boundary
+    append(live["c"], 38)                          # a new block each, nothing to copy
+    append(live["d"], 48)
+    split("d", "e")                                # a fork of a fork
+    end("c")
+    append(live["e"], 59)                          # shared with d: copy
+    end("a")
+    for name in list(live):
+        end(name)
+    # random: up to six sequences growing, forking and ending
+    rng = random.Random(4)
+    for i in range(300):
+        r = rng.random()
+        if len(live) < 6 and (not live or r < 0.1):
+            start(f"s{i}", [rng.randrange(1000) for _ in range(rng.randrange(1, 9))])
+        elif len(live) < 6 and r < 0.3:
+            split(rng.choice(sorted(live)), f"f{i}")
+        elif r < 0.4 or pool.num_free_blocks < 8:
+            end(rng.choice(sorted(live)))
+        else:
+            append(live[rng.choice(sorted(live))], rng.randrange(1000))
+    for name in list(live):
+        end(name)
+    return counts["appends"], counts["copies"]
 
 
 def check_pool_in_engine(make_pool) -> int:
@@ -615,11 +740,33 @@ def check_pool_in_engine(make_pool) -> int:
         engine.add_workload(specs, ignore_eos=True)
         return engine.run()
 
-    mine, ref = run(make_pool), run(None)
+    mine = call(run, make_pool, what="the engine running on your pool")
+    ref = run(None)
     assert [r.output_ids for r in mine.requests] == [r.output_ids for r in ref.requests], \
         "the engine generated different tokens on your pool: some K/V went to the wrong block"
     assert summarize(mine)["preemptions"] == summarize(ref)["preemptions"] > 0
     return len(mine.steps)
+
+
+def check_fork(make_pool, fork) -> None:
+    """A fork holds the blocks on its own: when the parent lets go, they stay taken."""
+    pool = make_pool(8)
+    parent = pool_get(pool, 3)
+    child = call(fork, pool, list(parent), what=f"fork(pool, {parent})")
+    call(pool.free_blocks, list(parent), what=f"free_blocks({parent})")
+    assert pool.num_free_blocks == 5, (
+        f"a fork of {parent}, then the parent freed its blocks: the fork still holds {list(child)}, so 5 of 8 "
+        f"should be free; num_free_blocks is {pool.num_free_blocks}. Does fork add a holder to each block?")
+
+
+def check_shared_pool(make_pool, fork, append_slot) -> None:
+    calls = check_pool(make_pool)
+    check_fork(make_pool, fork)
+    appends, copies = check_copy_on_write(make_pool, fork, append_slot)
+    steps = check_pool_in_engine(make_pool)
+    ok(f"{calls} get/share/free calls: no block handed out while held, none lost, a failed get changes nothing; "
+       f"{appends} appends with {copies} copies, each sequence reads back its own tokens; the engine ran {steps} "
+       f"steps on your pool with the same tokens")
 
 
 # ---- exercise 5: the ragged batch's metadata ---------------------------------------------
