@@ -28,9 +28,6 @@ from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, s
 from minilm.config import ModelConfig
 from minilm.core.policies import Policy
 from minilm.model.llama import LlamaModel
-from minilm.core.kv_cache import cdiv
-from minilm.model.attention.reference import paged_attention
-from minilm.model.llama import AttentionMetadata
 
 
 def ok(message: str) -> None:
@@ -769,63 +766,127 @@ def check_shared_pool(make_pool, fork, append_slot) -> None:
        f"steps on your pool with the same tokens")
 
 
-# ---- exercise 5: the ragged batch's metadata ---------------------------------------------
-def dense_causal_attention(q, k, v, scale):
-    """One sequence, no cache, no paging: the textbook formula (the independent ground truth)."""
-    n, ctx = q.shape[0], k.shape[0]
-    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    mask = torch.arange(ctx)[None, :] <= torch.arange(ctx - n, ctx)[:, None]
-    return torch.einsum("hqk,khd->qhd", scores.masked_fill(~mask, float("-inf")).softmax(-1), v)
+# ---- exercise 5: flash-decoding, a context in segments -------------------------------------
+def segment_truth(q, k, v, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode token's attention over `k`, `v` [n, H, D], in float64, by the textbook
+    formula: (softmax-weighted values [H, D], log of the softmax's denominator [H])."""
+    scores = torch.einsum("hd,nhd->hn", q.double(), k.double()) * scale
+    if scores.shape[1] == 0:
+        return torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:1], float("-inf"), dtype=torch.float64)
+    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v.double()), scores.logsumexp(-1)
 
 
-def check_ragged_metadata(ragged_metadata) -> None:
+def as_tensor(x, what: str) -> torch.Tensor:
+    assert isinstance(x, torch.Tensor), f"{what}: return a torch tensor, got {type(x).__name__}"
+    return x.detach().double()
+
+
+def segment_inputs(n: int, heads: int = 2, dim: int = 8, seed: int = 0, shift: float = 0.0):
+    """A query, and `n` keys and values; with `shift`, every score is near `shift` (only the
+    shift is extreme: the softmax itself is an ordinary one)."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(heads, dim, generator=g), torch.randn(n, heads, dim, generator=g),
+               torch.randn(n, heads, dim, generator=g))
+    if shift:
+        q = torch.ones(heads, dim)
+        k = 2.0 * k + shift / (dim ** -0.5 * dim)
+    return q, k, v
+
+
+# (keys in the segment, where the scores sit) -> what a case adds to the ones before it
+ATTEND_CASES = [(7, 0.0, "seven keys"), (1, 0.0, "a segment of one key: its output is that key's value"),
+                (0, 0.0, "an empty segment (a context shorter than the split leaves some): lse -inf, output "
+                         "zeros"),
+                (5, 1000.0, "large scores (near 1000): exp overflows; the lse must not")]
+
+
+def check_attend_segment(attend_segment) -> None:
+    scale = 8 ** -0.5
+    for i, (n, shift, what) in enumerate(ATTEND_CASES):
+        q, k, v = segment_inputs(n, seed=i, shift=shift)
+        got = call(attend_segment, q, k, v, scale, what=f"attend_segment on {what}")
+        assert isinstance(got, tuple) and len(got) == 2, f"{what}: return (out, lse), got {type(got).__name__}"
+        out, lse = as_tensor(got[0], f"{what}: out"), as_tensor(got[1], f"{what}: lse")
+        want_out, want_lse = segment_truth(q, k, v, scale)
+        assert out.shape == want_out.shape and lse.shape == want_lse.shape, (
+            f"{what}: out should be [heads, dim] = {list(want_out.shape)} and lse [heads] = {list(want_lse.shape)}; "
+            f"got {list(out.shape)} and {list(lse.shape)}")
+        if n == 0:
+            assert torch.isfinite(out).all() and (lse == float("-inf")).all(), (
+                f"{what}: out {out.tolist()}, lse {lse.tolist()}; an empty segment holds no share of the softmax: "
+                f"its lse is -inf (log of an empty sum), and its output must be a finite placeholder (zeros), "
+                f"or the merge multiplies 0 by nan")
+            continue
+        # float32 inputs: scores near 1000 carry rounding of about 1e-4 in any right answer
+        assert torch.isfinite(lse).all() and torch.allclose(lse, want_lse, rtol=1e-5, atol=1e-3), (
+            f"{what}: lse {lse.tolist()}, expected {want_lse.tolist()}: the natural log of the sum of exp(score) "
+            f"over the segment's keys, score = q . k * scale")
+        assert torch.allclose(out, want_out, rtol=1e-3, atol=1e-3), \
+            f"{what}: out differs from the softmax-weighted average of the values (largest error " \
+            f"{(out - want_out).abs().nan_to_num(float('inf')).max():.2g})"
+
+
+# (context length, segment boundaries, where the scores sit) -> what the case adds
+MERGE_CASES = [(12, [0, 5, 12], 0.0, "two segments"),
+               (12, [0, 12], 0.0, "one segment: the merge gives it back"),
+               (10, [0, 3, 3, 8, 10], 0.0, "four segments, one of them empty"),
+               (9, [0, 4, 9], 1000.0, "large scores: lse values near 1000, where exp overflows"),
+               (9, [0, 2, 9], -1000.0, "very negative scores: lse values near -1000, where exp underflows to 0")]
+
+
+def check_merge_segments(merge_segments) -> None:
+    scale = 8 ** -0.5
+    for i, (n, cuts, shift, what) in enumerate(MERGE_CASES):
+        q, k, v = segment_inputs(n, seed=10 + i, shift=shift)
+        parts = [segment_truth(q, k[a:b], v[a:b], scale) for a, b in zip(cuts, cuts[1:])]
+        outs, lses = torch.stack([o for o, _ in parts]), torch.stack([l for _, l in parts])  # float64
+        got = as_tensor(call(merge_segments, outs, lses, what=f"merge_segments on {what}"), what)
+        want = segment_truth(q, k, v, scale)[0]
+        assert got.shape == want.shape, f"{what}: the merge is one output [heads, dim] = {list(want.shape)}, " \
+                                        f"got {list(got.shape)}"
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (
+            f"{what}: the merged output differs from attention over the whole context (largest error "
+            f"{(got - want).abs().nan_to_num(float('inf')).max():.2g}); "
+            + ("the earlier cases passed, so look at what this one adds" if i else
+               "each segment's output is weighted by its share of the softmax's whole sum"))
+
+
+def check_flash_decoding(attend_segment, merge_segments) -> None:
+    """Decodes of contexts of many lengths, each split into `segments` equal runs of blocks as the
+    kernel splits them, against the engine's reference attention over the paged cache."""
+    from minilm.model.attention.reference import paged_attention
+    from minilm.model.llama import AttentionMetadata
+
+    check_attend_segment(attend_segment)
+    check_merge_segments(merge_segments)
     torch.manual_seed(5)
-    block_size, heads, dim, num_blocks = 4, 2, 8, 32
-    query_lens, cached_lens = [5, 3, 1, 1], [0, 6, 9, 2]  # a prompt, a chunk, two decodes
-    order = torch.randperm(num_blocks).tolist()  # scrambled tables: nothing may assume order
-    tables, used = [], 0
-    for q_len, c_len in zip(query_lens, cached_lens):
-        n = cdiv(q_len + c_len, block_size)
-        tables.append(order[used:used + n])
-        used += n
-    meta = ragged_metadata(query_lens, cached_lens, [list(t) for t in tables], block_size)
-    assert isinstance(meta, AttentionMetadata), "return a minilm.model.llama.AttentionMetadata"
-    for field, dtype in (("cu_seqlens_q", torch.int32), ("context_lens", torch.int32), ("block_tables", torch.int32),
-                         ("slot_mapping", torch.int64)):
-        value = getattr(meta, field)
-        assert isinstance(value, torch.Tensor) and value.dtype == dtype, \
-            f"{field} should be a {dtype} tensor (kernels are strict about types), got {getattr(value, 'dtype', value)}"
-    cu = meta.cu_seqlens_q.tolist()
-    assert cu == [0, 5, 8, 9, 10], f"cu_seqlens_q {cu}: B + 1 offsets into the flat batch of new tokens, from 0"
-    assert meta.context_lens.tolist() == [5, 9, 10, 3], \
-        f"context_lens {meta.context_lens.tolist()}: how many keys each sequence attends to in this step"
-    bt = meta.block_tables
-    assert bt.dim() == 2 and bt.shape[0] == len(tables) and bt.shape[1] >= max(map(len, tables)), \
-        f"block_tables shape {tuple(bt.shape)}: one row per sequence, wide enough for the longest table"
-    for i, table in enumerate(tables):
-        assert bt[i, :len(table)].tolist() == table, f"block_tables row {i} {bt[i].tolist()} should start {table}"
-    # fill the cache through the slot mapping, then attend with the reference backend
-    seqs = [(torch.randn(c + q, heads, dim), torch.randn(c + q, heads, dim))
-            for q, c in zip(query_lens, cached_lens)]
-    # unused slots hold large garbage: attending to one of them shows in the result
-    k_cache = 100 * torch.randn(num_blocks, block_size, heads, dim)
-    v_cache = 100 * torch.randn(num_blocks, block_size, heads, dim)
-    for (k, v), table in zip(seqs, tables):
-        for p in range(k.shape[0]):
-            k_cache[table[p // block_size], p % block_size] = k[p]
-            v_cache[table[p // block_size], p % block_size] = v[p]
-    slots = meta.slot_mapping.tolist()
-    want_slots = [t[p // block_size] * block_size + p % block_size
-                  for q, c, t in zip(query_lens, cached_lens, tables) for p in range(c, c + q)]
-    assert len(slots) == len(want_slots), \
-        f"slot_mapping has {len(slots)} slots; one per *new* token of the step: {len(want_slots)}"
-    assert slots == want_slots, f"slot_mapping {slots[:6]}...: where each new token's K and V go (lesson 4)"
-    q = torch.randn(sum(query_lens), heads, dim)
-    out = paged_attention(q, k_cache, v_cache, meta, dim ** -0.5)
-    for i, (k, v) in enumerate(seqs):
-        want = dense_causal_attention(q[cu[i]:cu[i + 1]], k, v, dim ** -0.5)
-        assert torch.allclose(out[cu[i]:cu[i + 1]], want, atol=1e-5), f"sequence {i}: attention differs"
-    ok("metadata for a prompt, a chunk and two decodes gives the textbook attention")
+    block_size, heads, dim, segments = 4, 2, 8, 4
+    contexts = [1, 5, 16, 23, 40, 64]  # short ones leave empty segments
+    width = max(contexts) // block_size
+    num_blocks = len(contexts) * width
+    tables = torch.randperm(num_blocks).reshape(len(contexts), width)
+    k_cache = torch.randn(num_blocks, block_size, heads, dim)
+    v_cache = torch.randn(num_blocks, block_size, heads, dim)
+    q = torch.randn(len(contexts), heads, dim)
+    meta = AttentionMetadata(cu_seqlens_q=torch.arange(len(contexts) + 1, dtype=torch.int32),
+                             context_lens=torch.tensor(contexts, dtype=torch.int32),
+                             block_tables=tables.to(torch.int32), slot_mapping=torch.zeros(len(contexts), dtype=torch.int64))
+    want = paged_attention(q, k_cache, v_cache, meta, dim ** -0.5).double()
+    per_segment = width // segments * block_size  # keys per segment, whole blocks
+    worst = 0.0
+    for i, ctx in enumerate(contexts):
+        keys = k_cache[tables[i]].reshape(-1, heads, dim)[:ctx]
+        values = v_cache[tables[i]].reshape(-1, heads, dim)[:ctx]
+        parts = [call(attend_segment, q[i], keys[s:s + per_segment], values[s:s + per_segment], dim ** -0.5)
+                 for s in range(0, segments * per_segment, per_segment)]
+        got = as_tensor(call(merge_segments, torch.stack([torch.as_tensor(o) for o, _ in parts]),
+                             torch.stack([torch.as_tensor(l) for _, l in parts])), "merge_segments")
+        worst = max(worst, (got - want[i]).abs().max().item())
+        assert torch.allclose(got, want[i], rtol=1e-4, atol=1e-5), (
+            f"a decode with {ctx} keys in {segments} segments of {per_segment}: your merged output differs from "
+            f"the engine's reference attention by up to {(got - want[i]).abs().max():.2g}")
+    ok(f"{len(contexts)} decodes, contexts of {min(contexts)}-{max(contexts)} keys in {segments} segments each "
+       f"(some empty): the same attention as the reference, largest difference {worst:.1e}")
 
 
 # ---- exercise 6: the chunk-splitting rule ------------------------------------------------
