@@ -890,25 +890,119 @@ def check_flash_decoding(attend_segment, merge_segments) -> None:
 
 
 # ---- exercise 6: the chunk-splitting rule ------------------------------------------------
-# (budget, decodes, prompts' remaining tokens, cap) -> chunks, and what a wrong answer misses
+def chunk_rule(budget: int, num_decodes: int, remaining: list[int], cap: int = 0,
+               max_long: int | None = None) -> list[int]:
+    """The reference: decodes first; then prompts oldest first, each at most `cap` tokens (0: no
+    cap), each what the budget has left. With `max_long`, at most that many prompts with more
+    than `cap` tokens left take part; a later one gets 0 and its share goes to those behind it."""
+    left = max(0, budget - num_decodes)
+    chunks, longs = [], 0
+    for r in remaining:
+        long = cap > 0 and r > cap
+        if long and max_long is not None and longs == max_long:
+            chunks.append(0)
+            continue
+        n = min(r, left, cap or r)
+        chunks.append(n)
+        left -= n
+        longs += long
+    return chunks
+
+
+# (budget, decodes, prompts' remaining tokens, cap): each case adds one thing to the ones before
 SPLIT_CASES = [
-    ((16, 4, [30], 0), [12], "the decodes' tokens come out of the budget first"),
-    ((16, 0, [5, 30], 0), [5, 11], "a prompt that fits runs whole; the next one gets what is left"),
-    ((16, 0, [30, 5], 0), [16, 0], "oldest prompt first, whatever the lengths"),
-    ((16, 16, [30], 0), [0], "the decodes used the whole budget"),
-    ((16, 20, [30, 5], 0), [0, 0], "more decodes than budget: nothing is left, and a chunk is never negative"),
-    ((16, 2, [], 0), [], "no prompts, no chunks"),
-    ((1024, 60, [4096], 512), [512], "the sources' example: the cap, not the budget, sets the chunk"),
-    ((1024, 60, [4096, 4096], 512), [512, 452], "the cap is per prompt: what the first leaves goes to the next"),
-    ((16, 4, [3, 30, 30], 5), [3, 5, 4], "each prompt at most the cap, until the budget is used up"),
-    ((40, 4, [10, 30], 0), [10, 26], "a cap of 0 means no cap"),
+    (16, 0, [5], 0),              # one prompt that fits: it runs whole (a cap of 0 is no cap)
+    (16, 4, [30], 0),             # decodes first: the prompt gets what they leave
+    (16, 0, [5, 30], 0),          # what the first prompt leaves goes to the next
+    (16, 0, [30, 5], 0),          # oldest prompt first, whatever the lengths
+    (16, 16, [30], 0),            # the decodes used the whole budget
+    (16, 20, [30, 5], 0),         # more decodes than budget: nothing is left, and never less than nothing
+    (16, 2, [], 0),               # no prompts, no chunks
+    (1024, 60, [4096], 512),      # the sources' example: the cap, not the budget, sets the chunk
+    (1024, 60, [4096, 4096], 512),  # the cap is per prompt: what the first leaves goes to the next
+    (16, 4, [3, 30, 30], 5),      # each prompt at most the cap, until the budget is used up
 ]
 
 
+def split_slips(args: tuple, max_long: int | None = None) -> list[tuple[str, list[int]]]:
+    """The usual slips' answers on the same input, each with the cause it names."""
+    budget, decodes, remaining, cap = args
+    room = max(0, budget - decodes)
+    slips = []
+    if max_long is not None:  # part 2's own slips first: part 1's rule is right until the limit bites
+        slips += [
+            (f"at most {max_long} prompt(s) with more than the cap ({cap}) left take part in a step",
+             chunk_rule(budget, decodes, remaining, cap)),
+            ("only long prompts (more than the cap left) count toward max_long",
+             [n if i < max_long else 0 for i, n in enumerate(chunk_rule(budget, decodes, remaining, cap))]),
+            (f"a prompt with exactly the cap ({cap}) left is not long",
+             long_rule(budget, decodes, remaining, cap, max_long, lambda r: r >= cap)),
+            ("a long prompt over the limit gets 0, and the prompts behind it still run",
+             long_rule(budget, decodes, remaining, cap, max_long, stop=True)),
+            ("the tokens a skipped prompt would have taken go to the prompts behind it",
+             long_rule(budget, decodes, remaining, cap, max_long, keep_share=True))]
+    slips += [("the budget is shared: what one prompt takes is gone for the ones behind it",
+               [min(r, room, cap or r) for r in remaining]),
+              ("the budget the first prompt leaves goes to the next one",
+               [min(r, room, cap or r) if i == 0 else 0 for i, r in enumerate(remaining)]),
+              ("oldest prompt first, whatever the lengths", [n for _, n in sorted(zip(
+                  sorted(range(len(remaining)), key=lambda i: remaining[i]),
+                  chunk_rule(budget, decodes, sorted(remaining), cap, max_long)))])]
+    if decodes:
+        slips.append((f"the {decodes} decodes take their tokens first: {room} of the {budget} are left for the "
+                      f"prompts", chunk_rule(budget, 0, remaining, cap, max_long)))
+    if cap:
+        slips += [(f"no prompt takes more than the cap ({cap}) in one step",
+                   chunk_rule(budget, decodes, remaining, 0, None)),
+                  ("the cap is per prompt, not for all prompts of the step together",
+                   chunk_rule(min(room, cap), 0, remaining, 0, None))]
+    else:
+        slips.append(("a cap of 0 means no cap", [min(r, room, cap) for r in remaining]))
+    return slips
+
+
+def long_rule(budget: int, decodes: int, remaining: list[int], cap: int, max_long: int | None,
+              is_long=None, stop: bool = False, keep_share: bool = False) -> list[int]:
+    """Part 2's rule with one slip: another meaning of long, a step that stops at the first prompt
+    over the limit, or the skipped prompt's share taken out of the budget anyway."""
+    is_long = is_long or (lambda r: r > cap)
+    left, chunks, longs, stopped = max(0, budget - decodes), [], 0, False
+    for r in remaining:
+        over = is_long(r) and max_long is not None and longs == max_long
+        stopped = stopped or (over and stop)
+        n = min(r, left, cap)
+        chunks.append(0 if over or stopped else n)
+        left -= n if (keep_share or not (over or stopped)) else 0
+        longs += is_long(r) and not over
+    return chunks
+
+
+def check_split(fn, args: tuple, max_long: int | None = None, limited: bool = False,
+                ruled_out: set | None = None) -> None:
+    """`fn(*args)` (part 1), or `fn(*args, max_long)` (part 2: `limited`), against the reference.
+    `ruled_out` collects the slips that this answer has shown, on an earlier case, it does not make."""
+    extra = (max_long,) if limited else ()
+    name = f"{fn.__name__}{(*args, *extra)}"
+    got = call(fn, *args, *extra, what=name)
+    want = chunk_rule(*args, max_long=max_long)
+    assert not isinstance(got, (str, bytes)) and hasattr(got, "__iter__"), f"{name}: return a list, got {got!r}"
+    got = list(got)
+    slips = split_slips(args, max_long)
+    ruled_out = set() if ruled_out is None else ruled_out
+    if got != want:
+        why = next((why for why, slip in slips if why not in ruled_out and got == slip), "")
+        if not why and len(got) != len(args[2]):
+            why = "one entry per prompt, in their order, 0 for a prompt that gets nothing"
+        elif not why and any(n < 0 for n in got):
+            why = "a chunk is never negative"
+        raise AssertionError(f"{name} = {got}, expected {want}" + (f": {why}" if why else ""))
+    ruled_out |= {why for why, slip in slips if slip != want}
+
+
 def check_split_budget(split_budget) -> None:
-    for args, want, why in SPLIT_CASES:
-        got = split_budget(*args)
-        assert list(got) == want, f"split_budget{args} = {got}, expected {want}: {why}"
+    ruled_out: set[str] = set()
+    for args in SPLIT_CASES:
+        check_split(split_budget, args, ruled_out=ruled_out)
     # the engine's chunked policy, step by step (the simulator runs the same scheduler, fast)
     from minilm.sim import simulated_engine
 
@@ -923,14 +1017,40 @@ def check_split_budget(split_budget) -> None:
         for step in tl.steps:
             decodes = sum(i.kind == "decode" for i in step.items)
             pending = [rid for rid, n in remaining.items() if n > 0]
-            got = split_budget(budget, decodes, [remaining[r] for r in pending], cap)
+            got = list(call(split_budget, budget, decodes, [remaining[r] for r in pending], cap))
             want = [next((i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"), 0)
                     for r in pending]
-            assert list(got) == want, f"cap {cap}, step {step.step}: you split {list(got)}, the engine ran {want}"
+            assert got == want, f"cap {cap}, step {step.step}: you split {got}, the engine ran {want}"
             for r, n in zip(pending, want):
                 remaining[r] -= n
     ok(f"{len(SPLIT_CASES)} hand cases, and the engine's chunks in every step of a {budget}-token budget run, "
        f"with and without a cap")
+
+
+# (budget, decodes, prompts' remaining tokens, cap), max_long
+LONG_CASES = [
+    ((64, 4, [100, 100, 10], 16), None),    # no limit: the rule of part 1
+    ((64, 4, [100, 100, 10], 16), 2),       # two long prompts allowed: the same
+    ((64, 4, [100, 100, 10], 16), 1),       # one allowed: the second gets 0, the short one still runs
+    ((64, 0, [16, 100, 100, 20], 16), 1),   # 16 left is not more than the cap: not long; 20 is
+    ((40, 8, [100, 30, 100, 5], 16), 1),    # the skipped prompts' share goes to the one behind them
+    ((40, 8, [100, 30, 100, 5, 9], 16), 2),
+    ((24, 20, [100, 3, 100, 2], 8), 1),     # the budget ends before the limit matters
+]
+
+
+def check_split_budget_long(split_budget_long) -> None:
+    ruled_out: set[str] = set()
+    for args, max_long in LONG_CASES:
+        check_split(split_budget_long, args, max_long, limited=True, ruled_out=ruled_out)
+    rng = random.Random(7)
+    for _ in range(300):
+        cap = rng.choice([4, 8, 16])
+        args = (rng.randrange(8, 80), rng.randrange(0, 12), [rng.randrange(1, 60) for _ in range(rng.randrange(6))],
+                cap)
+        check_split(split_budget_long, args, rng.choice([None, 1, 2, 3]), limited=True)
+    ok(f"{len(LONG_CASES)} hand cases and 300 random ones: at most max_long long prompts a step, and the short "
+       f"ones behind them get the rest")
 
 
 # ---- exercise 7: goodput, two ways -------------------------------------------------------
