@@ -1367,7 +1367,7 @@ def check_percentile_goodput(percentile_goodput) -> None:
        f"({', '.join(f'{g:g}' for g in results)} req/s for its four SLO pairs)")
 
 
-# ---- exercise 8: the longest cached prefix -------------------------------------------------
+# ---- exercise 8: the longest cached prefix, and an order that cannot starve -----------------
 def check_prefix_lookup(block_keys, cached_prefix_len) -> None:
     check_block_keys(block_keys)
     cases = check_lookup_cases(block_keys, cached_prefix_len)
@@ -1379,14 +1379,15 @@ def check_prefix_lookup(block_keys, cached_prefix_len) -> None:
 def check_block_keys(block_keys) -> None:
     rng = random.Random(8)
     t = [rng.randrange(1000) for _ in range(18)]
-    keys = block_keys(list(t), 4)
+    keys = call(block_keys, list(t), 4)
     assert len(keys) == 4, (f"18 tokens in blocks of 4: you named {len(keys)} blocks. Which blocks can a "
                             f"later request share, given that this request keeps writing into its last one?")
-    assert len(block_keys(t[:16], 4)) == 4 and len(block_keys(t[:3], 4)) == 0
+    assert len(call(block_keys, t[:16], 4)) == 4, "16 tokens in blocks of 4 are four full blocks: four keys"
+    assert len(call(block_keys, t[:3], 4)) == 0, "3 tokens in blocks of 4 fill no block: no key"
     assert len({k: None for k in keys}) == 4, "the four keys must be hashable and all different"
-    assert keys == block_keys(list(t), 4), "the same tokens must give the same keys every time"
-    assert block_keys(t[:9], 4) == keys[:2], "a block's key may not depend on tokens after the block"
-    changed = block_keys(t[:9] + [t[9] + 1] + t[10:], 4)
+    assert keys == call(block_keys, list(t), 4), "the same tokens must give the same keys every time"
+    assert call(block_keys, t[:9], 4) == keys[:2], "a block's key may not depend on tokens after the block"
+    changed = call(block_keys, t[:9] + [t[9] + 1] + t[10:], 4)
     assert changed[:2] == keys[:2] and changed[2] != keys[2], "changing a token of block 2 must change block 2's key"
     assert changed[3] != keys[3], ("block 3's tokens did not change, but the tokens before it did. Is its K/V "
                                    "(in every layer) the same as before? Then should its key be?")
@@ -1395,7 +1396,7 @@ def check_block_keys(block_keys) -> None:
     named: dict = {}
     for _ in range(300):
         seq = [rng.randrange(2) for _ in range(rng.randrange(2, 13))]
-        for j, key in enumerate(block_keys(seq, 2)):
+        for j, key in enumerate(call(block_keys, seq, 2)):
             prefix = tuple(seq[:2 * (j + 1)])
             other = named.setdefault(key, prefix)
             assert other == prefix, (f"prefixes {list(other)} and {list(prefix)} got the same key for their last "
@@ -1440,7 +1441,7 @@ def check_lookup_cases(block_keys, cached_prefix_len) -> int:
                 cache.setdefault(key, len(cache))
                 cached_prefixes.add(tuple(prompt[:(j + 1) * block_size]))
         want = lookup_truth(query, block_size, cached_prefixes)
-        got = cached_prefix_len(list(query), block_size, dict(cache))
+        got = call(cached_prefix_len, list(query), block_size, dict(cache), what=f"cached_prefix_len on {what}")
         assert got == want, (f"{what}: your lookup says {got} of the query's {len(query)} tokens are cached, "
                              f"the engine would take {want} (block size {block_size}). cached prompts: {earlier}"
                              + (f", then the block at index {list(evicted.values())[0]} evicted" if evicted else "")
@@ -1462,10 +1463,81 @@ def check_lookup_against_engine(block_keys, cached_prefix_len) -> tuple[int, int
         recorded = {r.request_id: r.num_cached_tokens for r in engine.run().requests}
         cache: dict = {}
         for spec in sorted(specs, key=lambda s: s.arrival):
-            got = cached_prefix_len(list(spec.prompt_ids), block_size, dict(cache))
+            got = call(cached_prefix_len, list(spec.prompt_ids), block_size, dict(cache),
+                       what=f"cached_prefix_len on {preset}'s request {spec.id}")
             assert got == recorded[spec.id], (f"{preset}: request {spec.id} ({len(spec.prompt_ids)} tokens): your "
                                              f"lookup finds {got} cached tokens, the engine found {recorded[spec.id]}")
             for key in block_keys(spec.prompt_ids, block_size)[:len(spec.prompt_ids) // block_size]:
                 cache.setdefault(key, len(cache))
             requests, hits = requests + 1, hits + got
     return requests, hits
+
+
+def order_reference(waiting: list[tuple[float, int]], now: float, max_wait: float) -> list[int]:
+    """The reference: the requests that have waited `max_wait` seconds or more first, in queue
+    order; then the others, the longest cached prefix first, equal ones in queue order."""
+    def waited_too_long(i: int) -> bool:
+        return Fraction(now) - Fraction(waiting[i][0]) >= Fraction(max_wait)  # exact: no rounding at the limit
+
+    starving = [i for i in range(len(waiting)) if waited_too_long(i)]
+    others = [i for i in range(len(waiting)) if not waited_too_long(i)]
+    return starving + sorted(others, key=lambda i: -waiting[i][1])  # sorted() keeps equal ones in order
+
+
+# (queue of (arrival, cached tokens), now, max_wait): each case adds one thing to the ones before
+ORDER_CASES = [
+    ([(0.0, 16), (0.5, 48), (0.25, 32)], 1.0, 2.0),        # nobody waited long: the longest cached prefix first
+    ([(0.0, 32), (0.25, 48), (0.5, 32)], 1.0, 2.0),        # equal prefixes keep their order in the queue
+    ([(0.0, 0), (1.0, 64), (1.5, 32)], 3.0, 2.0),          # one waited too long: it goes first
+    ([(1.0, 0), (1.5, 64)], 3.0, 2.0),                     # waited exactly max_wait: that is too long
+    ([(0.0, 16), (0.25, 64), (2.5, 48)], 3.0, 1.0),        # two waited too long: in queue order, not by prefix
+    ([(0.5, 16), (0.0, 0), (2.0, 32)], 3.0, 2.5),          # queue order is not arrival order (LPM let one pass)
+    ([], 3.0, 1.0),                                        # nobody waits
+]
+
+
+def order_slips(waiting, now, max_wait) -> list[tuple[str, list[int]]]:
+    n = range(len(waiting))
+    late = [i for i in n if now - waiting[i][0] >= max_wait]
+    rest = [i for i in n if i not in late]
+    by_prefix = sorted(rest, key=lambda i: -waiting[i][1])
+    return [
+        ("a request that has waited exactly max_wait has waited too long (>=)",
+         [i for i in n if now - waiting[i][0] > max_wait] + sorted(
+             [i for i in n if now - waiting[i][0] <= max_wait], key=lambda i: -waiting[i][1])),
+        ("the ones that waited too long keep their order in the queue (first come, first served), whatever their "
+         "prefixes", sorted(late, key=lambda i: -waiting[i][1]) + by_prefix),
+        ("the ones that waited too long keep their order in the queue, which need not be their order of arrival",
+         sorted(late, key=lambda i: waiting[i][0]) + by_prefix),
+        ("requests with equal cached prefixes keep their order in the queue", late + sorted(
+            rest, key=lambda i: (-waiting[i][1], -i))),
+        ("the longest cached prefix goes first", late + sorted(rest, key=lambda i: waiting[i][1])),
+        ("requests that waited too long go first", by_prefix + late),
+        ("requests that have waited max_wait or more go first, whatever their prefixes",
+         sorted(n, key=lambda i: -waiting[i][1])),
+    ]
+
+
+def check_admission_order(admission_order) -> None:
+    rng = random.Random(9)
+    cases = list(ORDER_CASES)
+    for _ in range(200):
+        now, max_wait = 10.0, rng.choice([0.5, 1.0, 3.0])
+        queue = [(round(rng.uniform(0, now), 3), 16 * rng.randrange(5)) for _ in range(rng.randrange(8))]
+        if all(abs(now - a - max_wait) > 1e-6 for a, _ in queue):  # no limit that rounding could decide
+            cases.append((queue, now, max_wait))
+    for queue, now, max_wait in cases:
+        what = f"admission_order({queue}, now={now}, max_wait={max_wait})"
+        got = call(admission_order, list(queue), now, max_wait, what=what)
+        want = order_reference(queue, now, max_wait)
+        try:
+            got = [int(i) for i in got]
+        except (TypeError, ValueError):
+            raise AssertionError(f"{what}: return a list of positions in the queue, got {got!r}") from None
+        if got != want:
+            assert sorted(got) == list(range(len(queue))), \
+                f"{what} = {got}: every position of the queue exactly once, in the order to admit them"
+            why = next((why for why, slip in order_slips(queue, now, max_wait) if slip == got), "")
+            raise AssertionError(f"{what} = {got}, expected {want}" + (f": {why}" if why else ""))
+    ok(f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
+       f"too long first, in queue order, then the longest cached prefix first")
