@@ -76,15 +76,53 @@ def as_list(tl):  # wrong: not a dict
     return [d["prefill"], d["decode"], d["padding"]]
 
 
-@pytest.mark.parametrize("fn", [tokens_loop, tokens_counter, tokens_from_items_df, tokens_step_method])
-def test_tokens_by_kind_accepts(fn):
+def from_the_requests(tl):
+    # wrong: what the requests asked for (prompt, outputs after the first, padding from the steps);
+    # a preempted request computes its prompt and output so far again
+    return {"prefill": sum(r.prompt_len for r in tl.requests),
+            "decode": sum(max(r.output_len - 1, 0) for r in tl.requests),
+            "padding": sum(s.tokens("padding") for s in tl.steps)}
+
+
+def tokens_from_steps_df(tl):  # right: the engine's own counters
+    from minilm import steps_df
+    df = steps_df(tl)
+    return {k: int(df[f"{k}_tokens"].sum()) for k in ("prefill", "decode", "padding")}
+
+
+def only_kinds_seen(tl):  # right: a plain dict with only the kinds that occur would miss a key...
+    out = {}
+    for step in tl.steps:
+        for item in step.items:
+            out[item.kind] = out.get(item.kind, 0) + item.num_tokens
+    return {k: out.get(k, 0) for k in ("prefill", "decode", "padding")}  # ...so it fills them in
+
+
+def drops_absent_kinds(tl):  # wrong: no "padding" key on a run without padding
+    out = {}
+    for step in tl.steps:
+        for item in step.items:
+            out[item.kind] = out.get(item.kind, 0) + item.num_tokens
+    return out
+
+
+@pytest.mark.parametrize("fn", [tokens_loop, tokens_counter, tokens_from_items_df, tokens_step_method,
+                                tokens_from_steps_df, only_kinds_seen])
+def test_tokens_by_kind_accepts(fn, capsys):
     checks.check_tokens_by_kind(fn)
+    assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [counts_items, forgets_padding, padding_as_decode, first_step_only, as_list])
+@pytest.mark.parametrize("fn", [counts_items, forgets_padding, padding_as_decode, first_step_only, as_list,
+                                from_the_requests, drops_absent_kinds])
 def test_tokens_by_kind_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_tokens_by_kind(fn)
+
+
+def test_tokens_by_kind_names_preemption():
+    with pytest.raises(AssertionError, match="preempted request computes its prompt"):
+        checks.check_tokens_by_kind(from_the_requests)
 
 
 # ---- 2. predict_tokens -----------------------------------------------------------------
@@ -139,3 +177,87 @@ def test_predict_tokens_accepts(fn):
 def test_predict_tokens_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_predict_tokens(fn)
+
+
+# ---- 3. predict_steps -------------------------------------------------------------------
+def steps_seats(specs, max_num_seqs):  # the solution: when each seat is free again
+    seats = [0] * min(max_num_seqs, len(specs))
+    for spec in specs:
+        seat = seats.index(min(seats))
+        seats[seat] += spec.max_tokens
+    return max(seats, default=0)
+
+
+def steps_heap(specs, max_num_seqs):  # right: a heap of finishing steps, numpy int out
+    import heapq
+    import numpy as np
+    free = [0] * max_num_seqs
+    last = 0
+    for spec in specs:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + spec.max_tokens)
+        last = max(last, start + spec.max_tokens)
+    return np.int64(last)
+
+
+def steps_simulated(specs, max_num_seqs):  # right: step by step, as the engine does
+    queue, running, step = [s.max_tokens for s in specs], [], 0
+    while queue or running:
+        while queue and len(running) < max_num_seqs:
+            running.append(queue.pop(0))  # admitted: its prefill step makes its first token
+        running = [left - 1 for left in running if left > 1]  # those with tokens left after this step
+        step += 1
+    return step
+
+
+def steps_longest_only(specs, max_num_seqs):  # wrong: as if every request had a seat
+    return max(s.max_tokens for s in specs)
+
+
+def steps_in_waves(specs, max_num_seqs):  # wrong: batches that wait for their longest, like static batching
+    lengths = [s.max_tokens for s in specs]
+    return sum(max(lengths[i:i + max_num_seqs]) for i in range(0, len(lengths), max_num_seqs))
+
+
+def steps_average(specs, max_num_seqs):  # wrong: the work spread evenly over the seats
+    return -(-sum(s.max_tokens for s in specs) // max_num_seqs)
+
+
+def steps_round_robin(specs, max_num_seqs):  # wrong: request i always takes seat i % max_num_seqs
+    seats = [0] * max_num_seqs
+    for i, spec in enumerate(specs):
+        seats[i % max_num_seqs] += spec.max_tokens
+    return max(seats)
+
+
+def steps_idle_step_between(specs, max_num_seqs):  # wrong: a freed seat is filled one step late
+    seats = [0] * min(max_num_seqs, len(specs))
+    for spec in specs:
+        seat = seats.index(min(seats))
+        seats[seat] += spec.max_tokens + (1 if seats[seat] else 0)
+    return max(seats)
+
+
+def steps_prefill_apart(specs, max_num_seqs):  # wrong: a prefill step, then max_tokens decode steps
+    seats = [0] * min(max_num_seqs, len(specs))
+    for spec in specs:
+        seat = seats.index(min(seats))
+        seats[seat] += spec.max_tokens + 1
+    return max(seats)
+
+
+def steps_shortest_first(specs, max_num_seqs):  # wrong: the queue served shortest first
+    return steps_seats(sorted(specs, key=lambda s: s.max_tokens), max_num_seqs)
+
+
+@pytest.mark.parametrize("fn", [steps_seats, steps_heap, steps_simulated])
+def test_predict_steps_accepts(fn, capsys):
+    checks.check_predict_steps(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn", [steps_longest_only, steps_in_waves, steps_average, steps_round_robin,
+                                steps_idle_step_between, steps_prefill_apart, steps_shortest_first])
+def test_predict_steps_rejects(fn):
+    with pytest.raises(AssertionError):
+        checks.check_predict_steps(fn)

@@ -50,23 +50,30 @@ def time_branch(f, b, peak, bw):
     return memory
 
 
-def batch_loop(p, b, peak, bw):  # the solution's way: grow the batch until compute catches up
+def batch_formula(p, b, kv, ctx, peak, bw):  # the solution: 2P/peak·B >= (P·b + B·ctx·kv)/bw
+    gain = 2 * p / peak - ctx * kv / bw
+    return max(1, math.ceil(p * b / bw / gain)) if gain > 0 else None
+
+
+def batch_loop(p, b, kv, ctx, peak, bw):  # grow the batch; first make sure a sequence adds net compute
+    if 2 * p / peak <= ctx * kv / bw:
+        return None
     batch = 1
-    while time_max(flops(p, batch), 0, peak, bw) < p * b / bw:
+    while time_max(flops(p, batch), 0, peak, bw) < (p * b + batch * ctx * kv) / bw:
         batch += 1
     return batch
 
 
-def batch_formula(p, b, peak, bw):  # on paper: 2·P·B / peak >= P·b / bw  <=>  B >= peak·b / (2·bw)
-    return math.ceil(peak * b / (2 * bw))
+def batch_numpy(p, b, kv, ctx, peak, bw):  # numpy, a numpy float holding a whole number
+    per_seq = np.float64(2 * p / peak) - np.float64(ctx * kv / bw)
+    return np.maximum(1.0, np.ceil(p * b / bw / per_seq)) if per_seq > 0 else None
 
 
-def batch_numpy(p, b, peak, bw):  # a numpy float holding a whole number
-    return np.ceil(peak * b / 2 / bw)
-
-
-def batch_floor_plus_one(p, b, peak, bw):  # right whenever the crossing is not a whole number
-    return int(peak * b / (2 * bw)) + 1
+def batch_intensity(p, b, kv, ctx, peak, bw):  # through intensity: the step's FLOP/byte reaches the ridge
+    ridge = peak / bw
+    if 2 * p <= ridge * ctx * kv:  # even an endless batch stays below the ridge
+        return None
+    return max(1, math.ceil(ridge * p * b / (2 * p - ridge * ctx * kv)))
 
 
 # ---- wrong answers -----------------------------------------------------------------------
@@ -118,28 +125,65 @@ def time_memory_only(f, b, peak, bw):
     return b / bw
 
 
-def batch_ridge_flop_per_byte(p, b, peak, bw):  # the ridge in FLOP/byte is not a batch size (unless b = 2)
-    return math.ceil(peak / bw)
 
 
-def batch_no_factor_two(p, b, peak, bw):  # one FLOP per weight per token
-    return math.ceil(peak * b / bw)
+def batch_floor_plus_one(p, b, kv, ctx, peak, bw):
+    # wrong where the crossing is a whole batch: that batch already is compute-bound ("at least")
+    gain = 2 * p / peak - ctx * kv / bw
+    return max(1, int(p * b / bw / gain) + 1) if gain > 0 else None
 
 
-def batch_floor(p, b, peak, bw):  # the last memory-bound batch, not the first compute-bound one
-    return math.floor(peak * b / (2 * bw))
+def batch_strict(p, b, kv, ctx, peak, bw):  # wrong: compute must exceed memory (">"), not reach it
+    if 2 * p / peak <= ctx * kv / bw:
+        return None
+    batch = 1
+    while 2 * p * batch / peak <= (p * b + batch * ctx * kv) / bw:
+        batch += 1
+    return batch
 
 
-def batch_round(p, b, peak, bw):
-    return round(peak * b / (2 * bw))
+def batch_ignores_kv(p, b, kv, ctx, peak, bw):  # wrong: lesson 1's crossover, the KV cache left out
+    return math.ceil(peak * b / (2 * bw))
 
 
-def batch_float(p, b, peak, bw):  # where the two times are equal: not a whole batch
-    return peak * b / (2 * bw)
+def batch_kv_read_once(p, b, kv, ctx, peak, bw):  # wrong: one sequence's cache read per step, not each one's
+    return max(1, math.ceil((p * b + ctx * kv) / bw / (2 * p / peak)))
 
 
-def batch_ignores_bytes_per_param(p, b, peak, bw):  # a weight taken as one byte
-    return math.ceil(peak / (2 * bw))
+def batch_no_none(p, b, kv, ctx, peak, bw):  # wrong: when compute never catches up it returns a negative batch
+    return math.ceil(p * b / bw / (2 * p / peak - ctx * kv / bw + 1e-30))
+
+
+def batch_divides_by_zero(p, b, kv, ctx, peak, bw):  # wrong: only a negative gain means "never"
+    gain = 2 * p / peak - ctx * kv / bw
+    return max(1, math.ceil(p * b / bw / gain)) if gain >= 0 else None
+
+
+def batch_loops_forever(p, b, kv, ctx, peak, bw):  # wrong: no way out when compute never catches up
+    batch = 1
+    while 2 * p * batch / peak < (p * b + batch * ctx * kv) / bw:
+        batch += 1
+    return batch
+
+
+def batch_zero_allowed(p, b, kv, ctx, peak, bw):  # wrong: rounds the crossing down (and gives 0 below one sequence)
+    gain = 2 * p / peak - ctx * kv / bw
+    return math.floor(p * b / bw / gain) if gain > 0 else None
+
+
+def batch_float(p, b, kv, ctx, peak, bw):  # wrong: where the two times are equal, not a whole batch
+    gain = 2 * p / peak - ctx * kv / bw
+    return p * b / bw / gain if gain > 0 else None
+
+
+def batch_no_factor_two(p, b, kv, ctx, peak, bw):  # wrong: one FLOP per weight per token
+    gain = p / peak - ctx * kv / bw
+    return max(1, math.ceil(p * b / bw / gain)) if gain > 0 else None
+
+
+def batch_round(p, b, kv, ctx, peak, bw):  # wrong: the nearest batch, which may still be memory-bound
+    gain = 2 * p / peak - ctx * kv / bw
+    return max(1, round(p * b / bw / gain)) if gain > 0 else None
 
 
 RIGHT = dict(linear_flops=flops, decode_bytes=bytes_reads, roofline_time=time_max)
@@ -170,13 +214,24 @@ def test_roofline_says_which_kv_definition(capsys):
     assert "as the cost model counts" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [batch_loop, batch_formula, batch_numpy, batch_floor_plus_one])
-def test_compute_bound_batch_accepts(fn):
+@pytest.mark.parametrize("fn", [batch_formula, batch_loop, batch_numpy, batch_intensity])
+def test_compute_bound_batch_accepts(fn, capsys):
     checks.check_compute_bound_batch(fn)
+    assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [batch_ridge_flop_per_byte, batch_no_factor_two, batch_floor, batch_round, batch_float,
-                                batch_ignores_bytes_per_param])
+@pytest.mark.parametrize("fn", [batch_floor_plus_one, batch_strict, batch_ignores_kv, batch_kv_read_once,
+                                batch_no_none, batch_divides_by_zero, batch_loops_forever, batch_zero_allowed,
+                                batch_float, batch_no_factor_two, batch_round])
 def test_compute_bound_batch_rejects(fn):
     with pytest.raises(AssertionError):
+        checks.check_compute_bound_batch(fn)
+
+
+@pytest.mark.parametrize("fn, cause", [
+    (batch_floor_plus_one, "exactly equal"), (batch_strict, "exactly equal"), (batch_no_none, "return None"),
+    (batch_divides_by_zero, "ZeroDivisionError"), (batch_loops_forever, "never end"),
+    (batch_zero_allowed, "still memory-bound"), (batch_float, "whole number")])
+def test_compute_bound_batch_names_the_cause(fn, cause):
+    with pytest.raises(AssertionError, match=cause):
         checks.check_compute_bound_batch(fn)

@@ -84,6 +84,12 @@ def batches_from_the_end(prompts, outputs, size):  # groups counted from the end
     return sum(padding_loop(prompts[s:c], outputs[s:c], size) for s, c in zip(starts, cuts))
 
 
+def drops_partial_last_batch(prompts, outputs, size):
+    # wrong: counts only full batches (len // size of them), so a last, smaller batch's padding is lost
+    full = len(prompts) // size * size
+    return padding_loop(prompts[:full], outputs[:full], size)
+
+
 @pytest.mark.parametrize("fn", [padding_loop, padding_rectangles, padding_step_by_step, padding_numpy])
 def test_static_padding_accepts(fn, capsys):
     checks.check_static_padding(fn)
@@ -92,7 +98,69 @@ def test_static_padding_accepts(fn, capsys):
 
 @pytest.mark.parametrize("fn", [prompt_padding_only, bubbles_only, one_batch, bubble_off_by_one,
                                 one_token_rows_never_pad, padded_to_longest_sequence, sorted_batches,
-                                batches_from_the_end])
+                                batches_from_the_end, drops_partial_last_batch])
 def test_static_padding_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_static_padding(fn)
+
+
+# ---- part 2: the queue sorted by prompt length ---------------------------------------------
+def sorted_stable(prompts, outputs, size):  # the solution: a stable sort of the positions, then part 1
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
+
+
+def sorted_with_index(prompts, outputs, size):  # right: ties broken by arrival index, written out
+    pairs = sorted(zip(prompts, range(len(prompts)), outputs))
+    return padding_rectangles([p for p, _, _ in pairs], [o for _, _, o in pairs], size)
+
+
+def sorted_numpy(prompts, outputs, size):  # right: numpy's stable argsort, a numpy integer out
+    order = np.argsort(np.array(prompts), kind="stable")
+    return padding_numpy(list(np.array(prompts)[order]), list(np.array(outputs)[order]), size)
+
+
+def sorted_longest_first(prompts, outputs, size):  # wrong: longest prompt first cuts different batches
+    order = sorted(range(len(prompts)), key=lambda i: -prompts[i])
+    return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
+
+
+def sorted_pairs(prompts, outputs, size):  # wrong: sorts (prompt, output) pairs: ties ordered by the output
+    pairs = sorted(zip(prompts, outputs))  # length, which the server cannot know
+    return padding_loop([p for p, _ in pairs], [o for _, o in pairs], size)
+
+
+def sorted_by_output(prompts, outputs, size):  # wrong: sorts by output length, which only EOS decides
+    order = sorted(range(len(prompts)), key=lambda i: outputs[i])
+    return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
+
+
+def sorted_by_total(prompts, outputs, size):  # wrong: sorts by prompt + output
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i] + outputs[i])
+    return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
+
+
+def unsorted(prompts, outputs, size):  # wrong: part 1's answer, the queue left in arrival order
+    return padding_loop(prompts, outputs, size)
+
+
+def prompt_padding_gone(prompts, outputs, size):  # wrong: sorting removes only part of the prompt padding
+    return bubbles_only(*[list(x) for x in zip(*sorted(zip(prompts, outputs), key=lambda t: t[0]))], size)
+
+
+@pytest.mark.parametrize("fn", [sorted_stable, sorted_with_index, sorted_numpy])
+def test_sorted_padding_accepts(fn, capsys):
+    checks.check_sorted_padding(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn", [sorted_longest_first, sorted_pairs, sorted_by_output, sorted_by_total, unsorted,
+                                prompt_padding_gone])
+def test_sorted_padding_rejects(fn):
+    with pytest.raises(AssertionError):
+        checks.check_sorted_padding(fn)
+
+
+def test_sorted_padding_says_when_the_queue_was_not_sorted():
+    with pytest.raises(AssertionError, match="arrival order"):
+        checks.check_sorted_padding(unsorted)

@@ -11,133 +11,126 @@ from labs import checks  # noqa: E402
 from minilm.core.policies import Policy  # noqa: E402
 
 
+class Base(Policy):
+    name = "test-policy"
+
+    def __init__(self, watermark: int = 0):
+        self.watermark = watermark
+
+
 def decodes(s) -> None:
     for req in s.unscheduled_running():
         s.schedule_running(req, 1)
 
 
-def fill(s) -> None:
-    while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+def keeps_reserve(s, req, n, watermark) -> bool:
+    return s.num_free_blocks - s.blocks_needed(req, n) >= watermark
+
+
+def fill(s, watermark) -> None:
+    while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining) and \
+            keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, watermark):
         s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
 # ---- right: the solution, and the same rule written differently ---------------------------
-class Solution(Policy):
-    name = "solution"
-
+class Solution(Base):
     def schedule(self, s) -> None:
         decodes(s)
-        fill(s)
+        fill(s, self.watermark)
 
 
-class PromptsListedFirst(Policy):
-    """Admits before it schedules the decodes, keeping room in the budget for them: the
-    same work, in a different order in the step."""
-
-    name = "prompts-first"
-
-    def schedule(self, s) -> None:
-        num_decodes = sum(1 for _ in s.unscheduled_running())
-        while s.waiting:
-            req = s.waiting[0]
-            if req.num_remaining + num_decodes > s.budget or not s.can_admit(req, req.num_remaining):
-                break
-            s.admit(req, req.num_remaining)
-        decodes(s)
-
-
-class SnapshotOfTheQueue(Policy):
-    """Walks a copy of the queue and stops at the first prompt that does not fit."""
-
-    name = "snapshot"
+class SnapshotOfTheQueue(Base):
+    """Walks a copy of the queue and stops at the first prompt that does not fit; stops the
+    decodes when one preempts itself (then every newer one was preempted already)."""
 
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             if not s.schedule_running(req, req.num_remaining):
-                break  # it was preempted itself: every older request is scheduled already
+                break
         for req in list(s.waiting):
-            if not s.can_admit(req, req.num_remaining):
+            need = s.blocks_needed(req, req.num_remaining)
+            if not s.can_admit(req, req.num_remaining) or need + self.watermark > s.num_free_blocks:
                 break
             s.admit(req, req.num_remaining)
 
 
-# ---- wrong ----------------------------------------------------------------------------------
-class SkipsDecodes(Policy):
-    name = "skips-decodes"
-
-    def schedule(self, s) -> None:
-        fill(s)
-
-
-class NeverAdmits(Policy):
-    name = "never-admits"
-
-    def schedule(self, s) -> None:
-        decodes(s)
-
-
-class PastMaxNumSeqs(Policy):
-    """Checks the budget and the KV blocks itself, but not the free seats."""
-
-    name = "past-max-num-seqs"
-
-    def schedule(self, s) -> None:
-        decodes(s)
-        while s.waiting:
-            req = s.waiting[0]
-            if req.num_remaining > s.budget or s.blocks_needed(req, req.num_remaining) > s.num_free_blocks:
-                break
-            s.admit(req, req.num_remaining)
-
-
-class IgnoresBudget(Policy):
-    """Checks the seats and the KV blocks, not the token budget."""
-
-    name = "ignores-budget"
-
-    def schedule(self, s) -> None:
-        decodes(s)
-        while s.waiting:
-            req = s.waiting[0]
-            if s.num_running >= s.config.max_num_seqs or s.blocks_needed(req, req.num_remaining) > s.num_free_blocks:
-                break
-            s.admit(req, req.num_remaining)
-
-
-class ChecksAllButPreemption(Policy):
+class ChecksAllButPreemption(Base):
     """Checks seats, budget and KV itself instead of calling can_admit, so it would admit in a
     step that had to preempt, which the scheduler forbids (vLLM's rule against thrashing).
     With whole prompts that never happens: a preempted request goes to the head of the queue,
     and preemption stops as soon as the blocks fit, so fewer blocks are free than the victim
-    needs to come back. The check has no step where this policy differs, and accepts it."""
-
-    name = "checks-all-but-preemption"
+    needs to come back. The check's tight-KV runs preempt, and it accepts this policy."""
 
     def schedule(self, s) -> None:
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if s.num_running >= s.config.max_num_seqs or n > s.budget or s.blocks_needed(req, n) > s.num_free_blocks:
+            if (s.num_running >= s.config.max_num_seqs or n > s.budget
+                    or s.blocks_needed(req, n) + self.watermark > s.num_free_blocks):
                 break
             s.admit(req, n)
 
 
-class FillsBeforeDecodes(Policy):
-    """Admits first with the whole budget, leaving the running requests' decodes short."""
+RIGHT = [Solution, SnapshotOfTheQueue, ChecksAllButPreemption]
 
-    name = "fills-first"
 
+# ---- wrong: batching mistakes ----------------------------------------------------------------
+class SkipsDecodes(Base):  # wrong: running requests never get their next token
     def schedule(self, s) -> None:
-        fill(s)
+        fill(s, self.watermark)
+
+
+class NeverAdmits(Base):  # wrong: the queue is never served
+    def schedule(self, s) -> None:
         decodes(s)
 
 
-class ChunksPrompts(Policy):
-    """Chunked prefill: a prompt that does not fit gets a chunk of what is left."""
+class PastMaxNumSeqs(Base):  # wrong: checks the budget and the KV blocks itself, not the free seats
+    def schedule(self, s) -> None:
+        decodes(s)
+        while s.waiting:
+            req = s.waiting[0]
+            if req.num_remaining > s.budget or not keeps_reserve(s, req, req.num_remaining, self.watermark):
+                break
+            s.admit(req, req.num_remaining)
 
-    name = "chunks"
 
+class IgnoresBudget(Base):  # wrong: checks the seats and the KV blocks, not the token budget
+    def schedule(self, s) -> None:
+        decodes(s)
+        while s.waiting:
+            req = s.waiting[0]
+            if s.num_running >= s.config.max_num_seqs or not keeps_reserve(s, req, req.num_remaining,
+                                                                           self.watermark):
+                break
+            s.admit(req, req.num_remaining)
+
+
+class FillsBeforeDecodes(Base):  # wrong: admits first with the whole budget, leaving the decodes short
+    def schedule(self, s) -> None:
+        fill(s, self.watermark)
+        decodes(s)
+
+
+class PromptsListedFirst(Base):
+    """Wrong: admits before the decodes, keeping room in the budget for them, but counts the free
+    blocks before the decodes take theirs: under a tight KV cache it admits a prompt whose blocks
+    a decode needed (at any watermark). The old check's compared runs never ran short of blocks."""
+
+    def schedule(self, s) -> None:
+        num_decodes = sum(1 for _ in s.unscheduled_running())
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if n + num_decodes > s.budget or not s.can_admit(req, n) or not keeps_reserve(s, req, n, self.watermark):
+                break
+            s.admit(req, n)
+        decodes(s)
+
+
+class ChunksPrompts(Base):  # wrong: chunked prefill, a prompt that does not fit gets a chunk of what is left
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             if s.budget:
@@ -150,20 +143,15 @@ class ChunksPrompts(Policy):
             s.admit(req, n)
 
 
-class OneAdmissionPerStep(Policy):
-    name = "one-per-step"
-
+class OneAdmissionPerStep(Base):  # wrong: at most one prompt a step
     def schedule(self, s) -> None:
         decodes(s)
-        if s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+        if s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining) and \
+                keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, self.watermark):
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
-class SkipsAheadInTheQueue(Policy):
-    """Admits any waiting request that fits, not only the head (admit takes the head only)."""
-
-    name = "skips-ahead"
-
+class SkipsAheadInTheQueue(Base):  # wrong: admits any waiting request that fits, not only the head
     def schedule(self, s) -> None:
         decodes(s)
         for req in list(s.waiting):
@@ -171,18 +159,111 @@ class SkipsAheadInTheQueue(Policy):
                 s.admit(req, req.num_remaining)
 
 
-WRONG = [SkipsDecodes, NeverAdmits, PastMaxNumSeqs, IgnoresBudget, FillsBeforeDecodes, ChunksPrompts,
-         OneAdmissionPerStep, SkipsAheadInTheQueue]
-RIGHT = [Solution, PromptsListedFirst, SnapshotOfTheQueue, ChecksAllButPreemption]
+class DecodesNewestFirst(Base):
+    """Wrong: schedules the running requests newest first. Without preemption that is the same
+    work; when blocks run out, schedule_running preempts the newest one not yet scheduled, so
+    the order decides who is preempted. (The old check compared steps only on a run that never
+    preempted, and passed this policy.)"""
+
+    def schedule(self, s) -> None:
+        for req in reversed(list(s.unscheduled_running())):
+            if req.status.value == "running":
+                s.schedule_running(req, 1)
+        fill(s, self.watermark)
 
 
-@pytest.mark.parametrize("policy", WRONG, ids=lambda p: p.name)
+class AdmitsWhileIterating(Base):
+    """Wrong: loops over s.waiting while admit() takes its head: Python stops it with
+    "deque mutated during iteration" (a RuntimeError of the policy's own, not a refusal)."""
+
+    def schedule(self, s) -> None:
+        decodes(s)
+        for req in s.waiting:
+            if not s.can_admit(req, req.num_remaining):
+                break
+            s.admit(req, req.num_remaining)
+
+
+# ---- wrong: the watermark ----------------------------------------------------------------------
+class IgnoresWatermark(Base):  # wrong: the engine's continuous policy, whatever the watermark
+    def schedule(self, s) -> None:
+        decodes(s)
+        fill(s, 0)
+
+
+class StrictWatermark(Base):  # wrong: demands more than `watermark` free blocks (>), not at least (>=)
+    def schedule(self, s) -> None:
+        decodes(s)
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) <= self.watermark:
+                break
+            s.admit(req, n)
+
+
+class WatermarkBeforeThePrompt(Base):  # wrong: compares the free blocks before the prompt takes its own
+    def schedule(self, s) -> None:
+        decodes(s)
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n) or s.num_free_blocks < self.watermark:
+                break
+            s.admit(req, n)
+
+
+class WatermarkAtStepStart(Base):  # wrong: counts the free blocks once, before the decodes took theirs
+    def schedule(self, s) -> None:
+        free = s.num_free_blocks
+        decodes(s)
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n) or free - s.blocks_needed(req, n) < self.watermark:
+                break
+            free -= s.blocks_needed(req, n)
+            s.admit(req, n)
+
+
+class WatermarkOnDecodesToo(Base):  # wrong: also refuses a running request its token below the watermark
+    def schedule(self, s) -> None:
+        for req in s.unscheduled_running():
+            if s.num_free_blocks >= self.watermark or req.num_computed_tokens % s._kv.block_size:
+                s.schedule_running(req, 1)
+        fill(s, self.watermark)
+
+
+WRONG = [SkipsDecodes, NeverAdmits, PastMaxNumSeqs, IgnoresBudget, FillsBeforeDecodes, PromptsListedFirst,
+         ChunksPrompts, OneAdmissionPerStep, SkipsAheadInTheQueue, DecodesNewestFirst, AdmitsWhileIterating,
+         IgnoresWatermark, StrictWatermark, WatermarkBeforeThePrompt, WatermarkAtStepStart, WatermarkOnDecodesToo]
+
+
+@pytest.mark.parametrize("policy", WRONG, ids=lambda p: p.__name__)
 def test_check_rejects_a_wrong_policy(policy):
     with pytest.raises(AssertionError):
         checks.check_policy(policy)
 
 
-@pytest.mark.parametrize("policy", RIGHT, ids=lambda p: p.name)
+@pytest.mark.parametrize("policy", RIGHT, ids=lambda p: p.__name__)
 def test_check_accepts_a_right_policy(policy, capsys):
     checks.check_policy(policy)
     assert "passed:" in capsys.readouterr().out
+
+
+def test_a_python_error_is_not_called_a_refusal():
+    with pytest.raises(AssertionError, match="your policy's code raised RuntimeError: deque mutated") as e:
+        checks.check_policy(AdmitsWhileIterating)
+    assert "refused" not in str(e.value) and "while s.waiting" in str(e.value)
+
+
+def test_a_refusal_is_called_one():
+    with pytest.raises(AssertionError, match="the scheduler refused your policy"):
+        checks.check_policy(SkipsAheadInTheQueue)
+
+
+@pytest.mark.parametrize("policy, words", [(DecodesNewestFirst, "decides who goes"),
+                                           (WatermarkBeforeThePrompt, "fewer than the watermark")])
+def test_the_message_names_the_cause(policy, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_policy(policy)

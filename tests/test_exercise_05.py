@@ -1,6 +1,8 @@
-"""Exercise 5's check rejects known-wrong ragged metadata and accepts right metadata built differently."""
+"""Exercise 5's check rejects known-wrong segment attentions and merges, and accepts right ones
+written differently."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -9,121 +11,153 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
-from minilm.model.llama import AttentionMetadata  # noqa: E402
 
 
-def build(query_lens, cached_lens, block_tables, block_size, *, cu=None, context=None, tables=None, slots=None,
-          dtypes=(torch.int32, torch.int32, torch.int32, torch.int64)):
-    """The solution, with any one field replaced (a wrong variant changes one thing)."""
-    if cu is None:
-        cu = [0]
-        for n in query_lens:
-            cu.append(cu[-1] + n)
-    if context is None:
-        context = [c + q for q, c in zip(query_lens, cached_lens)]
-    if tables is None:
-        width = max(len(t) for t in block_tables)
-        tables = [t + [0] * (width - len(t)) for t in block_tables]
-    if slots is None:
-        slots = [t[p // block_size] * block_size + p % block_size
-                 for q, c, t in zip(query_lens, cached_lens, block_tables) for p in range(c, c + q)]
-    return AttentionMetadata(*(torch.tensor(v, dtype=d) for v, d in zip((cu, context, tables, slots), dtypes)))
+# ---- right: attend_segment ------------------------------------------------------------------
+def attend(q, k, v, scale):  # the solution
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    lse = torch.logsumexp(scores, dim=-1)
+    if k.shape[0] == 0:
+        return torch.zeros_like(q), lse
+    return torch.einsum("hn,nhd->hd", torch.exp(scores - lse[:, None]), v), lse
 
 
-# ---- right ------------------------------------------------------------------------------------
-def solution(q, c, t, bs):
-    return build(q, c, t, bs)
+def attend_max_shift(q, k, v, scale):  # right: the max taken out by hand, a softmax that handles n = 0
+    scores = (k * q).sum(-1).T * scale  # [heads, n]
+    if scores.shape[1] == 0:
+        return torch.zeros_like(q), torch.full(q.shape[:1], -math.inf)
+    m = scores.max(-1, keepdim=True).values
+    e = torch.exp(scores - m)
+    return torch.einsum("hn,nhd->hd", e / e.sum(-1, keepdim=True), v), m[:, 0] + e.sum(-1).log()
 
 
-def with_torch_ops(query_lens, cached_lens, block_tables, block_size):
-    """Vectorised, the way runner.py builds it."""
-    q = torch.tensor(query_lens)
-    cu = torch.zeros(len(q) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(q, 0)
-    width = max(map(len, block_tables))
-    tables = torch.zeros(len(block_tables), width, dtype=torch.int32)
-    for i, t in enumerate(block_tables):
-        tables[i, :len(t)] = torch.tensor(t)
-    rows = torch.repeat_interleave(torch.arange(len(q)), q)
-    positions = torch.tensor(cached_lens)[rows] + torch.arange(int(q.sum())) - cu[:-1].long()[rows]
-    slots = tables[rows, positions // block_size].long() * block_size + positions % block_size
-    return AttentionMetadata(cu, (torch.tensor(cached_lens) + q).to(torch.int32), tables, slots)
+def attend_float64(q, k, v, scale):  # right: computed in float64, without a special case for n = 0
+    scores = torch.einsum("hd,nhd->hn", q.double(), k.double()) * scale
+    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v.double()), scores.logsumexp(-1)
 
 
-def wide_tables(q, c, t, bs):
-    """Block tables padded to a fixed width, wider than needed: the kernel reads only what it needs."""
-    return build(q, c, t, bs, tables=[row + [0] * (8 - len(row)) for row in t])
+# ---- right: merge_segments ------------------------------------------------------------------
+def merge(outs, lses):  # the solution
+    weights = torch.exp(lses - torch.logsumexp(lses, dim=0))
+    return (weights[:, :, None] * outs).sum(dim=0)
 
 
-RIGHT = [solution, with_torch_ops, wide_tables]
+def merge_softmax(outs, lses):  # right: the weights are a softmax over the segments
+    return torch.einsum("sh,shd->hd", lses.softmax(dim=0), outs)
 
 
-# ---- wrong ------------------------------------------------------------------------------------
-def context_without_new_tokens(q, c, t, bs):
-    return build(q, c, t, bs, context=list(c))
+def merge_online(outs, lses):  # right: folds in one segment at a time, as an online softmax does
+    out, lse = outs[0], lses[0]
+    for o, l in zip(outs[1:], lses[1:]):
+        total = torch.logaddexp(lse, l)
+        a = torch.exp(lse - total).nan_to_num(0.0)  # both -inf so far: nothing to keep
+        b = torch.exp(l - total).nan_to_num(0.0)
+        out, lse = a[:, None] * out + b[:, None] * o, total
+    return out
 
 
-def context_of_new_tokens_only(q, c, t, bs):
-    return build(q, c, t, bs, context=list(q))
+def merge_max_shift(outs, lses):  # right: subtract the largest lse, then normalise
+    w = torch.exp(lses - lses.max(dim=0).values)
+    return (w[:, :, None] * outs).sum(0) / w.sum(0)[:, None]
 
 
-def cu_seqlens_without_zero(q, c, t, bs):
-    return build(q, c, t, bs, cu=list(torch.tensor(q).cumsum(0).tolist()))
+RIGHT = [(attend, merge), (attend_max_shift, merge_softmax), (attend_float64, merge_online),
+         (attend, merge_max_shift)]
 
 
-def cu_seqlens_off_by_one(q, c, t, bs):
-    return build(q, c, t, bs, cu=[0] + [x + 1 for x in torch.tensor(q).cumsum(0).tolist()])
+# ---- wrong: attend_segment ------------------------------------------------------------------
+def attend_naive_lse(q, k, v, scale):  # wrong: log(sum(exp)) overflows to inf for large scores
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v), torch.exp(scores).sum(-1).log()
 
 
-def cu_seqlens_of_contexts(q, c, t, bs):
-    return build(q, c, t, bs, cu=[0] + torch.tensor([a + b for a, b in zip(q, c)]).cumsum(0).tolist())
+def attend_lse_base_two(q, k, v, scale):  # wrong: log2 of the sum of exp2, as the kernel's inner loop keeps it
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v), torch.logsumexp(scores * math.log(2), -1) / math.log(2)
 
 
-def slots_through_unscrambled_table(q, c, t, bs):
-    """Assumes a sequence's blocks follow each other: its first block, then the next ids."""
-    return build(q, c, t, bs, slots=[tab[0] * bs + p for qq, cc, tab in zip(q, c, t) for p in range(cc, cc + qq)])
+def attend_no_scale(q, k, v, scale):  # wrong: the scale forgotten
+    return attend(q, k, v, 1.0)
 
 
-def slots_from_position_zero(q, c, t, bs):
-    """Writes the new tokens as if they started the sequence."""
-    return build(q, c, t, bs, slots=[tab[p // bs] * bs + p % bs for qq, tab in zip(q, t) for p in range(qq)])
+def attend_softmax_over_heads(q, k, v, scale):  # wrong: normalises across heads, not across keys
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    return torch.einsum("hn,nhd->hd", scores.softmax(0), v), torch.logsumexp(scores, dim=-1)
 
 
-def slots_for_every_token(q, c, t, bs):
-    """Cached tokens too: they are in the cache already."""
-    return build(q, c, t, bs, slots=[tab[p // bs] * bs + p % bs for qq, cc, tab in zip(q, c, t)
-                                     for p in range(cc + qq)])
+def attend_crashes_when_empty(q, k, v, scale):  # wrong: max() of an empty segment raises
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    m = scores.max(-1).values
+    e = torch.exp(scores - m[:, None])
+    return torch.einsum("hn,nhd->hd", e / e.sum(-1, keepdim=True), v), m + e.sum(-1).log()
 
 
-def slots_block_index_as_id(q, c, t, bs):
-    """Uses the index in the table instead of the block id it holds."""
-    return build(q, c, t, bs, slots=[(p // bs) * bs + p % bs for qq, cc in zip(q, c) for p in range(cc, cc + qq)])
+def attend_nan_when_empty(q, k, v, scale):  # wrong: 0 / 0 for an empty segment's output
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale
+    lse = torch.logsumexp(scores, dim=-1)
+    e = torch.exp(scores - scores.max(-1, keepdim=True).values) if k.shape[0] else scores
+    return torch.einsum("hn,nhd->hd", e, v) / e.sum(-1)[:, None], lse
 
 
-def tables_in_the_wrong_order(q, c, t, bs):
-    return build(q, c, t, bs, tables=[sorted(row) + [0] * (max(map(len, t)) - len(row)) for row in t])
+def attend_empty_lse_zero(q, k, v, scale):  # wrong: an empty segment's lse 0, as if it held exp(0) = 1
+    out, lse = attend(q, k, v, scale)
+    return out, lse.nan_to_num(neginf=0.0)
 
 
-def int64_offsets(q, c, t, bs):
-    return build(q, c, t, bs, dtypes=(torch.int64, torch.int32, torch.int32, torch.int64))
+# ---- wrong: merge_segments ------------------------------------------------------------------
+def merge_mean(outs, lses):  # wrong: every segment weighs the same
+    return outs.mean(0)
 
 
-def float_context(q, c, t, bs):
-    return build(q, c, t, bs, dtypes=(torch.int32, torch.float32, torch.int32, torch.int64))
+def merge_naive(outs, lses):  # wrong: exp(lse) without the largest taken out: inf/inf or 0/0 at the extremes
+    w = torch.exp(lses)
+    return (w[:, :, None] * outs).sum(0) / w.sum(0)[:, None]
 
 
-WRONG = [context_without_new_tokens, context_of_new_tokens_only, cu_seqlens_without_zero, cu_seqlens_off_by_one,
-         cu_seqlens_of_contexts, slots_through_unscrambled_table, slots_from_position_zero, slots_for_every_token,
-         slots_block_index_as_id, tables_in_the_wrong_order, int64_offsets, float_context]
+def merge_unnormalised(outs, lses):  # wrong: the weights do not sum to one
+    return (torch.exp(lses - lses.max(0).values)[:, :, None] * outs).sum(0)
 
 
-@pytest.mark.parametrize("fn", WRONG, ids=lambda f: f.__name__)
-def test_check_rejects_wrong_metadata(fn):
+def merge_largest_only(outs, lses):  # wrong: takes the segment with the largest lse
+    return outs[lses.argmax(0), torch.arange(outs.shape[1])]
+
+
+def merge_over_heads(outs, lses):  # wrong: a softmax across heads instead of across segments
+    return (lses.softmax(dim=1)[:, :, None] * outs).sum(0)
+
+
+def merge_empty_as_zero(outs, lses):  # wrong: an empty segment's -inf replaced by 0, so it weighs in
+    return merge(outs, lses.nan_to_num(neginf=0.0))
+
+
+WRONG = [(attend_naive_lse, merge), (attend_lse_base_two, merge), (attend_no_scale, merge),
+         (attend_softmax_over_heads, merge), (attend_crashes_when_empty, merge), (attend_nan_when_empty, merge),
+         (attend_empty_lse_zero, merge),
+         (attend, merge_mean), (attend, merge_naive), (attend, merge_unnormalised), (attend, merge_largest_only),
+         (attend, merge_over_heads), (attend, merge_empty_as_zero)]
+
+
+def name(case) -> str:
+    return "-".join(f.__name__ for f in case)
+
+
+@pytest.mark.parametrize("case", WRONG, ids=name)
+def test_check_rejects_wrong_parts(case):
     with pytest.raises(AssertionError):
-        checks.check_ragged_metadata(fn)
+        checks.check_flash_decoding(*case)
 
 
-@pytest.mark.parametrize("fn", RIGHT, ids=lambda f: f.__name__)
-def test_check_accepts_right_metadata(fn, capsys):
-    checks.check_ragged_metadata(fn)
+@pytest.mark.parametrize("case", RIGHT, ids=name)
+def test_check_accepts_right_parts(case, capsys):
+    checks.check_flash_decoding(*case)
     assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case, words", [
+    ((attend_naive_lse, merge), "large scores"), ((attend_crashes_when_empty, merge), "empty segment"),
+    ((attend_nan_when_empty, merge), "finite placeholder"), ((attend_lse_base_two, merge), "natural log"),
+    ((attend, merge_naive), "large scores"), ((attend, merge_empty_as_zero), "one of them empty"),
+    ((attend, merge_mean), "share of the softmax")])
+def test_the_message_names_the_cause(case, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_flash_decoding(*case)

@@ -138,3 +138,129 @@ def test_check_rejects_a_wrong_rule(split_budget):
 def test_check_accepts_a_right_rule_written_differently(split_budget, capsys):
     checks.check_split_budget(split_budget)
     assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("split_budget, words", [
+    (zero_cap_is_zero, "a cap of 0 means no cap"), (prompts_before_decodes, "decodes take their tokens first"),
+    (budget_not_used_up, "the budget is shared"), (ignores_cap, "no prompt takes more than the cap"),
+    (unclamped, "never negative"), (only_prompts_that_run, "one entry per prompt")])
+def test_the_message_names_the_cause(split_budget, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_split_budget(split_budget)
+
+
+def test_a_zero_cap_is_not_blamed_on_the_decodes():
+    with pytest.raises(AssertionError) as e:
+        checks.check_split_budget(zero_cap_is_zero)
+    assert "decodes" not in str(e.value)
+
+
+# ---- part 2: at most max_long long prompts a step -------------------------------------------
+def long_loop(budget, num_decodes, prompt_remaining, cap, max_long):  # the solution
+    left = max(0, budget - num_decodes)
+    chunks, longs = [], 0
+    for remaining in prompt_remaining:
+        long = remaining > cap
+        if long and max_long is not None and longs == max_long:
+            chunks.append(0)
+            continue
+        n = min(remaining, left, cap)
+        chunks.append(n)
+        left -= n
+        longs += long
+    return chunks
+
+
+def long_two_passes(budget, num_decodes, prompt_remaining, cap, max_long):
+    # right: first decide who takes part (numpy ints out), then part 1's rule over those
+    import numpy as np
+    allowed, longs = [], 0
+    for r in prompt_remaining:
+        ok = r <= cap or max_long is None or longs < max_long
+        longs += r > cap and ok
+        allowed.append(ok)
+    given = with_accumulate(budget, num_decodes, [r for r, ok in zip(prompt_remaining, allowed) if ok], cap)
+    it = iter(given)
+    return np.array([next(it) if ok else 0 for ok in allowed], dtype=np.int64)
+
+
+def long_infinite_limit(budget, num_decodes, prompt_remaining, cap, max_long):  # right: None as an endless limit
+    limit = float("inf") if max_long is None else max_long
+    left, out = budget - min(budget, num_decodes), []
+    for r in prompt_remaining:
+        if r > cap:
+            if limit <= 0:
+                out.append(0)
+                continue
+            limit -= 1
+        out.append(min(r, cap, left))
+        left -= out[-1]
+    return out
+
+
+def long_counts_every_prompt(budget, num_decodes, prompt_remaining, cap, max_long):
+    # wrong: the limit counts every prompt that runs, short ones too
+    left, chunks = max(0, budget - num_decodes), []
+    for i, r in enumerate(prompt_remaining):
+        n = 0 if max_long is not None and i >= max_long else min(r, left, cap)
+        chunks.append(n)
+        left -= n
+    return chunks
+
+
+def long_at_cap(budget, num_decodes, prompt_remaining, cap, max_long):  # wrong: exactly cap left counts as long
+    return _long_with(budget, num_decodes, prompt_remaining, cap, max_long, lambda r: r >= cap)
+
+
+def _long_with(budget, num_decodes, prompt_remaining, cap, max_long, is_long):
+    left, chunks, longs = max(0, budget - num_decodes), [], 0
+    for r in prompt_remaining:
+        if is_long(r) and max_long is not None and longs == max_long:
+            chunks.append(0)
+            continue
+        n = min(r, left, cap)
+        chunks.append(n)
+        left -= n
+        longs += is_long(r)
+    return chunks
+
+
+def long_stops_at_limit(budget, num_decodes, prompt_remaining, cap, max_long):
+    # wrong: the first long prompt past the limit ends the step: the short ones behind it get nothing
+    left, chunks, longs, stopped = max(0, budget - num_decodes), [], 0, False
+    for r in prompt_remaining:
+        stopped = stopped or (r > cap and max_long is not None and longs == max_long)
+        n = 0 if stopped else min(r, left, cap)
+        chunks.append(n)
+        left -= n
+        longs += r > cap
+    return chunks
+
+
+def long_share_lost(budget, num_decodes, prompt_remaining, cap, max_long):
+    # wrong: a skipped long prompt's share is taken out of the budget anyway
+    left, chunks, longs = max(0, budget - num_decodes), [], 0
+    for r in prompt_remaining:
+        n = min(r, left, cap)
+        skipped = r > cap and max_long is not None and longs == max_long
+        chunks.append(0 if skipped else n)
+        left -= n
+        longs += r > cap and not skipped
+    return chunks
+
+
+def long_no_limit(budget, num_decodes, prompt_remaining, cap, max_long):  # wrong: part 1's rule, no limit
+    return with_accumulate(budget, num_decodes, prompt_remaining, cap)
+
+
+@pytest.mark.parametrize("fn", [long_loop, long_two_passes, long_infinite_limit])
+def test_long_check_accepts(fn, capsys):
+    checks.check_split_budget_long(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn", [long_counts_every_prompt, long_at_cap, long_stops_at_limit, long_share_lost,
+                                long_no_limit])
+def test_long_check_rejects(fn):
+    with pytest.raises(AssertionError):
+        checks.check_split_budget_long(fn)

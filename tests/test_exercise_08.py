@@ -174,3 +174,88 @@ def test_wrong_lookups_fail_on_the_hand_made_cases_not_only_on_the_replay():
         keys_fn, variant = WRONG[name]
         with pytest.raises(AssertionError):
             check_lookup_cases(keys_fn, lookup_with(keys_fn, variant))
+
+
+# ---- part 2: longest prefix first, with a limit on waiting -----------------------------------
+def order_solution(waiting, now, max_wait):
+    too_long = [i for i, (arrival, _) in enumerate(waiting) if now - arrival >= max_wait]
+    others = [i for i in range(len(waiting)) if i not in too_long]
+    return too_long + sorted(others, key=lambda i: -waiting[i][1])
+
+
+def order_one_key(waiting, now, max_wait):  # right: one sort key (waited too long?, longer prefix, position)
+    return sorted(range(len(waiting)), key=lambda i: (now - waiting[i][0] < max_wait,
+                                                      0 if now - waiting[i][0] >= max_wait else -waiting[i][1], i))
+
+
+def order_deadline(waiting, now, max_wait):  # right: a deadline per request, numpy positions out
+    import numpy as np
+    late = [i for i, (a, _) in enumerate(waiting) if a + max_wait <= now]
+    rest = sorted(set(range(len(waiting))) - set(late), key=lambda i: (-waiting[i][1], i))
+    return np.array(late + rest, dtype=np.int64)
+
+
+def order_strict(waiting, now, max_wait):  # wrong: waited exactly max_wait is not yet too long
+    return sorted(range(len(waiting)), key=lambda i: (now - waiting[i][0] <= max_wait,
+                                                      -waiting[i][1] if now - waiting[i][0] <= max_wait else 0, i))
+
+
+def order_late_by_prefix(waiting, now, max_wait):  # wrong: the late ones also ordered by their prefix
+    late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
+    rest = [i for i in range(len(waiting)) if i not in late]
+    return sorted(late, key=lambda i: -waiting[i][1]) + sorted(rest, key=lambda i: -waiting[i][1])
+
+
+def order_late_by_arrival(waiting, now, max_wait):  # wrong: the late ones by arrival, not by queue position
+    late = sorted((i for i, (a, _) in enumerate(waiting) if now - a >= max_wait), key=lambda i: waiting[i][0])
+    rest = [i for i in range(len(waiting)) if i not in late]
+    return late + sorted(rest, key=lambda i: -waiting[i][1])
+
+
+def order_ties_reversed(waiting, now, max_wait):  # wrong: equal prefixes in reverse queue order
+    late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
+    rest = [i for i in range(len(waiting)) if i not in late]
+    return late + sorted(rest, key=lambda i: (-waiting[i][1], -i))
+
+
+def order_shortest_first(waiting, now, max_wait):  # wrong: the shortest cached prefix first
+    late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
+    return late + sorted((i for i in range(len(waiting)) if i not in late), key=lambda i: waiting[i][1])
+
+
+def order_late_last(waiting, now, max_wait):  # wrong: the ones that waited too long go last
+    late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
+    return sorted((i for i in range(len(waiting)) if i not in late), key=lambda i: -waiting[i][1]) + late
+
+
+def order_plain_lpm(waiting, now, max_wait):  # wrong: the engine's lpm order, no limit on waiting
+    return sorted(range(len(waiting)), key=lambda i: -waiting[i][1])
+
+
+def order_items_not_positions(waiting, now, max_wait):  # wrong: returns the (arrival, cached) pairs themselves
+    return [waiting[i] for i in order_solution(waiting, now, max_wait)]
+
+
+@pytest.mark.parametrize("fn", [order_solution, order_one_key, order_deadline])
+def test_order_check_accepts(fn, capsys):
+    from labs.checks import check_admission_order
+    check_admission_order(fn)
+    assert capsys.readouterr().out.startswith("passed:")
+
+
+@pytest.mark.parametrize("fn", [order_strict, order_late_by_prefix, order_late_by_arrival, order_ties_reversed,
+                                order_shortest_first, order_late_last, order_plain_lpm, order_items_not_positions])
+def test_order_check_rejects(fn):
+    from labs.checks import check_admission_order
+    with pytest.raises(AssertionError):
+        check_admission_order(fn)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (order_strict, "exactly max_wait"), (order_late_by_prefix, "whatever their prefixes"),
+    (order_late_by_arrival, "order of arrival"), (order_ties_reversed, "equal cached prefixes"),
+    (order_shortest_first, "longest cached prefix goes first"), (order_late_last, "go first")])
+def test_order_message_names_the_cause(fn, words):
+    from labs.checks import check_admission_order
+    with pytest.raises(AssertionError, match=words):
+        check_admission_order(fn)

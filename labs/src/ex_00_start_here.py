@@ -1,13 +1,17 @@
 # %% [markdown]
-# # Exercise 0 · Read a timeline
+# # Exercise 0 · Read a timeline, then predict one
 #
 # Every engine run returns a `Timeline`. `timeline.steps` is a list of `StepRecord`s,
 # one per engine step, and each step has `items`: `StepItem(request_id, kind,
 # num_tokens, context_len)` with `kind` one of `"prefill"`, `"decode"`, `"padding"`.
 #
 # **Part 1.** Write `tokens_by_kind(timeline)`: how many tokens of each kind the engine
-# computed over the whole run, as a dict with exactly the keys `"prefill"`, `"decode"`
-# and `"padding"`.
+# computed over the whole run, as a dict with the keys `"prefill"`, `"decode"` and
+# `"padding"`. (The engine keeps the same counters: the `*_tokens` columns of
+# `steps_df`, in `minilm/metrics.py`. Write yours first, then compare.) The check also
+# gives you a run whose KV cache is too small, so that requests are *preempted* and
+# computed again (lesson 3, section 5): count what the steps did, not what the requests
+# asked for.
 
 # %%
 from labs import checks
@@ -28,14 +32,14 @@ checks.check_tokens_by_kind(tokens_by_kind)
 
 # %% [markdown]
 # **Part 2: predict before you run.** A workload is a list of `RequestSpec`s, each with its
-# `prompt_ids` and `max_tokens`. Run with in-flight batching (`policy="continuous"`)
-# and `ignore_eos=True`, every request generates exactly `max_tokens` tokens, and no
-# request is ever padded.
+# `prompt_ids` and `max_tokens`. Run with in-flight batching (`policy="continuous"`),
+# `ignore_eos=True` and a KV cache big enough that nobody is preempted, every request
+# generates exactly `max_tokens` tokens, and no request is ever padded.
 #
 # Write `predict_tokens(specs)`: the same dict as `tokens_by_kind` would return for
-# that run, computed from the workload alone, without running the engine. Look back at
-# lesson 0, section 3: how many decode steps did a request with `max_tokens=8` take,
-# and where did its first output token come from?
+# that run, from the workload alone, without running the engine. Lesson 0, section 3
+# shows one request: how many decode steps did `max_tokens=8` take, and where did its
+# first output token come from?
 
 # %%
 def predict_tokens(specs) -> dict[str, int]:
@@ -48,3 +52,36 @@ def predict_tokens(specs) -> dict[str, int]:
 # %%
 # exercise check
 checks.check_predict_tokens(predict_tokens)
+
+# %% [markdown]
+# **Part 3: predict the length of the run.** The same kind of run, all requests waiting
+# at the start, at most `max_num_seqs` running at once (lesson 0, section 4). Write
+# `predict_steps(specs, max_num_seqs)`: how many steps the engine takes. The prompts are
+# short: every waiting prompt that has a free seat fits in the step. Settle first:
+#
+# * in how many steps does a request hold its seat, from its prefill to its last token?
+# * a request that finishes in a step frees its seat when that step ends: in which
+#   step does the next request in the queue take it?
+# * when two seats are busy and the queue is not empty, which seat does the next
+#   request get?
+
+# %%
+def predict_steps(specs, max_num_seqs: int) -> int:
+    # BEGIN SOLUTION
+    seats = [0] * min(max_num_seqs, len(specs))  # the step in which each seat is free again
+    for spec in specs:                            # first come, first served
+        seat = seats.index(min(seats))            # the first seat to free up
+        seats[seat] += spec.max_tokens            # prefill (first token) + max_tokens - 1 decodes
+    return max(seats, default=0)
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_predict_steps(predict_steps)
+
+# %% [markdown]
+# **Think further (no check).** Take a workload of your own and a KV cache too small for
+# it (`run_workload(specs, policy="continuous", num_blocks=..., block_size=4,
+# sampling={"ignore_eos": True})`), so that requests are preempted. Which of your three
+# answers still hold? Predict the extra prefill tokens of one preemption of a request
+# that had generated `k` tokens, then find it in the timeline.

@@ -1,14 +1,16 @@
 # %% [markdown]
-# # Exercise 1 · A roofline estimate
+# # Exercise 1 · A roofline estimate, with the KV cache in it
 #
 # Lesson 1 counted a step's work two ways: the arithmetic it does (FLOPs) and the
-# memory it moves (bytes). Here you turn those counts into a time, the way the lab's
-# cost model does, and use it to answer the question lesson 1 left open: **how many
-# sequences must a decode step hold before the GPU's arithmetic, not its memory, sets
-# its time?**
+# memory it moves (bytes), and found where a prefill turns compute-bound. Here you turn
+# those counts into a time, then answer a question the lesson leaves open: **a decode
+# step of B sequences, each with a long context behind it: at which B does the GPU's
+# arithmetic, not its memory, set the step's time — and does such a B always exist?**
 #
 # Units throughout: FLOPs, bytes, FLOP/s, bytes/s, seconds. The FLOPs here are the
-# linear layers' only (no attention, no output layer).
+# linear layers' only (no attention, no output layer). The lab's cost model,
+# `minilm/sim/costmodel.py`, writes out the full count (attention and the output layer
+# included): write your three lines before you read it.
 #
 # **Part 1.** `linear_flops(num_params, num_tokens)`: the FLOPs of pushing `num_tokens`
 # tokens through linear layers holding `num_params` weights. Think about one weight
@@ -27,6 +29,8 @@
 # chip that overlaps arithmetic and memory traffic perfectly.
 
 # %%
+import math
+
 from labs import checks
 
 
@@ -57,23 +61,32 @@ def roofline_time(flops: float, num_bytes: float, peak_flops: float, bandwidth: 
 checks.check_roofline(linear_flops, decode_bytes, roofline_time)
 
 # %% [markdown]
-# **Part 4: the ridge, as a batch size.** A decode step of B sequences computes one token per
-# sequence and reads every weight once. Leave out the KV cache for now. Write
-# `compute_bound_batch(num_params, bytes_per_param, peak_flops, bandwidth)`: the
-# **smallest** batch size B (an integer) whose step is compute-bound, that is, whose
-# compute time is at least its memory time. Your functions above can find it, or you
-# can derive it on paper first. Does the answer depend on how many bytes a weight takes?
-# The check tries weights of different sizes.
+# **Part 4: the crossover, KV cache included.** A decode step of `B` sequences computes one
+# token per sequence, reads every weight once, and reads each sequence's cached K and V:
+# `context_len` tokens of `kv_bytes_per_token` bytes each (count only those, not the new
+# token's K/V). Write `compute_bound_batch(num_params, bytes_per_param, kv_bytes_per_token,
+# context_len, peak_flops, bandwidth)`: the **smallest** batch `B` (an integer, at least `1`)
+# whose step is compute-bound, its compute time at least its memory time — or `None` when
+# no batch ever is. Settle on paper first:
+#
+# * with `context_len=0` this is lesson 1's crossover: what is it in terms of the ridge
+#   point `peak_flops / bandwidth`?
+# * each sequence added to the batch adds some compute time and some memory time: which
+#   grows faster, and when can compute never catch up?
+# * "at least": if the crossing falls exactly on a whole batch, which batch is it?
+#
+# A loop that adds one sequence at a time must know when to stop.
 
 # %%
-def compute_bound_batch(num_params: float, bytes_per_param: float, peak_flops: float, bandwidth: float) -> int:
-    """Smallest decode batch whose linear-layer arithmetic takes at least as long as reading the weights."""
+def compute_bound_batch(num_params: float, bytes_per_param: float, kv_bytes_per_token: float, context_len: int,
+                        peak_flops: float, bandwidth: float) -> int | None:
+    """Smallest decode batch whose linear-layer arithmetic takes at least as long as its memory traffic."""
     # BEGIN SOLUTION
-    weight_bytes = num_params * bytes_per_param
-    batch = 1
-    while roofline_time(linear_flops(num_params, batch), 0, peak_flops, bandwidth) < weight_bytes / bandwidth:
-        batch += 1
-    return batch
+    # each sequence adds 2·P FLOPs of compute and context_len·kv bytes of reading; the weights are read once
+    gain = 2 * num_params / peak_flops - context_len * kv_bytes_per_token / bandwidth
+    if gain <= 0:
+        return None  # compute never catches up with memory, however big the batch
+    return max(1, math.ceil(num_params * bytes_per_param / bandwidth / gain))
     # END SOLUTION
 
 # %%
@@ -81,8 +94,10 @@ def compute_bound_batch(num_params: float, bytes_per_param: float, peak_flops: f
 checks.check_compute_bound_batch(compute_bound_batch)
 
 # %% [markdown]
-# **Think further (no check).** The batch you found leaves out the KV cache. Put it back
-# into `decode_bytes`, with every sequence holding a context of a thousand tokens, and let B grow
-# far past your answer: does the step ever turn compute-bound? What does its intensity
-# (FLOPs per byte) approach as B grows, and what does that say about batching decodes
-# with long contexts?
+# **Think further (no check).** Llama-3-8B keeps `128 KiB` of K/V per token because eight
+# KV heads serve its thirty-two query heads (grouped-query attention, lesson 5); with one
+# KV head per query head it would keep four times as much. Find the longest context at
+# which its decode on an H100 can still turn compute-bound, with and without grouped-query
+# attention. Then speculative decoding: a step that checks `k` drafted tokens computes
+# `k + 1` tokens per sequence and reads the same cache. How does your formula change,
+# and what does that say about why speculative decoding pays off?

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 2 · Predict static batching's padding
+# # Exercise 2 · Predict static batching's padding, then sort the queue
 #
 # Lesson 2, section 1 printed a static batch step by step: which rows computed a prompt
 # token, a decode token or a padding token in each step. From that table, work out the
@@ -10,7 +10,7 @@
 # tokens), all waiting from the start, served in order by `policy="static"` with
 # `max_num_seqs` rows per batch (the KV cache is big enough for any batch).
 #
-# Write `static_padding(prompt_lens, output_lens, max_num_seqs)`: the number of
+# **Part 1.** Write `static_padding(prompt_lens, output_lens, max_num_seqs)`: the number of
 # padding tokens the engine computes over the whole run. Questions to settle first:
 #
 # * Which requests share a batch?
@@ -39,3 +39,30 @@ def static_padding(prompt_lens: list[int], output_lens: list[int], max_num_seqs:
 # %%
 # exercise check
 checks.check_static_padding(static_padding)
+
+# %% [markdown]
+# **Part 2: sort the queue.** The engine forms static batches in arrival order. A server that
+# may reorder its queue can do better: it knows every prompt's length when the request
+# arrives (not the output's, which only EOS decides). Suppose it sorts the waiting
+# requests by prompt length, shortest first — requests with equal prompts keep their
+# arrival order — and then cuts batches of `max_num_seqs` from that order. Write
+# `sorted_padding(prompt_lens, output_lens, max_num_seqs)`: the padding tokens of that
+# run. (The engine does not sort; the check gives it the sorted queue.)
+
+# %%
+def sorted_padding(prompt_lens: list[int], output_lens: list[int], max_num_seqs: int) -> int:
+    # BEGIN SOLUTION
+    order = sorted(range(len(prompt_lens)), key=lambda i: prompt_lens[i])  # stable: equal prompts keep their order
+    return static_padding([prompt_lens[i] for i in order], [output_lens[i] for i in order], max_num_seqs)
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_sorted_padding(sorted_padding)
+
+# %% [markdown]
+# **Think further (no check).** Sorting removes prompt padding, but the bubbles of
+# finished rows come from output lengths, which the server cannot know. On lesson 2's
+# `mixed` workload, what share of static batching's padding can sorting remove at best?
+# And what does sorting do to the longest prompt's wait, when requests keep arriving and
+# shorter ones keep jumping ahead of it?

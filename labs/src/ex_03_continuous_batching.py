@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 3 · Write an in-flight batching policy
+# # Exercise 3 · An in-flight batching policy that keeps a reserve
 #
 # A policy is a class with one method, `schedule(s)`, that decides the step's work by
 # calling the scheduler's verbs. The scheduler `s` gives you:
@@ -14,54 +14,83 @@
 #   queue, and no preemption in this step / move it into the batch with its first `n`
 #   tokens;
 # * `s.budget`: tokens left in this step (`max_num_batched_tokens`, minus what is
-#   scheduled);
+#   scheduled); `s.num_running`: requests in the batch;
+# * `s.num_free_blocks`: free KV blocks now; `s.blocks_needed(req, n)`: the blocks a
+#   waiting request needs for its first `n` tokens;
 # * `req.num_remaining`: tokens the request still has to compute before it samples
-#   (its whole prompt when it waits; 1 for a decode).
+#   (its whole prompt when it waits; `1` for a decode).
 #
 # The verbs keep the books and refuse a mistake with an error that names it. *Evict*
 # has already happened: after every step the scheduler retires finished requests and
-# frees their KV blocks. Your `schedule` does **check** and **fill** as lesson 3's
-# engine does (Orca's iteration-level scheduling, whole prompts, no chunking), and
-# must decide what the verbs do not decide for you:
+# frees their KV blocks.
+#
+# The engine's `continuous` policy (`ContinuousPolicy` in `minilm/core/policies.py`: read
+# it after you have tried) does **check** and **fill** as lesson 3 describes: a decode
+# for every running request, then whole prompts from the head of the queue while
+# `can_admit` allows. It admits a prompt whenever its blocks are free *now*, although
+# every running request will need another block every `block_size` tokens; when none is
+# left, the scheduler preempts a request and computes it again later (lesson 4). vLLM's
+# V0 scheduler kept a **watermark**: it admitted a prompt only if some blocks stayed
+# free after it, a reserve for the running requests to grow into.
+#
+# Write `MyWatermarkPolicy(watermark)`: in-flight batching as the engine's, except that it
+# admits the head of the queue only if at least `watermark` KV blocks are still free
+# after the prompt has taken its blocks. With `watermark=0` it must do exactly what
+# `continuous` does. Decide first:
 #
 # 1. **In which order?** Running requests and waiting prompts compete for the same
-#    budget and the same KV blocks. Which do you serve first, and what goes wrong for
-#    the other kind if you choose the other way round? (Think of a step whose budget or
-#    free blocks cannot hold everyone.)
+#    budget and the same blocks. Which do you serve first, and in which order among the
+#    running ones? (Which request does `schedule_running` preempt when blocks run out?)
 # 2. **When to stop filling?** The queue is first come, first served, and `admit` only
-#    takes its head. What must your loop do when the head does not fit — and what would
-#    a scheduler that let a shorter prompt behind it go first gain, and risk?
+#    takes its head. What must your loop do when the head does not fit, or would eat
+#    into the reserve?
+# 3. **Count what?** When you compare free blocks with the watermark, which blocks have
+#    the decodes of this step already taken?
 #
-# The check runs your policy and the engine's `continuous` policy on the same
-# requests (simulated, so arrivals fall between the same steps everywhere) and compares
-# the work of every step, in any order; its budget is tight and some prompts nearly
-# fill it. Then it runs your policy on a small real model with a KV cache too small
-# for everyone, to force preemptions, and compares the tokens it generates.
+# The check runs your policy and the engine's `continuous` policy (watermark `0`) on the
+# same requests, simulated so that arrivals fall between the same steps everywhere, with
+# a tight token budget and with a tight KV cache that forces preemptions, and compares
+# every step's work, in any order. Then it compares your steps at watermarks `2`, `4`
+# and `8` with a reference written in `labs/checks.py`, and runs your policy on a small
+# real model whose cache is too small for everyone: the same tokens must come out.
 
 # %%
 from minilm.core.policies import Policy
 from labs import checks
 
 
-class MyContinuousPolicy(Policy):
-    name = "my-continuous"
+class MyWatermarkPolicy(Policy):
+    name = "my-watermark"
+
+    def __init__(self, watermark: int = 0):
+        self.watermark = watermark
 
     def schedule(self, s) -> None:
         # BEGIN SOLUTION
         # 1. Check first: every running request gets its next token before any newcomer,
-        #    so a long prompt can never take the budget or the blocks a decode needs.
+        #    oldest first (blocks running out preempt the newest), so a long prompt can never
+        #    take the budget or the blocks a decode needs.
         for req in s.unscheduled_running():
             s.schedule_running(req, 1)
-        # 2. Fill: whole prompts from the head of the queue. When the head does not fit,
-        #    stop: first come, first served (a shorter prompt behind it must not overtake,
-        #    or a long prompt could wait forever; `admit` only takes the head anyway).
+        # 2. Fill: whole prompts from the head of the queue, while one fits and leaves the
+        #    reserve; the free blocks are counted after the decodes took theirs. When the head
+        #    does not fit, stop: first come, first served (`admit` only takes the head anyway).
         while s.waiting:
             req = s.waiting[0]
-            if not s.can_admit(req, req.num_remaining):
+            n = req.num_remaining
+            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark:
                 break
-            s.admit(req, req.num_remaining)
+            s.admit(req, n)
         # END SOLUTION
 
 # %%
 # exercise check
-checks.check_policy(MyContinuousPolicy)
+checks.check_policy(MyWatermarkPolicy)
+
+# %% [markdown]
+# **Think further (no check).** A prompt that needs more than `num_blocks - watermark`
+# blocks can never be admitted: what does your policy do with it, and what should it do
+# (vLLM rejects such a request when it arrives)? The watermark protects only the next few
+# steps of growth: on lesson 4's workload, find the smallest watermark with no preemption
+# at all, and what it costs in steps and in TTFT. Is a fixed number of blocks the right
+# kind of reserve, or should it grow with the number of running requests?

@@ -1,28 +1,43 @@
 # %% [markdown]
-# # Exercise 4 · A block allocator
+# # Exercise 4 · Share blocks, copy on write
 #
-# The paged KV cache has two parts (`minilm/core/kv_cache.py`): a **block pool** that hands
-# out block ids from a free list and takes them back, and a manager that keeps each
-# request's block table and asks the pool for blocks. Write the pool, and the two
-# pieces of arithmetic the manager needs:
+# Lesson 4's paged cache gives every block to one sequence. Paging also allows more:
+# **one block in several block tables at once**. A request for several samples of one
+# prompt (vLLM's `n`, or beam search) holds the prompt's K/V once and lets every sample
+# read it; a block is copied only when one sample is about to *write* into a block that
+# another sample still reads (PagedAttention's copy-on-write, Kwon et al., SOSP 2023). The
+# engine here runs one sample per request and has no such sharing (lesson 8's prefix
+# cache shares blocks between requests, but never writes into a shared one): you write it.
 #
-# * `get_new_blocks(n)`: `n` block ids, all or nothing: if fewer than `n` are free,
-#   raise `RuntimeError` — and think about *when* you find that out: the scheduler
-#   treats a refused request as if nothing happened, so a refusal must leave the pool
-#   exactly as it was;
-# * `free_blocks(blocks)`: take blocks back (they may be handed out again at once);
-# * `blocks_needed(num_tokens, num_held, block_size)`: how many *more* blocks a request
-#   holding `num_held` blocks needs so that its table covers `num_tokens` slots (what
-#   if it already holds enough?);
-# * `slot(table, position, block_size)`: the flat cache slot where token `position` of
-#   a sequence with block table `table` lives (lesson 4, section 2).
+# **Part 1: a pool with holders.** `MyBlockPool(num_blocks)` hands out block ids and
+# counts, for each block, how many block tables hold it:
 #
-# (`num_free_blocks` is given.) The check drives your pool through its edges (an empty
-# pool, a full one, a request for one block too many) and many random calls, checking
-# after each that no block is handed out twice and none is lost; checks the arithmetic
-# at block boundaries; then runs the real engine on your pool — with a cache small
-# enough to force preemptions — and compares the tokens it generates with the
-# engine's own pool.
+# * `get_new_blocks(n)`: `n` free blocks, each now with one holder; all or nothing: with
+#   fewer than `n` free, raise `RuntimeError` and leave the pool exactly as it was;
+# * `share(blocks)`: one more holder for each block;
+# * `free_blocks(blocks)`: one holder fewer for each; a block is free again (and may be
+#   handed out at once) only when its last holder has let it go.
+#
+# (`num_free_blocks` is given.) The engine runs on any pool with `get_new_blocks`,
+# `free_blocks` and `num_free_blocks`; its own is `BlockPool` in
+# `minilm/core/kv_cache.py`, which has no holders to count.
+#
+# **Part 2: fork and copy-on-write.**
+#
+# * `fork(pool, table)`: a new sequence (a second sample) that holds the same blocks as
+#   the sequence with block table `table`: return its block table;
+# * `append_slot(pool, table, num_tokens, block_size)`: a sequence with `num_tokens`
+#   tokens in `table` is about to write the K/V of token number `num_tokens`. Return
+#   `(new_table, copy)`: its table after making room, and `(src, dst)` if the cache must
+#   first copy block `src` into block `dst` (else `None`). When does the token need a new
+#   block? When may it be written in place, and when must the last block be copied
+#   first — and what happens to the old block's holders then?
+#
+# The check drives your pool through its edges and many random calls, counting every
+# block's holders itself; then grows, forks and ends sequences token by token, keeping
+# the cache's contents itself: every sequence must read back its own tokens, no block
+# may be written while another sequence holds it, and every block must come back in the
+# end. Last, it runs the real engine on your pool with a cache small enough to preempt.
 
 # %%
 from labs import checks
@@ -32,6 +47,7 @@ class MyBlockPool:
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
         self.free = list(range(num_blocks))
+        self.holders = [0] * num_blocks  # how many block tables hold each block
 
     @property
     def num_free_blocks(self) -> int:
@@ -41,28 +57,53 @@ class MyBlockPool:
         # BEGIN SOLUTION
         if n > len(self.free):  # check before taking anything: a refusal changes nothing
             raise RuntimeError(f"asked for {n} blocks, {len(self.free)} free")
-        return [self.free.pop() for _ in range(n)]
+        blocks = [self.free.pop() for _ in range(n)]
+        for b in blocks:
+            self.holders[b] = 1
+        return blocks
+        # END SOLUTION
+
+    def share(self, blocks: list[int]) -> None:
+        # BEGIN SOLUTION
+        for b in blocks:
+            self.holders[b] += 1
         # END SOLUTION
 
     def free_blocks(self, blocks: list[int]) -> None:
         # BEGIN SOLUTION
-        self.free.extend(blocks)
+        for b in blocks:
+            self.holders[b] -= 1
+            if self.holders[b] == 0:  # the last holder let go
+                self.free.append(b)
         # END SOLUTION
 
 
-def blocks_needed(num_tokens: int, num_held: int, block_size: int) -> int:
+def fork(pool: MyBlockPool, table: list[int]) -> list[int]:
     # BEGIN SOLUTION
-    # ceil(num_tokens / block_size) blocks cover the slots; never a negative number more
-    return max(0, -(-num_tokens // block_size) - num_held)
+    pool.share(table)
+    return list(table)  # a new list: the two tables grow apart from here
     # END SOLUTION
 
 
-def slot(table: list[int], position: int, block_size: int) -> int:
+def append_slot(pool: MyBlockPool, table: list[int], num_tokens: int, block_size: int):
     # BEGIN SOLUTION
-    # the position's block in the table, and its offset inside that block
-    return table[position // block_size] * block_size + position % block_size
+    if num_tokens % block_size == 0:  # the token starts a new block: nobody else can hold it
+        return table + pool.get_new_blocks(1), None
+    last = table[-1]
+    if pool.holders[last] == 1:  # this sequence's alone: write in place
+        return table, None
+    new = pool.get_new_blocks(1)[0]  # shared: copy it, and let go of the shared one
+    pool.free_blocks([last])
+    return table[:-1] + [new], (last, new)
     # END SOLUTION
 
 # %%
 # exercise check
-checks.check_allocator(MyBlockPool, blocks_needed, slot)
+checks.check_shared_pool(MyBlockPool, fork, append_slot)
+
+# %% [markdown]
+# **Think further (no check).** Parallel sampling: four samples of a `1000`-token prompt,
+# each writing `200` tokens in blocks of `16`. How many blocks do they hold with sharing,
+# and without? Beam search forks and drops samples at every step: which blocks does it
+# copy? And when the scheduler preempts one sample (lesson 4: its blocks are freed and it
+# is computed again later), which of its blocks does that give back to the free list?

@@ -1,52 +1,67 @@
 # %% [markdown]
-# # Exercise 5 · Describe a ragged batch
+# # Exercise 5 · Split a long context: flash-decoding's merge
 #
-# One attention call serves a whole step: prompt chunks and decode tokens of different
-# lengths, flattened into one list of query tokens. `AttentionMetadata` tells the kernel
-# where each sequence's tokens are and where its keys live. Sequence `i` brings
-# `query_lens[i]` new tokens and already has `cached_lens[i]` tokens in the cache (a
-# whole prompt has none cached; a decode has one new token):
+# Lesson 5, section 4: a decode step of few sequences gives the kernel too few programs
+# to fill a GPU, so it cuts each sequence's context into **segments** that run side by
+# side, and a second small kernel merges their partial results (flash-decoding). The
+# merge must give *exactly* the attention over the whole context, although no segment
+# saw the others' keys. How?
 #
-# * `cu_seqlens_q [B+1]` (int32): where each sequence's new tokens start and end in the
-#   flat list of the step's tokens;
-# * `context_lens [B]` (int32): how many keys each sequence attends to in this step —
-#   does a new token see the other new tokens of its own sequence, and itself?
-# * `block_tables [B, max_blocks]` (int32): each sequence's block ids, in order, padded
-#   with 0 to one width;
-# * `slot_mapping [T]` (int64): the cache slot where each *new* token's K and V are
-#   written — at which positions of its sequence do the new tokens sit? (A slot is
-#   found through the block table, as in exercise 4.)
+# Think of one decode token and one head. Over the keys of a segment, softmax attention
+# gives an output (the values averaged with weights `exp(score)`, divided by their sum)
+# and that sum. Keep the sum as its log, `lse = log(sum(exp(score)))`: it says how much
+# of the whole softmax the segment holds, and it stays a moderate number where `exp` of a
+# score would overflow.
 #
-# Write `ragged_metadata(query_lens, cached_lens, block_tables, block_size)`. The check
-# fills a paged cache through scrambled block tables, runs the reference kernel on your
-# metadata, and compares with textbook attention on each sequence.
+# **Part 1.** `attend_segment(q, k, v, scale)`: `q` is one decode token's query `[heads,
+# dim]`, `k` and `v` a segment's keys and values `[n, heads, dim]`; score `=` `q · k *
+# scale`. Return `(out, lse)`: `out` `[heads, dim]` the softmax-weighted average of the
+# values, `lse` `[heads]`. An empty segment (`n = 0`: a context shorter than the split
+# leaves some) has `lse = -inf` and, as its output, zeros.
+#
+# **Part 2.** `merge_segments(outs, lses)`: `outs` `[segments, heads, dim]`, `lses`
+# `[segments, heads]` → the output `[heads, dim]` of attention over all the segments'
+# keys together. Work it out on paper for two segments first: by how much must each
+# segment's output be weighted? Then make it survive scores near `1000` and near `-1000`,
+# and empty segments.
+#
+# The engine's merge is a Triton kernel, `_merge_segments_kernel` in
+# `minilm/model/attention/triton_paged.py`, on a slightly different form (each segment's
+# max and sum kept apart): write yours before you read it. The check tests each part on
+# its own, then splits decodes of many context lengths into segments and compares your
+# merged result with the engine's reference attention over a paged cache.
 
 # %%
 import torch
-from minilm.model.llama import AttentionMetadata
 from labs import checks
 
 
-def ragged_metadata(query_lens: list[int], cached_lens: list[int], block_tables: list[list[int]],
-                    block_size: int) -> AttentionMetadata:
+def attend_segment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
     # BEGIN SOLUTION
-    # offsets: a running sum of the new tokens, starting at 0
-    cu = [0]
-    for n in query_lens:
-        cu.append(cu[-1] + n)
-    # keys: the cached tokens and the new ones (a new token attends to itself and the new ones before it)
-    context = [c + q for q, c in zip(query_lens, cached_lens)]
-    width = max(len(t) for t in block_tables)
-    tables = [t + [0] * (width - len(t)) for t in block_tables]
-    # the new tokens sit at positions c .. c + q - 1, after the cached ones
-    slots = [t[p // block_size] * block_size + p % block_size
-             for q, c, t in zip(query_lens, cached_lens, block_tables) for p in range(c, c + q)]
-    return AttentionMetadata(cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
-                             context_lens=torch.tensor(context, dtype=torch.int32),
-                             block_tables=torch.tensor(tables, dtype=torch.int32),
-                             slot_mapping=torch.tensor(slots, dtype=torch.int64))
+    scores = torch.einsum("hd,nhd->hn", q, k) * scale  # [heads, n]
+    lse = torch.logsumexp(scores, dim=-1)                # -inf for an empty segment, never overflows
+    if k.shape[0] == 0:
+        return torch.zeros_like(q), lse
+    return torch.einsum("hn,nhd->hd", torch.exp(scores - lse[:, None]), v), lse
+    # END SOLUTION
+
+
+def merge_segments(outs: torch.Tensor, lses: torch.Tensor) -> torch.Tensor:
+    # BEGIN SOLUTION
+    # each segment holds exp(lse_s) of the whole sum: weight = exp(lse_s - lse_total), in [0, 1]
+    weights = torch.exp(lses - torch.logsumexp(lses, dim=0))  # an empty segment (-inf) weighs 0
+    return (weights[:, :, None] * outs).sum(dim=0)
     # END SOLUTION
 
 # %%
 # exercise check
-checks.check_ragged_metadata(ragged_metadata)
+checks.check_flash_decoding(attend_segment, merge_segments)
+
+# %% [markdown]
+# **Think further (no check).** The kernel keeps, per segment, the largest score `m`, the sum
+# `l` of `exp(score - m)` and the output *not yet divided* by `l`. Rewrite your merge for
+# that form, and as a loop that folds in one segment at a time — the online softmax that
+# the kernel also runs over its tiles of keys. Then: the kernel splits only when a step
+# has few sequences. For `8` decodes of `4096` tokens on a GPU with `132` SMs and eight
+# KV heads, how many programs does a split into `16` segments give, and what does the
+# merge cost in memory traffic against reading the K/V itself?

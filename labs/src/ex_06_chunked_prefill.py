@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 6 · The chunk-splitting rule
+# # Exercise 6 · The chunk-splitting rule, and short prompts behind long ones
 #
 # Chunked prefill (Sarathi-Serve's stall-free batching, DeepSpeed-FastGen's Dynamic
 # SplitFuse, vLLM V0's chunked-prefill scheduler) plans each step against a token budget,
@@ -13,7 +13,7 @@
 #   prompt takes more than the cap in one step, so one long prompt cannot take the whole
 #   budget from the prompts behind it.
 #
-# Write `split_budget(budget, num_decodes, prompt_remaining, cap)`: the tokens each
+# **Part 1.** Write `split_budget(budget, num_decodes, prompt_remaining, cap)`: the tokens each
 # waiting or part-done prompt gets this step (a list as long as `prompt_remaining`, oldest
 # prompt first, `0` for a prompt that gets nothing).
 #
@@ -25,7 +25,9 @@
 # with `max_num_batched_tokens >= max_num_seqs`): what is left for the prompts?
 #
 # The check runs hand cases, then replays the engine's `chunked` policy step by step,
-# with and without a cap, and compares your chunks with the ones it ran.
+# with and without a cap, and compares your chunks with the ones it ran. (The engine's
+# rule is `chunk_size` and `ChunkedPolicy` in `minilm/core/policies.py`: write yours
+# first.)
 
 # %%
 from labs import checks
@@ -45,3 +47,48 @@ def split_budget(budget: int, num_decodes: int, prompt_remaining: list[int], cap
 # %%
 # exercise check
 checks.check_split_budget(split_budget)
+
+# %% [markdown]
+# **Part 2: let short prompts through.** The cap keeps one long prompt from taking the whole
+# budget, but several long prompts in a row still take `cap` tokens each, and a short
+# prompt behind them waits, its TTFT growing with every long prompt ahead of it. vLLM's
+# `max_long_partial_prefills` limits how many long prompts are prefilled at once, so that
+# shorter ones can pass them.
+#
+# Write `split_budget_long(budget, num_decodes, prompt_remaining, cap, max_long)`: Part 1's
+# rule with `cap > 0`, except that at most `max_long` **long** prompts — those with more
+# than `cap` tokens left — get tokens in a step: the oldest ones. A long prompt past the
+# limit gets `0`, and the tokens it would have taken go to the prompts behind it.
+# `max_long=None` means no limit. Before you code: `split_budget_long(64, 4, [100, 100,
+# 10], 16, 1)`, and a prompt with exactly `cap` tokens left: is it long? The engine has no
+# such limit; the check compares with a reference in `labs/checks.py` on hand cases and
+# random ones.
+
+# %%
+def split_budget_long(budget: int, num_decodes: int, prompt_remaining: list[int], cap: int,
+                      max_long: int | None) -> list[int]:
+    # BEGIN SOLUTION
+    left = max(0, budget - num_decodes)
+    chunks, longs = [], 0
+    for remaining in prompt_remaining:  # oldest first
+        long = remaining > cap
+        if long and max_long is not None and longs == max_long:
+            chunks.append(0)  # over the limit: its share goes to the prompts behind it
+            continue
+        n = min(remaining, left, cap)
+        chunks.append(n)
+        left -= n
+        longs += long
+    return chunks
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_split_budget_long(split_budget_long)
+
+# %% [markdown]
+# **Think further (no check).** Lesson 6 section 1's example, with a second and third
+# `4096`-token prompt and a short one arriving behind them: with `max_long=1`, how many
+# steps does the short one wait for its first token, against no limit? The limit trades
+# whose TTFT? Write a `Policy` (exercise 3) that applies your rule inside the engine and
+# measure it on the simulated H100.
