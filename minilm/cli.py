@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineConfig, InvalidValue
 from .core.engine import Engine
@@ -77,6 +78,9 @@ def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
     p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
+    p.add_argument("--acceptance", type=acceptance_arg, default=None, metavar="ALPHA|TIMELINE",
+                   help="with --simulate and --speculative-config: each draft's acceptance probability in [0, 1], "
+                        "or a timeline JSON of a run with speculation whose acceptance to replay")
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
     add_engine_args(p)
 
@@ -97,6 +101,17 @@ def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None =
                         cpu_threads=args.cpu_threads, seed=args.seed, speculative_config=args.speculative_config)
 
 
+def acceptance_arg(text: str) -> float | Timeline:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return Timeline.from_json(Path(text))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise argparse.ArgumentTypeError(f"neither a number nor a timeline JSON file ({e}): {text!r}") from None
+
+
 def json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -113,7 +128,11 @@ def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
     if args.simulate:
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
-        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp)
+        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp,
+                                acceptance=args.acceptance)
+    if args.acceptance is not None:
+        raise InvalidValue("--acceptance", args.acceptance, "only with --simulate: a real model's drafts are "
+                                                            "accepted or not by the model")
     return Engine(args.model, config)
 
 

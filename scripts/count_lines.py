@@ -23,7 +23,7 @@ PARTS = {  # name -> files; the first three are the engine core
     "Triton kernel (model/attention/triton_paged.py)": [KERNEL],
     "workload, metrics, trace": [M / f for f in ("workload.py", "metrics.py", "trace.py")],
     "spec/ (speculative decoding: config, proposers, executor)": sorted((M / "spec").rglob("*.py")),
-    "sim/ (cost model, simulated executor)": sorted((M / "sim").rglob("*.py")),
+    "sim/ (cost model, simulated executor, simulated speculation)": sorted((M / "sim").rglob("*.py")),
     "serve/ (server, engine thread, OpenAI API, metrics, bench client, result files)": sorted((M / "serve").rglob("*.py")),
     "command line (cli.py, __main__.py, __init__.py)": [M / f for f in ("cli.py", "__main__.py", "__init__.py")],
     "training/ (trainer, dense forward, checkpoint writer)": sorted((ROOT / "training").rglob("*.py")),

@@ -8,9 +8,10 @@ context after the step is `c_i` (cached tokens + its new ones). With
 T = sum q_i tokens, B sequences, L layers, hidden d, Hq query heads and Hkv KV heads
 of size D, MLP width I, vocabulary V, and b bytes per number:
 
-    linear FLOPs    = 2 * T * P_lin + 2 * B * d * V
+    linear FLOPs    = 2 * T * P_lin + 2 * (B + drafts) * d * V
                       P_lin = L * (d*(Hq + 2*Hkv)*D + Hq*D*d + 3*d*I)  (q,k,v,o + SwiGLU)
-                      (the lm_head runs once per sequence: only the last token's logits)
+                      (the lm_head runs once per sequence: only the last token's logits,
+                      and once per draft token a step verifies, lesson 10)
     attention FLOPs = 4 * L * Hq * D * sum_i (q_i*c_i - q_i*(q_i - 1)/2)
                       (QK^T and PV, causal: new token j sees c_i - q_i + j + 1 keys)
     bytes           = W + KV_read + KV_write
@@ -256,6 +257,11 @@ MODEL_SPECS: dict[str, ModelConfig] = {
                                num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32768,
                                rope_theta=1000000.0, attention_bias=True, bos_token_id=151643,
                                eos_token_id=151645, model_type="qwen2", torch_dtype="bfloat16"),
+    # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): Llama 3's tokenizer, so a draft for Llama 3's 8B and 70B
+    "llama-3.2-1b": ModelConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
+                                bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16"),
     "mistral-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
                               bos_token_id=1, eos_token_id=2, model_type="mistral", torch_dtype="bfloat16"),
@@ -360,14 +366,15 @@ def plan_shape(plan) -> list[tuple[int, int]]:
 
 
 def items_shape(items: Iterable) -> list[tuple[int, int]]:
-    """The same from a timeline step's `StepItem`s (a padding item joins its request's row)."""
+    """The same from a timeline step's `StepItem`s (a padding item joins its request's row; a
+    verifying decode's context ends at its last draft, rejected or not: all were computed)."""
     rows: dict[str, list[int]] = {}
     for it in items:
         if it.kind == "cached":  # found in the prefix cache: no compute (its K/V are read as context)
             continue
         row = rows.setdefault(it.request_id, [0, 0])
         row[0] += it.num_tokens
-        row[1] = max(row[1], it.context_len)
+        row[1] = max(row[1], it.context_len + it.num_draft - it.num_accepted)
     return [(q, c) for q, c in rows.values()]
 
 
@@ -415,13 +422,14 @@ class CostModel:
                 "engine": "the device's own" if self.engine is None else self.engine.name,
                 "params": self.model.num_params, "weight_bytes": self.weight_bytes}
 
-    def cost(self, shape: list[tuple[int, int]]) -> StepCost:
-        """The cost of a step from (new tokens, context after the step) per sequence."""
+    def cost(self, shape: list[tuple[int, int]], num_drafts: int = 0) -> StepCost:
+        """The cost of a step from (new tokens, context after the step) per sequence; `num_drafts`
+        of its tokens are drafts it verifies, each with logits of its own (lesson 10)."""
         B = len(shape)
         num_tokens = sum(q for q, _ in shape)
         context = sum(c for _, c in shape)
         pairs = context if num_tokens == B else sum(q * c - q * (q - 1) // 2 for q, c in shape)  # all decodes: 1 * c
-        linear = 2.0 * (num_tokens * self.linear_params + B * self.lm_head_params)
+        linear = 2.0 * (num_tokens * self.linear_params + (B + num_drafts) * self.lm_head_params)
         attention = float(self.attn_flops_per_pair * pairs)
         kv_read = float(self.kv_bytes_per_token * context)
         kv_write = float(self.kv_bytes_per_token * num_tokens)
@@ -433,11 +441,13 @@ class CostModel:
 
     def step_time(self, plan) -> float:
         """Seconds for a `StepPlan` (the SimulatedClock's callback)."""
-        return self.cost(plan_shape(plan)).time
+        return self.cost(plan_shape(plan), sum(len(w.draft_token_ids) for w in plan.work)).time
 
     def items_time(self, items: Iterable) -> float:
-        """Seconds for a recorded step's items (what a timeline step would take here)."""
-        return self.cost(items_shape(items)).time
+        """Seconds for a recorded step's items (what a timeline step would take here), without a
+        draft model's own work (`StepRecord.draft_time`)."""
+        items = list(items)
+        return self.cost(items_shape(items), sum(it.num_draft for it in items)).time
 
     # ---- KV capacity ---------------------------------------------------------------
     def kv_cache_bytes(self, gpu_memory_utilization: float = 0.9) -> int:

@@ -9,7 +9,8 @@ placeholder token that is never the end-of-sequence token, so every request runs
 its `max_tokens`. `SimulatedClock` (core/clock.py) advances by the cost model's
 prediction for the step (costmodel.py), so the same inputs give the same timeline,
 bit for bit, on any machine. Arrival times are honoured: the engine's clock jumps to
-the next arrival when nothing can run.
+the next arrival when nothing can run. With `speculative_config` it speculates
+(speculative.py): an acceptance model says how many drafts each step keeps.
 """
 from __future__ import annotations
 
@@ -19,32 +20,49 @@ from ..config import EngineConfig, ModelConfig
 from ..core.clock import SimulatedClock
 from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
+from ..spec import SpeculativeConfig
 from .costmodel import CostModel, DeviceSpec, EngineKind
+from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
 
 class SimulatedExecutor:
-    """Produces a placeholder token for every sequence that samples; computes nothing."""
+    """Produces a placeholder token for every sequence that samples; computes nothing. With
+    `speculation`, as many more as the step accepted drafts, and placeholder drafts for the next."""
 
     kind = "simulated"
 
-    def __init__(self, cost: CostModel):
+    def __init__(self, cost: CostModel, speculation: SimulatedSpeculation | None = None):
         self.cost, self.model_config = cost, cost.model
         eos = cost.model.eos_token_id
         self.token_id = 1 if eos == 0 else 0  # any id but EOS: lengths come from max_tokens
+        self.speculation = speculation
+        self.speculates = speculation is not None  # the builder lets it take a speculative_config
 
     def describe(self) -> dict:
-        return {"model": self.cost.name, "backend": "simulated", "simulated": True, **self.cost.describe()}
+        spec = self.speculation.describe() if self.speculation else {}
+        return {"model": self.cost.name, "backend": "simulated", "simulated": True, **self.cost.describe(), **spec}
+
+    def step_time(self, plan: StepPlan) -> float:
+        """Seconds for a plan (the SimulatedClock's callback): the target's step, then the draft model's."""
+        target = self.cost.step_time(plan)
+        return target + self.speculation.outcome(plan).draft_time if self.speculation else target
 
     def execute(self, plan: StepPlan) -> ModelOutput:
-        return ModelOutput({w.request.request_id: [self.token_id] for w in plan.work if w.samples})
+        if not self.speculation:
+            return ModelOutput({w.request.request_id: [self.token_id] for w in plan.work if w.samples})
+        out = self.speculation.outcome(plan)
+        return ModelOutput({rid: [self.token_id] * n for rid, n in out.num_kept.items()},
+                           draft_token_ids={rid: [self.token_id] * n for rid, n in out.num_drafts.items()},
+                           draft_time=out.draft_time)
 
     def forget(self, request_id: str) -> None:
-        pass
+        if self.speculation:
+            self.speculation.forget(request_id)
 
 
 def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                      policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, engine: str | EngineKind | None = None, **knobs) -> Engine:
+                     tp: int = 1, engine: str | EngineKind | None = None, acceptance=None, **knobs) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
@@ -52,13 +70,20 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
     given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). `engine` picks
     another kind of engine's step overhead (costmodel.ENGINE_KINDS: vllm, cpp, compiled,
-    eager). Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
+    eager). `acceptance` goes with a `speculative_config` knob: a per-token acceptance rate
+    in [0, 1], or a Timeline of a measured run with speculation to replay (speculative.py).
+    Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
         knobs["policy"] = policy
     cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine)
     config = replace(config or EngineConfig(), **{**knobs, "dtype": cost.dtype})
     config.validate()
+    config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
+    speculation = make_speculation(config.speculative_config, cost, acceptance, config.seed)
     if config.num_blocks is None and config.kv_cache_bytes is None:
-        config = replace(config, num_blocks=cost.kv_num_blocks(config.block_size, config.gpu_memory_utilization))
-    return Engine(SimulatedExecutor(cost), config, clock=SimulatedClock(cost.step_time))
+        draft = speculation.draft if speculation else None
+        config = replace(config, num_blocks=kv_num_blocks(cost, draft, config.block_size,
+                                                          config.gpu_memory_utilization))
+    executor = SimulatedExecutor(cost, speculation)
+    return Engine(executor, config, clock=SimulatedClock(executor.step_time))

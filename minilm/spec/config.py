@@ -59,3 +59,10 @@ class SpeculativeConfig:
         """KV slots past the verified tokens that drafting writes: a draft model's K/V of its own
         drafts (before the target has seen them); n-gram lookup writes none."""
         return self.num_speculative_tokens if self.method == "draft_model" else 0
+
+
+def check_same_vocabulary(spec: SpeculativeConfig, vocab: int, target_vocab: int) -> None:
+    """A draft model's token ids are the target's: it must share the target's tokenizer."""
+    if vocab != target_vocab:
+        raise InvalidValue("speculative_config.model", spec.model, f"has a vocabulary of {vocab} tokens, the "
+                           f"target {target_vocab}: a draft model must share the target's tokenizer")

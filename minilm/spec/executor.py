@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..config import EngineConfig, InvalidValue
+from ..config import EngineConfig
 from ..model.loader import load_model
 from ..model.runner import ModelRunner, device_time
 from ..plan import ModelOutput, StepPlan
+from .config import check_same_vocabulary
 from .draft_model import DraftModelProposer
 from .ngram import NgramProposer
-from .proposal import Proposal
+from .proposal import Proposal, max_drafts
 
 
 class SpeculativeExecutor:
@@ -33,8 +34,7 @@ class SpeculativeExecutor:
         proposals = []
         for w in plan.work:
             req, kept = w.request, out.sampled_token_ids.get(w.request.request_id)
-            # drafts past the request's last token could never be kept
-            k = min(self.spec.num_speculative_tokens, req.params.max_tokens - len(req.output_ids) - len(kept or ()) - 1)
+            k = max_drafts(self.spec.num_speculative_tokens, req, len(kept or ()))
             if kept and k > 0:
                 proposals.append(Proposal(req.request_id, req.token_ids(0, req.num_tokens) + kept, k, w.block_table))
         out.draft_token_ids = self.proposer.propose(proposals)
@@ -53,9 +53,6 @@ def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> Spec
     if spec.method == "ngram":
         return SpeculativeExecutor(runner, NgramProposer(spec), config)
     draft = load_model(spec.model, device=config.device, dtype=config.dtype, seed=config.seed)
-    vocab, target_vocab = draft.config.vocab_size, runner.model_config.vocab_size
-    if vocab != target_vocab:
-        raise InvalidValue("speculative_config.model", spec.model, f"has a vocabulary of {vocab} tokens, the "
-                           f"target {target_vocab}: a draft model must share the target's tokenizer")
+    check_same_vocabulary(spec, draft.config.vocab_size, runner.model_config.vocab_size)
     proposer = DraftModelProposer(draft, config.num_blocks, config.block_size, config.attention_backend)
     return SpeculativeExecutor(runner, proposer, config)
