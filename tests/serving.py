@@ -7,6 +7,7 @@ server is idle; `serving_process` puts it in a process of its own (the default d
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -44,6 +45,8 @@ def serving_process(**knobs):
     client = ProcessEngineClient("docstrings", config, ServerMetrics("docstrings"))
     with running(create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))) as url:
         yield url, client
+    folder = os.path.dirname(client.addrs[0].removeprefix("ipc://"))
+    assert not os.path.exists(folder), "the server stopped without removing its sockets' folder"
 
 
 @contextmanager
