@@ -1541,3 +1541,124 @@ def check_admission_order(admission_order) -> None:
             raise AssertionError(f"{what} = {got}, expected {want}" + (f": {why}" if why else ""))
     ok(f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
        f"too long first, in queue order, then the longest cached prefix first")
+
+
+# ---- exercise 10: accepting draft tokens ------------------------------------------------------
+# the first cases tell the slips below apart; alpha 0 and 1 come after them
+TOKENS_CASES = [(0.5, 4), (0.7, 4), (0.5, 1), (0.0, 4), (1.0, 4), (0.8, 3), (0.25, 8), (0.9, 6), (0.6, 2)]
+
+
+def expected_tokens_reference(alpha: Fraction, k: int) -> Fraction:
+    """1 + alpha + ... + alpha^k, exactly: draft i is kept only if drafts 1..i all were, and
+    the step always keeps one token of the target's own."""
+    return sum((alpha ** i for i in range(k + 1)), Fraction(0))
+
+
+def tokens_slips(alpha: float, k: int) -> list[tuple[str, float]]:
+    a = alpha
+    return [("you counted the accepted drafts only: the step also keeps one token of the target's own "
+             "(the one after the last accepted draft, or after all k)", sum(a ** i for i in range(1, k + 1))),
+            ("a step that verifies k drafts keeps up to k + 1 tokens: the sum runs to alpha^k, "
+             "(1 - alpha^(k+1)) / (1 - alpha)", sum(a ** i for i in range(k))),
+            ("acceptance stops at the first rejection: draft i counts only if every draft before it was "
+             "accepted (probability alpha^i), not alpha each on its own", 1 + k * a),
+            ("that is the chance all k drafts are kept, times k + 1: a step that rejects some drafts "
+             "still keeps the ones before the first rejection", (k + 1) * a ** k)]
+
+
+def check_expected_tokens(expected_tokens) -> None:
+    ruled_out: set[str] = set()
+    for alpha, k in TOKENS_CASES:
+        want = float(expected_tokens_reference(Fraction(alpha), k))
+        try:
+            got = call(expected_tokens, alpha, k, what=f"expected_tokens({alpha}, {k})")
+        except AssertionError as e:
+            if alpha != 1.0:
+                raise
+            raise AssertionError(f"{e}: with alpha = 1 every draft is kept, k + 1 tokens (the closed form "
+                                 f"divides by zero there)") from None
+        slips = tokens_slips(alpha, k)
+        if not close(got, want, 1e-9):
+            why = next((w for w, v in slips if w not in ruled_out and close(got, v, 1e-9)), "")
+            if alpha == 1.0 and not why:
+                why = "with alpha = 1 every draft is kept: k + 1 tokens (the closed form divides by zero there)"
+            raise AssertionError(f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}"
+                                 + (f": {why}" if why else ""))
+        ruled_out |= {w for w, v in slips if not close(v, want, 1e-9)}
+    ok(f"expected tokens per verification right on {len(TOKENS_CASES)} (alpha, k) pairs, alpha 0 and 1 included "
+       f"(alpha 0.7, k 4: {float(expected_tokens_reference(Fraction(7, 10), 4)):.4f} tokens)")
+
+
+def acceptance_cases() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
+    """(p, q, what) on a 6-token vocabulary: random pairs, a draft sharper and one flatter than
+    the target, a one-hot draft (the engine's case), supports that only partly overlap."""
+    gen = torch.Generator().manual_seed(10)
+    cases = []
+    for i in range(4):
+        p, q = (torch.rand(6, generator=gen, dtype=torch.float64) ** 3 for _ in "pq")
+        cases.append((p / p.sum(), q / q.sum(), f"random pair {i}"))
+    p = torch.tensor([0.3, 0.25, 0.2, 0.1, 0.1, 0.05], dtype=torch.float64)
+    cases.append((p, torch.softmax(torch.log(p) * 3, 0), "a draft sharper than the target"))
+    cases.append((p, torch.softmax(torch.log(p) / 3, 0), "a draft flatter than the target"))
+    cases.append((p, torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.float64), "a one-hot draft (the engine's drafts)"))
+    cases.append((torch.tensor([0.5, 0.5, 0, 0, 0, 0], dtype=torch.float64),
+                  torch.tensor([0, 0.25, 0.25, 0.5, 0, 0], dtype=torch.float64), "supports that partly overlap"))
+    return cases
+
+
+def as_vector(x, n: int, what: str) -> torch.Tensor:
+    try:
+        v = torch.as_tensor(x, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError):
+        raise AssertionError(f"{what} returned {type(x).__name__}; return the {n} probabilities as a list, "
+                             f"an array or a tensor") from None
+    assert v.numel() == n, f"{what} returned {v.numel()} numbers, expected one per token ({n})"
+    return v
+
+
+def output_distribution(accept_probability, residual, p: torch.Tensor, q: torch.Tensor, what: str) -> torch.Tensor:
+    """The exact distribution of the token a step keeps: draft x ~ q, kept with probability
+    a(x), else a token from the residual. Checks each piece on the way."""
+    n = len(p)
+    a = torch.zeros(n, dtype=torch.float64)
+    for x in range(n):
+        if q[x] > 0:
+            ax = call(accept_probability, p.clone(), q.clone(), x, what=f"accept_probability(p, q, {x}) for {what}")
+            assert is_real(ax), f"accept_probability(p, q, {x}) for {what} returned {ax!r}; return a number"
+            ax = float(ax)
+            assert -1e-12 <= ax <= 1 + 1e-12, (
+                f"accept_probability(p, q, {x}) for {what} returned {ax:.4g}, not a probability: "
+                + ("p(x)/q(x) can exceed 1; the rule takes min(1, p(x)/q(x))" if ax > 1 else "it must be >= 0"))
+            a[x] = ax
+    out = q * a
+    rejected = float((q * (1 - a)).sum())
+    if rejected > 1e-12:
+        r = as_vector(call(residual, p.clone(), q.clone(), what=f"residual(p, q) for {what}"), n,
+                      f"residual(p, q) for {what}")
+        assert (r >= -1e-12).all(), f"residual(p, q) for {what} has a negative probability: {r.tolist()}"
+        assert abs(float(r.sum()) - 1) < 1e-9, (
+            f"residual(p, q) for {what} sums to {float(r.sum()):.6g}, not 1: normalise max(0, p - q) "
+            f"(torch.multinomial would do it for you, but a distribution sums to 1)")
+        out = out + rejected * r
+    return out
+
+
+def check_acceptance_rule(accept_probability, residual) -> None:
+    cases = acceptance_cases()
+    for p, q, what in cases:
+        out = output_distribution(accept_probability, residual, p, q, what)
+        if not torch.allclose(out, p, atol=1e-9):
+            x = int(torch.argmax((out - p).abs()))
+            kept = torch.minimum(p, q)  # what a right rule keeps of each draft token
+            hint = ""
+            if torch.allclose(out, kept + (1 - kept.sum()) * p, atol=1e-9):
+                hint = ": after a rejection, draw from max(0, p - q) normalised, not from p: p would count again " \
+                       "the share the kept drafts already gave"
+            raise AssertionError(f"{what}: the kept token's distribution is {[round(v, 4) for v in out.tolist()]}, "
+                                 f"the target's is {[round(v, 4) for v in p.tolist()]} (token {x} differs){hint}")
+    # the engine's case: a one-hot draft makes the rule "keep x with probability p(x)" (model/sampling.py accept)
+    p, q, _ = cases[6]
+    kept = float(call(accept_probability, p.clone(), q.clone(), 2, what="accept_probability with a one-hot draft"))
+    assert close(kept, float(p[2]), 1e-9), f"a one-hot draft at token 2: you keep it with {kept}, expected p(2)"
+    ok(f"drafts accepted so that the kept token is distributed exactly as the target's, on {len(cases)} pairs "
+       f"of distributions (a one-hot draft included: kept with probability p(x) = {float(p[2]):.2f})")

@@ -1,0 +1,79 @@
+# %% [markdown]
+# # Exercise 10 · Accepting draft tokens
+#
+# A step of speculative decoding verifies `k` draft tokens at once: the target model
+# computes its distribution after the last known token and after each draft, keeps the
+# drafts it agrees with, up to the first it rejects, and then adds one token of its own
+# (lesson 10). Two questions decide whether that pays: how many tokens does a step keep,
+# and which rule keeps the output exactly the target's?
+#
+# ## Part 1: tokens kept per verification
+#
+# Suppose each draft is accepted with probability `alpha`, independently of the others,
+# and the target stops at the first rejection. Write `expected_tokens(alpha, k)`: the
+# expected number of tokens one verification step keeps, its own token included. Work it
+# out before you code: with `alpha = 0.5` and `k = 1`, what can a step keep, and how
+# often? What must `alpha = 1` give?
+
+# %%
+from labs import checks
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    # BEGIN SOLUTION
+    # draft i is kept only if drafts 1..i all were: probability alpha^i; the target's own token always
+    return float(sum(alpha ** i for i in range(k + 1)))
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_expected_tokens(expected_tokens)
+
+# %% [markdown]
+# ## Part 2: the rule that keeps the target's distribution
+#
+# With sampling (temperature > 0) a draft token `x` was drawn from the draft model's
+# distribution `q`, and the target's is `p`. Leviathan et al. (2023) and Chen et al.
+# (2023) keep `x` with probability $\min(1, p(x)/q(x))$, and after a rejection draw the
+# target's token from the **residual** $\max(0, p - q)$, normalised. Then the kept token is
+# distributed exactly as if the target had sampled it alone, whatever `q` is: a bad draft
+# costs speed, never quality.
+#
+# Write `accept_probability(p, q, x)` and `residual(p, q)`. `p` and `q` are 1-D tensors of
+# probabilities over the vocabulary (float64); `residual` returns a distribution (a list, an
+# array or a tensor). The check does not sample: it computes, exactly, the distribution of
+# the kept token that your two functions give, for eight pairs of distributions, and
+# compares it with `p`.
+
+# %%
+import torch
+
+
+def accept_probability(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
+    # BEGIN SOLUTION
+    return min(1.0, float(p[x] / q[x]))
+    # END SOLUTION
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    # BEGIN SOLUTION
+    r = (p - q).clamp_min(0)
+    return r / r.sum()
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_acceptance_rule(accept_probability, residual)
+
+# %% [markdown]
+# ## Think further
+#
+# - The lab's engine (and vLLM's, for n-gram and EAGLE drafts) proposes drafts
+#   greedily: `q` is one-hot on the draft. What do your two functions become then?
+#   Compare with `accept` in `minilm/model/sampling.py`.
+# - For one position, the chance a sampled draft is kept is $\sum_x \min(p(x), q(x))$.
+#   Is it larger or smaller than the one-hot draft's $p(x)$ at the draft model's most
+#   likely token? When would you sample drafts rather than take the argmax?
+# - Lesson 10 prices a step as one target step plus `k` draft steps, each `c` times a
+#   target step. With your `expected_tokens`, at which `alpha` does `k = 4` stop paying
+#   for `c = 0.3`?

@@ -1,0 +1,143 @@
+"""Exercise 10's checks reject known-wrong acceptance rules and expected lengths, accept right
+ones written differently, and agree with the engine (model/sampling.py accept, sim/speculative.py)."""
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from labs import checks  # noqa: E402
+from minilm.model.sampling import accept, target_probs  # noqa: E402
+from minilm.request import SamplingParams  # noqa: E402
+from minilm.sim.speculative import expected_acceptance_length  # noqa: E402
+
+
+# ---- part 1: expected tokens ---------------------------------------------------------------
+def closed_form(alpha, k):
+    return k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def by_loop(alpha, k):
+    total, p = 0.0, 1.0
+    for _ in range(k + 1):
+        total += p
+        p *= alpha
+    return total
+
+
+def with_numpy(alpha, k):
+    return np.polyval(np.ones(k + 1), alpha)  # 1 + alpha + ... + alpha^k, a numpy float
+
+
+def exact(alpha, k):
+    return float(sum(Fraction(alpha) ** i for i in range(k + 1)))
+
+
+def by_distribution(alpha, k):
+    """P(exactly n drafts kept) * (n + 1), summed."""
+    return sum((n + 1) * alpha ** n * (1 - alpha if n < k else 1) for n in range(k + 1))
+
+
+@pytest.mark.parametrize("right", [closed_form, by_loop, with_numpy, exact, by_distribution, expected_acceptance_length])
+def test_right_expected_tokens_pass(right, capsys):
+    checks.check_expected_tokens(right)
+    assert "passed" in capsys.readouterr().out
+
+
+WRONG_TOKENS = {
+    "drafts only": (lambda a, k: sum(a ** i for i in range(1, k + 1)), "accepted drafts only"),
+    "one short": (lambda a, k: sum(a ** i for i in range(k)), "up to k + 1 tokens"),
+    "independent drafts": (lambda a, k: 1 + k * a, "stops at the first rejection"),
+    "all or nothing": (lambda a, k: (k + 1) * a ** k, "chance all k drafts are kept"),
+    "closed form everywhere": (lambda a, k: (1 - a ** (k + 1)) / (1 - a), "divides by zero"),
+    "alpha = 1 wrong": (lambda a, k: k if a == 1 else closed_form(a, k), "every draft is kept"),
+    "k drafts": (lambda a, k: closed_form(a, k - 1) + a ** k * 0.5, ""),
+    "integer": (lambda a, k: int(closed_form(a, k)), ""),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TOKENS)
+def test_wrong_expected_tokens_fail_with_the_reason(name):
+    wrong, reason = WRONG_TOKENS[name]
+    with pytest.raises(AssertionError) as err:
+        checks.check_expected_tokens(wrong)
+    assert reason in str(err.value)
+
+
+# ---- part 2: the acceptance rule ---------------------------------------------------------------
+def ap_torch(p, q, x):
+    return torch.clamp(p[x] / q[x], max=1.0)  # a 0-d tensor
+
+
+def res_torch(p, q):
+    r = torch.relu(p - q)
+    return r / r.sum()
+
+
+def ap_python(p, q, x):
+    p, q = p.tolist(), q.tolist()
+    return 1.0 if p[x] >= q[x] else p[x] / q[x]
+
+
+def res_python(p, q):
+    r = [max(0.0, a - b) for a, b in zip(p.tolist(), q.tolist())]
+    return [v / sum(r) for v in r]
+
+
+def ap_numpy(p, q, x):
+    return np.minimum(1.0, p.numpy()[x] / q.numpy()[x])
+
+
+def res_numpy(p, q):
+    r = np.clip(p.numpy() - q.numpy(), 0, None)
+    return r / r.sum()
+
+
+def res_via_min(p, q):
+    r = p - torch.minimum(p, q)  # the same thing: what p has beyond what q already gave
+    return r / (1 - torch.minimum(p, q).sum())
+
+
+@pytest.mark.parametrize("ap, res", [(ap_torch, res_torch), (ap_python, res_python), (ap_numpy, res_numpy),
+                                     (ap_torch, res_via_min)])
+def test_right_acceptance_rules_pass(ap, res, capsys):
+    checks.check_acceptance_rule(ap, res)
+    assert "passed" in capsys.readouterr().out
+
+
+WRONG_RULES = {
+    "residual is p": (ap_torch, lambda p, q: p, "not from p"),
+    "residual not normalised": (ap_torch, lambda p, q: (p - q).clamp_min(0), "sums to"),
+    "residual q - p": (ap_torch, lambda p, q: res_torch(q, p), "distribution"),
+    "no min": (lambda p, q, x: float(p[x] / q[x]), res_torch, "min(1, p(x)/q(x))"),
+    "q over p": (lambda p, q, x: min(1.0, float(q[x] / p[x])) if p[x] > 0 else 1.0, res_torch, "distribution"),
+    "one-hot rule for any q": (lambda p, q, x: float(p[x]), res_torch, "distribution"),
+    "always keep": (lambda p, q, x: 1.0, res_torch, "distribution"),
+    "residual uniform": (ap_torch, lambda p, q: torch.full_like(p, 1 / len(p)), "distribution"),
+    "residual as a scalar": (ap_torch, lambda p, q: 1.0, "numbers"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_RULES)
+def test_wrong_acceptance_rules_fail_with_the_reason(name):
+    ap, res, reason = WRONG_RULES[name]
+    with pytest.raises(AssertionError) as err:
+        checks.check_acceptance_rule(ap, res)
+    assert reason in str(err.value)
+
+
+def test_the_engines_rule_is_the_one_hot_case():
+    """model/sampling.py accept keeps a one-hot draft x with probability p(x): the rule of part 2
+    with q one-hot. Its keep rate over many draws matches p(x)."""
+    logits = torch.tensor([[0.5, 1.0, -0.3, 0.2, 0.0, -1.0], [0.0] * 6])
+    params = SamplingParams(temperature=1.0)
+    gen = torch.Generator().manual_seed(0)
+    kept = sum(accept(logits, [1], params, gen)[0] == 1 for _ in range(4000)) / 4000  # kept iff the first is 1
+    p = target_probs(logits[0], params)
+    assert abs(kept - float(p[1])) < 4 * (float(p[1]) * (1 - float(p[1])) / 4000) ** 0.5  # 4 sigma
+    assert checks.close(ap_torch(p.double(), torch.eye(6, dtype=torch.float64)[1], 1), float(p[1]), 1e-6)
