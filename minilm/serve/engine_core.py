@@ -141,8 +141,8 @@ class ProcessEngineClient(EngineClient):
         self.events.close(linger=0)
         self.sync_ctx.term()
         self.ctx.term()
-        for addr in self.addrs:
-            path = addr.removeprefix("ipc://")
+        paths = [addr.removeprefix("ipc://") for addr in self.addrs]
+        for path in paths:
             if os.path.exists(path):
                 os.unlink(path)
-        os.rmdir(os.path.dirname(self.addrs[0]))
+        os.rmdir(os.path.dirname(paths[0]))
