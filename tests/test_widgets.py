@@ -266,7 +266,7 @@ def test_views_of_a_run_that_did_not_speculate_show_no_drafts(runs):
     assert not any(t.showlegend or len(t.y) for t in gantt.data if t.name in KIND_LABELS.values())
 
 
-def test_metrics_table_shows_acceptance_only_when_a_run_speculated(runs, spec_run):
+def test_metrics_table_shows_acceptance_only_when_a_run_speculated(runs, spec_run, tmp_path):
     mixed = {"continuous": runs["continuous"], "ngram": spec_run}
     table = metrics_table(mixed)
     summary = summarize(spec_run)
@@ -276,6 +276,8 @@ def test_metrics_table_shows_acceptance_only_when_a_run_speculated(runs, spec_ru
     cells = metrics_table_figure(mixed).data[0].cells.values
     assert list(cells[-2]) == ["-", f"{summary['spec_acceptance_rate']:.0%}"]
     assert "spec_acceptance_rate" not in metrics_table({"continuous": runs["continuous"]})
+    report = write_report(mixed, tmp_path / "r.html").read_text()
+    assert "<th>spec_mean_acceptance_length</th>" in report and "draft accepted" in report
 
 
 def test_latency_cdfs_are_the_metrics_values(runs):
