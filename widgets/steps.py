@@ -23,6 +23,14 @@ from .gantt import KIND_COLORS, KIND_LABELS, MS, check_step
 
 STEP_ROWS = ("tokens", "step time (ms)", "batch size", "KV blocks")
 
+# a step's tokens, stacked: a decode's drafts apart from the token it samples after its last known one
+COMPOSITION = ("prefill", "decode", *DRAFT_KINDS, "padding")
+
+
+def token_column(df, kind: str):
+    """The tokens of one COMPOSITION kind in each step (steps_df's columns; decode without its drafts)."""
+    return df["decode_tokens"] - df["draft_tokens"] if kind == "decode" else df[f"{kind}_tokens"]
+
 
 def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None) -> go.Figure:
     check_step(tl, step)
@@ -49,7 +57,7 @@ def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None
                              mode="lines", line=dict(color="#9467bd", dash="dot"),
                              hovertemplate="step %{x}: model %{y:.2f} ms<extra></extra>"), row=2, col=1)
     # speculative decoding: the model's share is the target verifying the drafts, then drafting the next ones
-    for name, column, color in (("verify", "verify_time", "#17becf"), ("draft", "draft_time", "#d62728")):
+    for name, column, color in (("verify", "verify_time", "#17becf"), ("draft", "draft_time", "#e377c2")):
         fig.add_trace(go.Scatter(x=x if speculated else [], y=df[column] * MS if speculated else [],
                                  name=f"of which {name}", mode="lines", line=dict(color=color, dash="dash"),
                                  showlegend=speculated,
@@ -68,15 +76,6 @@ def steps_figure(tl: Timeline, step: int | None = None, title: str | None = None
                       margin=dict(l=60, r=20, t=60, b=40))
     fig.update_xaxes(title_text="step", row=4, col=1)
     return fig
-
-
-# a step's tokens, stacked: a decode's drafts apart from the token it samples after its last known one
-COMPOSITION = ("prefill", "decode", *DRAFT_KINDS, "padding")
-
-
-def token_column(df, kind: str):
-    """The tokens of one COMPOSITION kind in each step (steps_df's columns; decode without its drafts)."""
-    return df["decode_tokens"] - df["draft_tokens"] if kind == "decode" else df[f"{kind}_tokens"]
 
 
 def step_marker(step: int | None) -> list[dict]:
