@@ -258,12 +258,15 @@ def check_knobs(model: str, config: EngineConfig) -> None:
     from .config import MODEL_PRESETS, ModelConfig
     from .model.loader import resolve_model_path
     from .spec import SpeculativeConfig
+    from .spec.executor import check_draft_model
 
     config.validate()
-    SpeculativeConfig.of(config.speculative_config)
+    spec = SpeculativeConfig.of(config.speculative_config)
     path = resolve_model_path(model)
-    resolve(config, make_policy(config.policy), MODEL_PRESETS[model] if path is None else
-            ModelConfig.from_json(path / "config.json"))
+    model_config = MODEL_PRESETS[model] if path is None else ModelConfig.from_json(path / "config.json")
+    resolve(config, make_policy(config.policy), model_config)
+    if spec is not None and spec.model is not None:
+        check_draft_model(spec.model, model_config)
 
 
 # ---- the parser ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ class InvalidValue(ValueError):
 
     def __init__(self, name: str, value: Any, allowed: str, request_id: str | None = None,
                  code: str | None = None):
-        self.name, self.value, self.request_id, self.code = name, value, request_id, code
+        self.name, self.value, self.allowed, self.request_id, self.code = name, value, allowed, request_id, code
         where = f"request {request_id!r}: " if request_id is not None else ""
         text = repr(value)
         super().__init__(f"{where}{name}={text if len(text) <= 60 else text[:60] + '...'}: {allowed}")

@@ -25,7 +25,8 @@ def chrome_trace(tl: Timeline) -> dict[str, Any]:
         for it in s.items:
             events.append({"ph": "X", "pid": 1, "tid": tids.get(it.request_id, 0), "name": it.kind,
                            "ts": s.t_start * US, "dur": s.duration * US,
-                           "args": {"step": s.step, "tokens": it.num_tokens, "context_len": it.context_len}})
+                           "args": {"step": s.step, "tokens": it.num_tokens, "context_len": it.context_len}
+                           | ({"drafts": it.num_draft, "accepted": it.num_accepted} if it.num_draft else {})})
     for r in tl.requests:
         if r.t_scheduled is not None and r.t_scheduled > r.arrival:
             events.append({"ph": "X", "pid": 1, "tid": tids[r.request_id], "name": "queued",

@@ -33,7 +33,7 @@ def docstrings_engine(**knobs) -> Engine:
 def serving(engine: Engine | None = None, **client_knobs):
     """Yields (base_url, engine, app), the engine in a thread; the server stops (engine thread included) on exit."""
     engine = engine or docstrings_engine()
-    client = ThreadEngineClient(engine, ServerMetrics("docstrings"), **client_knobs)
+    client = ThreadEngineClient(engine, ServerMetrics("docstrings", engine.config.speculative_config), **client_knobs)
     with running(create_app(client, "docstrings", engine.tokenizer)) as url:
         yield url, engine, client
 
@@ -42,7 +42,7 @@ def serving(engine: Engine | None = None, **client_knobs):
 def serving_process(**knobs):
     """Yields (base_url, client), the engine in a process of its own; `knobs`: EngineConfig's."""
     config = EngineConfig(**{"max_num_seqs": 16, "enable_prefix_caching": True, **knobs})
-    client = ProcessEngineClient("docstrings", config, ServerMetrics("docstrings"))
+    client = ProcessEngineClient("docstrings", config, ServerMetrics("docstrings", config.speculative_config))
     with running(create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))) as url:
         yield url, client
     folder = os.path.dirname(client.addrs[0].removeprefix("ipc://"))

@@ -77,3 +77,22 @@ def test_an_abort_for_a_stop_string_records_stop():
     events = loop.apply(Abort(key, reason="stop"))
     assert [e.finish_reason for e in events if isinstance(e, Tokens)] == ["stop"]
     assert engine.timeline.requests[-1].finish_reason == "stop" and not engine.kv_manager.block_tables
+
+
+def test_with_speculation_a_step_hands_over_every_token_it_kept_and_its_drafts():
+    """A step that kept drafts samples several tokens of one request: they go out together (at least
+    `stream_interval` of them, the first at once), and the step's stats carry each verification."""
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    loop = EngineLoop(micro_engine(max_num_seqs=2, speculative_config=ngram), stream_interval=2)
+    prompts = {"a": [9] * 20, "b": [5, 6, 7, 8] * 3}  # the micro model keeps some drafts on these
+    keys = {rid: add(loop, rid, 24, prompt)[0] for rid, prompt in prompts.items()}
+    events = run(loop)
+    for rid, key in keys.items():
+        sizes = [len(e.token_ids) for e in of(events, key)]
+        assert sum((e.token_ids for e in of(events, key)), []) == loop.engine.requests[rid].output_ids
+        assert sizes[0] >= 1 and all(n >= 2 for n in sizes[1:-1])
+    steps, stats = loop.engine.timeline.steps, [e for e in events if isinstance(e, StepStats)]
+    assert [s.drafts for s in stats] == [[(i.num_draft, i.num_accepted) for i in s.items if i.num_draft]
+                                         for s in steps]
+    assert sum(a for s in stats for _, a in s.drafts) > 0  # some step kept a draft
+    assert sum(s.generation_tokens for s in stats) == 48

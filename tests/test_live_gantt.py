@@ -57,3 +57,24 @@ def test_live_gantt_of_an_engine_stepped_in_the_same_loop():
     live = asyncio.run(scenario())
     assert len(live.timeline.steps) == len(engine.timeline.steps) and live.steps is None
     assert bar_rows(live.gantt, "decode") == {"r0", "r1", "r2"}
+
+
+def test_live_gantt_keeps_what_a_speculating_server_recorded():
+    """The server's timeline JSON parsed by Timeline's own parsing: drafts, accepted and draft time survive."""
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    with serving(docstrings_engine(max_num_seqs=4, speculative_config=spec)) as (url, engine, _):
+        async def scenario():
+            live = widgets.live_gantt(url, interval=0.05)
+            async with httpx.AsyncClient(timeout=60) as client:
+                await client.post(f"{url}/v1/completions", json={"prompt": 'def add(a, b):\n    """',
+                                                                 "max_tokens": 24, "temperature": 0})
+            await live.refresh()
+            live.stop()
+            return live
+
+        live = asyncio.run(scenario())
+        drawn, recorded = live.timeline.steps, engine.timeline.steps
+        assert [s.items for s in drawn] == [s.items for s in recorded]
+        assert [s.draft_time for s in drawn] == [s.draft_time for s in recorded]
+        assert sum(i.num_accepted for s in drawn for i in s.items) > 0
+        assert bar_rows(live.gantt, "draft accepted") == {live.timeline.requests[0].request_id}

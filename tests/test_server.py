@@ -358,6 +358,11 @@ def test_serve_and_bench_serve_command_lines(capsys):
         assert exit_.value.code == 0 and all(f in out for f in flags)
     assert main(["serve", "--block-size", "0"]) == 2 and "block_size=0" in capsys.readouterr().err
     assert main(["serve", "--max-waiting", "0"]) == 2
+    for spec, says in (('{"method": "eagle"}', "speculative_config.method='eagle'"),
+                       ('{"method": "draft_model", "model": "nope"}', "speculative_config.model='nope': not a"),
+                       ('{"method": "draft_model", "model": "tiny"}', "vocabulary of 512 tokens, the target 4096")):
+        assert main(["serve", "--model", "docstrings", "--speculative-config", spec]) == 2  # before any server starts
+        assert says in capsys.readouterr().err
     assert main(["bench-serve", "--base-url", "http://127.0.0.1:9", "--rate", "-1"]) == 2
     assert main(["bench-serve", "--base-url", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "cannot reach an OpenAI-compatible server" in capsys.readouterr().err
@@ -503,3 +508,82 @@ def test_a_killed_engine_process_ends_streams_with_an_error_and_new_requests_get
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2})
         assert r.status_code == 503 and time.perf_counter() - t < 1.0
         assert httpx.get(f"{url}/health").status_code == 503
+
+
+# ---- speculative decoding (lesson 10): a step can hand over several tokens of one request ------------
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+REPEATS = 'def add(a, b):\n    """'  # the docstrings model soon repeats itself here: n-gram drafts get accepted
+
+
+def metric_values(url: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of /metrics by (sample name, its labels but model_name)."""
+    text = httpx.get(f"{url}/metrics").text
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def check_spec_metrics(url: str, tl: Timeline, k: int) -> None:
+    """The spec-decode counters are the timeline's totals; per position, the verifications that got that far."""
+    values = metric_values(url)
+    verified = [(i.num_draft, i.num_accepted) for s in tl.steps for i in s.items if i.num_draft]
+    assert values[("vllm:spec_decode_num_drafts_total", ())] == len(verified) > 0
+    assert values[("vllm:spec_decode_num_draft_tokens_total", ())] == sum(d for d, _ in verified)
+    assert values[("vllm:spec_decode_num_accepted_tokens_total", ())] == sum(a for _, a in verified) > 0
+    for pos in range(k):
+        assert values[("vllm:spec_decode_num_accepted_tokens_per_pos_total", (("position", str(pos)),))] == \
+            sum(a > pos for _, a in verified)
+    # one inter-token latency per request and step, as vLLM's: tokens kept together come out together
+    itl = values[("vllm:inter_token_latency_seconds_count", ())]
+    assert itl == sum(len(set(r.token_times)) - 1 for r in tl.requests) < sum(r.output_len - 1 for r in tl.requests)
+
+
+def generate_all(url: str, prompts: list[str], max_tokens: int, **extra) -> list[str]:
+    """Each prompt streamed and not, at once: the texts, streamed first."""
+    async def one(http, prompt: str, stream: bool) -> str:
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream, **extra}
+        r = await http.post("/v1/completions", json=body)
+        if not stream:
+            return r.json()["choices"][0]["text"]
+        chunks = [json.loads(ln[6:]) for ln in r.text.split("\n\n") if ln and ln != "data: [DONE]"]
+        return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+
+    async def all_at_once():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            return await asyncio.gather(*(one(http, p, s) for s in (True, False) for p in prompts))
+
+    return asyncio.run(all_at_once())
+
+
+def test_speculating_server_streams_the_offline_greedy_text_and_counts_drafts():
+    """In a thread, with --stream-interval 2: streamed, whole, stop strings and n choices."""
+    prompts = [REPEATS, PROMPTS[0]]
+    with serving(docstrings_engine(speculative_config=NGRAM), stream_interval=2) as (url, engine, _):
+        texts = generate_all(url, prompts, 32)
+        expected = offline(prompts, 32)
+        assert texts == expected + expected
+        # a stop string past a step that kept several tokens: the text ends before it, in every choice
+        stop = expected[0][expected[0].index("print", 20):][:12]
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": REPEATS, "max_tokens": 32, "temperature": 0,
+                                                      "n": 2, "stop": [stop]}).json()
+        assert [(c["text"], c["finish_reason"]) for c in r["choices"]] == \
+            [(expected[0][:expected[0].index(stop)], "stop")] * 2
+        wait_idle(engine)
+        tl = engine.timeline
+        many = [(s.step, i.request_id) for s in tl.steps for i in s.items if i.num_accepted]
+        assert many, "no step kept a draft: nothing was streamed several tokens at once"
+        check_spec_metrics(url, tl, NGRAM["num_speculative_tokens"])
+
+
+def test_speculating_engine_process_sends_its_drafts_to_metrics():
+    """The process design: the step's drafts cross to the HTTP side in StepStats (msgpack)."""
+    from serving import serving_process
+
+    with serving_process(speculative_config=NGRAM) as (url, _):
+        texts = generate_all(url, [REPEATS], 24)
+        assert texts == offline([REPEATS], 24) * 2
+        tl = Timeline.from_dict(httpx.get(f"{url}/timeline").json())
+        check_spec_metrics(url, tl, NGRAM["num_speculative_tokens"])
+
+
+def test_a_server_that_does_not_speculate_has_no_spec_decode_metrics(server):
+    assert not any("spec_decode" in name for name, _ in metric_values(server[0]))

@@ -41,6 +41,8 @@ def test_dataframes(timeline):
     assert len(steps) == len(timeline.steps) and len(reqs) == 4
     assert items.num_tokens.sum() == steps.num_tokens.sum()
     assert (steps.prefill_tokens + steps.decode_tokens + steps.padding_tokens == steps.num_tokens).all()
+    assert (steps.draft_tokens == 0).all() and (steps.verify_time == steps.model_time).all()  # no speculation
+    assert list(items_df(Timeline()).columns) == list(items.columns)  # an empty run has the same columns
 
 
 def test_chrome_trace(timeline, tmp_path):

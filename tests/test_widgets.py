@@ -9,10 +9,10 @@ import pytest
 
 from helpers import engine as make_engine
 from minilm import RequestSpec
-from minilm.metrics import itls, ttfts
+from minilm.metrics import DRAFT_KINDS, itls, steps_df, summarize, ttfts
 from minilm.timeline import Timeline
-from widgets.compare import compare_figure, metrics_table
-from widgets.gantt import HIGHLIGHT_NAME, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
+from widgets.compare import compare_figure, metrics_table, metrics_table_figure
+from widgets.gantt import HIGHLIGHT_NAME, KIND_LABELS, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
 from widgets.kvmap import PALETTE, kv_cells, kvmap_figure
 from widgets.latency import latency_cdfs_figure
 from widgets.panel import SIMULATED, ControlPanel
@@ -199,6 +199,87 @@ def test_steps_figure_stacks_tokens_by_kind_against_the_budget(runs):
     assert list(blocks.y) == [s.kv_blocks_used for s in tl.steps]
 
 
+# ---- speculative decoding (lesson 10) -----------------------------------------------------------
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+
+
+@pytest.fixture(scope="module")
+def spec_run() -> Timeline:
+    """The micro model with n-gram drafts over prompts that repeat themselves: some drafts are
+    accepted, most rejected (its weights are random); 3 at a time, so r3 waits."""
+    e = make_engine("continuous", max_num_seqs=3, max_model_len=128, speculative_config=NGRAM)
+    prompts = [[5, 6, 7, 8] * 2 + [5, 6], list(range(10, 40)), [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [9] * 20]
+    for i, p in enumerate(prompts):
+        e.add_request(f"r{i}", p, max_tokens=24, ignore_eos=True)
+    tl = e.run()
+    assert 0 < summarize(tl)["spec_acceptance_rate"] < 1  # both kinds, or the tests prove little
+    return tl
+
+
+def test_gantt_draws_each_requests_accepted_and_rejected_drafts(spec_run):
+    fig = gantt_figure(spec_run)
+    for kind in DRAFT_KINDS:
+        trace = next(t for t in fig.data if t.name == KIND_LABELS[kind])
+        drawn = Counter()
+        for rid, c in zip(trace.y, trace.customdata):
+            drawn[rid] += c[2]
+        recorded = Counter()
+        for s in spec_run.steps:
+            for it in s.items:
+                recorded[it.request_id] += it.num_accepted if kind == "accepted" else it.num_draft - it.num_accepted
+        assert drawn == +recorded and sum(drawn.values()) > 0
+        assert trace.showlegend and f"drafts {kind}" in trace.hovertemplate
+    # the two share one stripe's thickness, in proportion to their tokens
+    acc, rej = (next(t for t in fig.data if t.name == KIND_LABELS[k]) for k in DRAFT_KINDS)
+    both = set(acc.y) & set(rej.y)
+    for rid in both:
+        a, r = list(acc.y).index(rid), list(rej.y).index(rid)
+        assert acc.width[a] + rej.width[r] == pytest.approx(0.45)
+        assert acc.width[a] / rej.width[r] == pytest.approx(acc.customdata[a][2] / rej.customdata[r][2])
+        assert rej.offset[r] == pytest.approx(acc.offset + acc.width[a])
+    decode = next(t for t in fig.data if t.name == "decode")
+    assert "drafts" in decode.hovertemplate
+
+
+def test_steps_figure_stacks_drafts_apart_and_splits_the_model_time(spec_run):
+    fig = steps_figure(spec_run)
+    tokens = {t.name: list(t.y) for t in fig.data if t.name.endswith(" tokens")}
+    for s, *counts in zip(spec_run.steps, *tokens.values()):
+        assert sum(counts) == s.tokens()  # the composition adds up to what the step computed
+    drafts = [sum(i.num_draft for i in s.items) for s in spec_run.steps]
+    accepted = [sum(i.num_accepted for i in s.items) for s in spec_run.steps]
+    assert tokens["draft accepted tokens"] == accepted
+    assert tokens["draft rejected tokens"] == [d - a for d, a in zip(drafts, accepted)]
+    assert tokens["decode tokens"] == [s.tokens("decode") - d for s, d in zip(spec_run.steps, drafts)]
+    verify, draft = (next(t for t in fig.data if t.name == f"of which {n}") for n in ("verify", "draft"))
+    assert list(draft.y) == pytest.approx([s.draft_time * 1e3 for s in spec_run.steps])
+    assert list(verify.y) == pytest.approx([(s.model_time - s.draft_time) * 1e3 for s in spec_run.steps])
+    assert all(s.draft_time > 0 for s in spec_run.steps)
+    df = steps_df(spec_run)
+    assert list(df["draft_tokens"]) == drafts and list(df["rejected_tokens"] + df["accepted_tokens"]) == drafts
+
+
+def test_views_of_a_run_that_did_not_speculate_show_no_drafts(runs):
+    fig = steps_figure(runs["continuous"])
+    assert not any(t.showlegend for t in fig.data if "draft" in t.name)
+    gantt = gantt_figure(runs["continuous"])
+    assert not any(t.showlegend or len(t.y) for t in gantt.data if t.name in KIND_LABELS.values())
+
+
+def test_metrics_table_shows_acceptance_only_when_a_run_speculated(runs, spec_run, tmp_path):
+    mixed = {"continuous": runs["continuous"], "ngram": spec_run}
+    table = metrics_table(mixed)
+    summary = summarize(spec_run)
+    assert table.loc["ngram", "spec_acceptance_rate"] == summary["spec_acceptance_rate"]
+    assert table.loc["ngram", "spec_mean_acceptance_length"] == summary["spec_mean_acceptance_length"]
+    assert table.loc["continuous", "spec_acceptance_rate"] is None
+    cells = metrics_table_figure(mixed).data[0].cells.values
+    assert list(cells[-2]) == ["-", f"{summary['spec_acceptance_rate']:.0%}"]
+    assert "spec_acceptance_rate" not in metrics_table({"continuous": runs["continuous"]})
+    report = write_report(mixed, tmp_path / "r.html").read_text()
+    assert "<th>spec_mean_acceptance_length</th>" in report and "draft accepted" in report
+
+
 def test_latency_cdfs_are_the_metrics_values(runs):
     fig = latency_cdfs_figure(runs)
     ttft = [t for t in fig.data if t.xaxis == "x"]
@@ -219,10 +300,12 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
         assert len(drawn) == len(items(tl, "prefill"))
         assert f"{max(s.t_end for s in tl.steps) * 1e3:.1f} ms" in fig.layout.annotations[row - 1].text
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    # chunked brings recompute, preempted; nothing is cached without prefix caching; "waiting" is a client's view
-    assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached", "waiting"} | {HIGHLIGHT_NAME})
+    # chunked brings recompute, preempted; nothing is cached without prefix caching; "waiting" is a client's view;
+    # nothing speculated: no drafts
+    assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached", "waiting", *DRAFT_KINDS} | {HIGHLIGHT_NAME})
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
+    assert "spec_acceptance_rate" not in table  # nothing speculated
 
 
 def test_save_trace_and_html_report(runs, tmp_path):

@@ -19,6 +19,8 @@ TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("ou
                  ("ttft_p50", "{:.4f}"), ("ttft_p99", "{:.4f}"), ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"),
                  ("mean_batch_size", "{:.1f}"), ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"),
                  ("preemptions", "{}")]
+# speculative decoding (lesson 10): in the table only when one of its runs speculated
+SPEC_METRICS = [("spec_acceptance_rate", "{:.0%}"), ("spec_mean_acceptance_length", "{:.2f}")]
 
 
 def finish_time(tl: Timeline) -> float:
@@ -83,13 +85,27 @@ def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[
 
 
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
-    """`summarize` of each timeline, one row per name (times in seconds)."""
-    return pd.DataFrame({name: summarize(tl) for name, tl in timelines.items()}).T[[m for m, _ in TABLE_METRICS]]
+    """`summarize` of each timeline, one row per name (times in seconds); the columns are `table_metrics`."""
+    rows = pd.DataFrame({name: summarize(tl) for name, tl in timelines.items()}).T
+    return rows[[m for m, _ in table_metrics(rows)]]
+
+
+def table_metrics(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(metric, format) of each column of a table of `summarize` rows: TABLE_METRICS, and
+    SPEC_METRICS when a run verified drafts (its acceptance rate is a number, not None)."""
+    speculated = "spec_acceptance_rate" in df and bool(df["spec_acceptance_rate"].notna().any())
+    return TABLE_METRICS + (SPEC_METRICS if speculated else [])
+
+
+def format_cell(fmt: str, value) -> str:
+    """A table cell: '-' where the run has no such number (a run that did not speculate)."""
+    return "-" if value is None or value != value else fmt.format(value)
 
 
 def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
     df = metrics_table(timelines)
-    cells = [list(df.index)] + [[fmt.format(v) for v in df[m]] for m, fmt in TABLE_METRICS]
-    fig = go.Figure(go.Table(header=dict(values=["run"] + [m for m, _ in TABLE_METRICS]), cells=dict(values=cells)))
+    columns = table_metrics(df)
+    cells = [list(df.index)] + [[format_cell(fmt, v) for v in df[m]] for m, fmt in columns]
+    fig = go.Figure(go.Table(header=dict(values=["run"] + [m for m, _ in columns]), cells=dict(values=cells)))
     fig.update_layout(height=80 + 30 * len(df), margin=dict(l=10, r=10, t=10, b=10))
     return fig

@@ -12,6 +12,10 @@ padding    static batching's dead work: pad tokens of a shorter prompt, and a fi
            row that keeps computing until the longest row of its batch ends
 cached     prompt tokens found in the prefix cache when admitted: no compute, drawn as a
            stripe over the step that admitted the request (lesson 8)
+accepted   speculative decoding (lesson 10): of a decode bar's draft tokens, those the target
+rejected   kept and those it threw away, drawn as one stripe over the bar split across its
+           thickness in their proportion (a bar of 1,000 steps stays one bar; the per-step
+           split is in the step view); the hover says "40 drafts, 30 accepted"
 aborted    a cross where a request stopped because its client went away (lesson 9)
 waiting    a client's view (a timeline with requests and no engine steps, e.g. from a
            `vllm bench serve` result file, lesson 9): sent -> first token; then one decode
@@ -29,13 +33,19 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from minilm.metrics import DRAFT_KINDS
 from minilm.timeline import Timeline
 
-SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached", "waiting")
+SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached", *DRAFT_KINDS,
+                 "waiting")
 KIND_COLORS = {"queued": "#d9d9d9", "prefill": "#1f77b4", "recompute": "#ff7f0e", "decode": "#2ca02c",
-               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c", "waiting": "#c5b0d5"}
-STRIPES = ("padding", "cached")  # drawn thin over their row's work in the same step
-SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len"]
+               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c", "waiting": "#c5b0d5",
+               "accepted": "#98df8a", "rejected": "#d62728"}  # drafts: a kept one is a decode token (green)
+KIND_LABELS = {"accepted": "draft accepted", "rejected": "draft rejected"}  # legend names; a kind's own otherwise
+STRIPES = ("padding", "cached", *DRAFT_KINDS)  # drawn thin over their row's work in the same step
+STRIPE_WIDTH = 0.45
+SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len",
+                   "drafts", "accepted"]
 HIGHLIGHT_NAME = "selected step"
 LEGEND_ON_TOP = dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom")
 MS = 1000.0
@@ -55,7 +65,8 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
     """Every bar of the Gantt chart as a row (times in seconds, like the timeline).
 
     One pass over the steps. A segment is a list in SEGMENT_COLUMNS order (lists, not
-    dicts: a 1,000-request run has ~500k step items and this loop is the figure's cost)."""
+    dicts: a 1,000-request run has ~500k step items and this loop is the figure's cost).
+    A decode stretch counts the drafts it verified and accepted; `draft_segments` adds them."""
     if not tl.steps and tl.requests:
         return client_segments(tl)
     rows: list[list] = []
@@ -71,25 +82,39 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
                 first_pos = 0 if kind == "cached" else it.context_len - it.num_tokens
                 if rid in last_ctx and first_pos < last_ctx[rid]:   # preempted, now rebuilt from the start
                     recomputing.add(rid)
-                    rows.append([rid, "preempted", last_end[rid], t0, k, k - 1, 0, 0])
+                    rows.append([rid, "preempted", last_end[rid], t0, k, k - 1, 0, 0, 0, 0])
                 shown = kind if kind == "cached" else "recompute" if rid in recomputing else "prefill"
-                rows.append([rid, shown, t0, t1, k, k, it.num_tokens, it.context_len])
+                rows.append([rid, shown, t0, t1, k, k, it.num_tokens, it.context_len, 0, 0])
             else:
                 if recomputing and kind == "decode":
                     recomputing.discard(rid)
                 run = runs[kind].get(rid)
                 if run is not None and run[5] == k - 1:   # the stretch goes on: extend its bar
                     run[3], run[5], run[6], run[7] = t1, k, run[6] + it.num_tokens, it.context_len
+                    if it.num_draft:
+                        run[8], run[9] = run[8] + it.num_draft, run[9] + it.num_accepted
                 else:
-                    run = runs[kind][rid] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len]
+                    run = runs[kind][rid] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len,
+                                             it.num_draft, it.num_accepted]
                     rows.append(run)
             last_end[rid], last_ctx[rid] = t1, it.context_len
     starts = [s.t_start for s in tl.steps]
     for r in tl.requests:
         if r.t_scheduled is not None and r.t_scheduled > r.arrival:
             first = tl.steps[min(bisect_left(starts, r.t_scheduled), len(starts) - 1)].step  # admitted here
-            rows.append([r.request_id, "queued", r.arrival, r.t_scheduled, first, first, 0, 0])
-    return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
+            rows.append([r.request_id, "queued", r.arrival, r.t_scheduled, first, first, 0, 0, 0, 0])
+    return draft_segments(pd.DataFrame(rows, columns=SEGMENT_COLUMNS))
+
+
+def draft_segments(seg: pd.DataFrame) -> pd.DataFrame:
+    """`seg` and, over each decode stretch that verified drafts, an `accepted` and a `rejected`
+    segment (tokens: how many of its drafts); none where there were none of that kind."""
+    spec = seg[(seg["kind"] == "decode") & (seg["drafts"] > 0)]
+    if spec.empty:
+        return seg
+    parts = [spec.assign(kind="accepted", tokens=spec["accepted"]),
+             spec.assign(kind="rejected", tokens=spec["drafts"] - spec["accepted"])]
+    return pd.concat([seg, *(p[p["tokens"] > 0] for p in parts)], ignore_index=True)
 
 
 def client_segments(tl: Timeline) -> pd.DataFrame:
@@ -99,10 +124,10 @@ def client_segments(tl: Timeline) -> pd.DataFrame:
     for r in tl.requests:
         first = r.t_first_token
         rows.append([r.request_id, "waiting", r.arrival, first if first is not None else (r.t_finished or r.arrival),
-                     nan, nan, r.prompt_len, r.prompt_len])
+                     nan, nan, r.prompt_len, r.prompt_len, 0, 0])
         if first is not None and r.token_times:
             rows.append([r.request_id, "decode", first, r.token_times[-1], nan, nan, r.output_len,
-                         r.prompt_len + r.output_len])
+                         r.prompt_len + r.output_len, 0, 0])
     return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
 
 
@@ -131,22 +156,39 @@ def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.B
     part = seg[seg["kind"] == kind]
     start_ms = part["start"].to_numpy(float) * MS
     dur_ms = (part["end"].to_numpy(float) - part["start"].to_numpy(float)) * MS
+    drafts = kind in DRAFT_KINDS or (kind == "decode" and bool(part["drafts"].any()))
     # numbers only: plotly copies customdata, and copying a float array is a memcpy (1,000
     # requests: an object array of strings made the figure 3x slower to build)
-    custom = np.column_stack([part["first_step"].to_numpy(float), part["last_step"].to_numpy(float),
-                              part["tokens"].to_numpy(float), part["context_len"].to_numpy(float),
-                              start_ms + dur_ms]) if len(part) else np.empty((0, 5))
+    columns = ["first_step", "last_step", "tokens", "context_len"] + (["drafts", "accepted"] if drafts else [])
+    custom = np.column_stack([part[c].to_numpy(float) for c in columns] + [start_ms + dur_ms]) if len(part) \
+        else np.empty((0, len(columns) + 1))
+    end = len(columns)  # customdata's last column: the end in ms
+    if kind in DRAFT_KINDS:
+        what = f"<br>%{{customdata[2]}} of %{{customdata[4]}} drafts {kind}"
+    else:
+        what = "<br>tokens %{customdata[2]}<br>context len %{customdata[3]}" + \
+               ("<br>%{customdata[4]} drafts, %{customdata[5]} accepted" if drafts else "")
     return go.Bar(
-        name=kind, legendgroup=kind, showlegend=showlegend, orientation="h",
+        name=KIND_LABELS.get(kind, kind), legendgroup=kind, showlegend=showlegend, orientation="h",
         base=start_ms, x=dur_ms, y=part["request_id"].to_numpy(object), customdata=custom,
-        # padding and cached tokens overlap their row's prefill in the same step: thinner stripes on top
-        width=0.45 if kind in STRIPES else 0.8,
+        # padding, cached and draft tokens overlap their row's work in the same steps: thinner stripes on top
+        **stripe_geometry(part, kind),
         marker=dict(color=KIND_COLORS[kind], line=dict(width=0),
                     pattern=dict(shape="/") if kind in ("padding", "preempted") else None),
-        hovertemplate=("%{y} · " + kind + ("" if len(part) and part["first_step"].isna().all() else
-                                           "<br>steps %{customdata[0]}–%{customdata[1]}") +
-                       "<br>tokens %{customdata[2]}<br>context len %{customdata[3]}"
-                       "<br>%{base:.2f} – %{customdata[4]:.2f} ms<extra></extra>"))
+        hovertemplate=("%{y} · " + KIND_LABELS.get(kind, kind) +
+                       ("" if len(part) and part["first_step"].isna().all() else
+                        "<br>steps %{customdata[0]}–%{customdata[1]}") + what +
+                       f"<br>%{{base:.2f}} – %{{customdata[{end}]:.2f}} ms<extra></extra>"))
+
+
+def stripe_geometry(part: pd.DataFrame, kind: str) -> dict:
+    """Bar thickness (and offset): a draft stripe shares one stripe's thickness between its accepted
+    and its rejected drafts, in their proportion (accepted on one side, rejected on the other)."""
+    if kind not in DRAFT_KINDS:
+        return {"width": STRIPE_WIDTH if kind in STRIPES else 0.8}
+    share = part["tokens"].to_numpy(float) / part["drafts"].to_numpy(float) * STRIPE_WIDTH  # this kind's part
+    before = 0.0 if kind == "accepted" else STRIPE_WIDTH - share  # the accepted part comes first
+    return {"width": share, "offset": -STRIPE_WIDTH / 2 + before}
 
 
 def highlight_trace(tl: Timeline, step: int | None, showlegend: bool = True) -> go.Bar:
@@ -188,7 +230,10 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
     """The request Gantt chart of one timeline; `step` highlights that step's batch."""
     check_step(tl, step)
     seg = gantt_segments(tl)
-    fig = go.Figure([segment_trace(seg, k) for k in SEGMENT_KINDS] + [highlight_trace(tl, step)])
+    # a kind in the legend only when the run has it (as compare_figure): drafts only where it speculated
+    present = set(seg["kind"])
+    fig = go.Figure([segment_trace(seg, k, showlegend=k in present) for k in SEGMENT_KINDS] +
+                    [highlight_trace(tl, step)])
     if not tl.steps and tl.requests:  # a client's view: no steps, a tick per token instead
         fig.add_trace(token_ticks_trace(tl))
     if (aborted := aborted_trace(tl)) is not None:

@@ -22,7 +22,7 @@ import dataclasses
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from minilm.timeline import RequestRecord, StepItem, StepRecord, Timeline
+from minilm.timeline import RequestRecord, Timeline
 
 from .gantt import gantt_figure
 from .inplace import update_figure
@@ -65,9 +65,10 @@ class LiveGantt:
         params = {"since": len(self.timeline.steps), "since_request": len(self.finished)}
         async with httpx.AsyncClient(timeout=10) as client:
             data = (await client.get(f"{self.url}/timeline", params=params)).raise_for_status().json()
-        steps = [StepRecord(**{**s, "items": [StepItem(**i) for i in s["items"]]}) for s in data["steps"]]
-        finished = [RequestRecord(**r) for r in data["requests"]]
-        unfinished = [RequestRecord(**r) for r in data["unfinished"]]
+        # the timeline's own parsing, finished and unfinished requests together (every field survives)
+        new = Timeline.from_dict({**data, "requests": data["requests"] + data["unfinished"]})
+        steps, n = new.steps, len(data["requests"])
+        finished, unfinished = new.requests[:n], new.requests[n:]
         changed = bool(steps or finished) or [r.request_id for r in unfinished] != \
             [r.request_id for r in self.unfinished]
         self.timeline.meta, self.now = data["meta"], data["now"]

@@ -17,16 +17,17 @@ import plotly.graph_objects as go
 
 from minilm.timeline import Timeline
 
-from .compare import TABLE_METRICS, compare_figure, metrics_table
+from .compare import compare_figure, format_cell, metrics_table, table_metrics
 from .latency import latency_cdfs_figure
 from .steps import steps_figure
 
 
 def metrics_html(timelines: dict[str, Timeline]) -> str:
     df = metrics_table(timelines)
-    head = "".join(f"<th>{html.escape(m)}</th>" for m, _ in TABLE_METRICS)
+    columns = table_metrics(df)
+    head = "".join(f"<th>{html.escape(m)}</th>" for m, _ in columns)
     rows = "".join("<tr><th>" + html.escape(str(name)) + "</th>" +
-                   "".join(f"<td>{fmt.format(df.loc[name, m])}</td>" for m, fmt in TABLE_METRICS) + "</tr>"
+                   "".join(f"<td>{format_cell(fmt, df.loc[name, m])}</td>" for m, fmt in columns) + "</tr>"
                    for name in df.index)
     return f"<table><tr><th>run</th>{head}</tr>{rows}</table>"
 

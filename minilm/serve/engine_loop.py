@@ -104,9 +104,11 @@ class EngineLoop:
         return events + [self.stats(record, finished)]
 
     def stats(self, record: StepRecord | None, finished: list) -> StepStats:
-        """The step's numbers for /metrics: tokens sampled, first tokens, gaps, finishes, gauges."""
-        engine, new_tokens, prompt_tokens, ttfts, queue, itls = self.engine, 0, 0, [], [], []
+        """The step's numbers for /metrics: tokens sampled, first tokens, gaps (one per request and step,
+        as vLLM's: tokens a step kept together come out together), finishes, gauges, drafts verified."""
+        engine, new_tokens, prompt_tokens, ttfts, queue, itls, drafts = self.engine, 0, 0, [], [], [], []
         if record is not None:
+            drafts = [(i.num_draft, i.num_accepted) for i in record.items if i.num_draft]
             for rid in dict.fromkeys(i.request_id for i in record.items if i.kind in ("prefill", "decode")):
                 req = engine.requests[rid]
                 times = [t for t in req.token_times if t == record.t_end]  # sampled in this step
@@ -120,7 +122,7 @@ class EngineLoop:
         return StepStats(new_tokens, prompt_tokens, ttfts, queue, itls,
                          [(r.finish_reason, r.t_finished - r.arrival) for r in finished],
                          record.num_preempted if record is not None else 0, engine.num_running, engine.num_waiting,
-                         engine.kv_usage)
+                         engine.kv_usage, drafts)
 
     def snapshot(self, since_step: int, since_request: int) -> dict:
         """New timeline records as JSON-ready dicts, and the unfinished requests as they are now

@@ -86,6 +86,7 @@ class StepStats(Message):
     running: int
     waiting: int
     kv_usage: float
+    drafts: list[tuple[int, int]] = []  # speculative decoding: (drafts, accepted) of each request that verified some
 
 
 class SnapshotData(Message):

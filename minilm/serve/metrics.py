@@ -12,6 +12,17 @@
     vllm:e2e_request_latency_seconds   histogram  finish - arrival
     vllm:request_queue_time_seconds    histogram  first scheduled - arrival
 
+With speculative decoding (lesson 10), vLLM V1's counters, only then:
+
+    vllm:spec_decode_num_drafts                   counter  verifications: a request's drafts checked in one step
+    vllm:spec_decode_num_draft_tokens             counter  draft tokens verified
+    vllm:spec_decode_num_accepted_tokens          counter  of those, the ones the target kept
+    vllm:spec_decode_num_accepted_tokens_per_pos  counter  verifications that kept the draft at `position` (0..k-1)
+
+so that acceptance rate = accepted / draft tokens, mean acceptance length = 1 + accepted /
+drafts (summarize's spec_acceptance_rate and spec_mean_acceptance_length), and the share of
+verifications that got as far as position i = per_pos{position=i} / drafts.
+
 Every value comes from the engine's own records: where the engine runs, each step's
 numbers are measured (engine_loop.py: `StepStats`) and sent to the HTTP side with the
 step's tokens, which observes them here. Once every request has finished, the counters
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..spec import SpeculativeConfig
 from .messages import StepStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -33,9 +45,11 @@ LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, speculative_config=None):
+        """`speculative_config`: the engine's (EngineConfig's value); None: no spec-decode counters."""
         self.registry = CollectorRegistry()  # one per server: tests run several in one process
         self.model_name = model_name
+        spec = SpeculativeConfig.of(speculative_config)
         label, r = ["model_name"], self.registry
         self.running = Gauge("vllm:num_requests_running", "Requests in the running batch.", label, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", label, registry=r)
@@ -53,6 +67,7 @@ class ServerMetrics:
                              buckets=LATENCY_BUCKETS, registry=r)
         self.queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.",
                                     label, buckets=LATENCY_BUCKETS, registry=r)
+        self.spec = SpecDecodeMetrics(model_name, spec.num_speculative_tokens, r) if spec else None
 
     def observe(self, stats: StepStats) -> None:
         """One step's numbers (or an abort's: a finish and the gauges)."""
@@ -69,6 +84,34 @@ class ServerMetrics:
         self.running.labels(m).set(stats.running)
         self.waiting.labels(m).set(stats.waiting)
         self.kv_usage.labels(m).set(stats.kv_usage)
+        if self.spec is not None:
+            self.spec.observe(stats.drafts)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class SpecDecodeMetrics:
+    """vLLM V1's speculative-decoding counters; every position's counter exists from the start (at 0)."""
+
+    def __init__(self, model_name: str, num_speculative_tokens: int, registry: CollectorRegistry):
+        label = ["model_name"]
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", label,
+                              registry=registry).labels(model_name)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", label,
+                                    registry=registry).labels(model_name)
+        self.accepted_tokens = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", label,
+                                       registry=registry).labels(model_name)
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                          label + ["position"], registry=registry)
+        self.per_pos = [per_pos.labels(model_name, str(i)) for i in range(num_speculative_tokens)]
+
+    def observe(self, drafts: list[tuple[int, int]]) -> None:
+        """One step's verifications: (draft tokens, accepted) of each request that had drafts.
+        Acceptance stops at the first rejection, so `accepted` drafts means positions 0..accepted-1."""
+        for num_draft, num_accepted in drafts:
+            self.drafts.inc()
+            self.draft_tokens.inc(num_draft)
+            self.accepted_tokens.inc(num_accepted)
+            for counter in self.per_pos[:num_accepted]:
+                counter.inc()

@@ -346,7 +346,7 @@ def serve(model: str, config: EngineConfig, *, name: str | None = None, host: st
     from .metrics import ServerMetrics
 
     name = name or Path(str(model)).name
-    metrics = ServerMetrics(name)
+    metrics = ServerMetrics(name, config.speculative_config)
     options = dict(max_waiting=max_waiting, stream_interval=stream_interval, timeline_path=timeline_path)
     if engine_core == "process":
         from .engine_core import ProcessEngineClient

@@ -210,7 +210,7 @@ def draft_cost(spec: SpeculativeConfig, target: CostModel) -> CostModel:
     except InvalidValue:
         raise InvalidValue("speculative_config.model", spec.model, f"the simulator prices a draft from its sizes: "
                            f"a model spec ({', '.join(MODEL_SPECS)}) or a config.json") from None
-    check_same_vocabulary(spec, draft_model.vocab_size, target.model.vocab_size)
+    check_same_vocabulary(spec.model, draft_model.vocab_size, target.model.vocab_size)
     layer = (target.engine or target.device).layer_overhead
     draft = CostModel(draft_model, target.device, dtype=target.dtype, tp=target.tp,
                       engine=EngineKind("draft forward", 0.0, layer))

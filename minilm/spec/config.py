@@ -61,8 +61,8 @@ class SpeculativeConfig:
         return self.num_speculative_tokens if self.method == "draft_model" else 0
 
 
-def check_same_vocabulary(spec: SpeculativeConfig, vocab: int, target_vocab: int) -> None:
+def check_same_vocabulary(draft: str, vocab: int, target_vocab: int) -> None:
     """A draft model's token ids are the target's: it must share the target's tokenizer."""
     if vocab != target_vocab:
-        raise InvalidValue("speculative_config.model", spec.model, f"has a vocabulary of {vocab} tokens, the "
+        raise InvalidValue("speculative_config.model", draft, f"has a vocabulary of {vocab} tokens, the "
                            f"target {target_vocab}: a draft model must share the target's tokenizer")

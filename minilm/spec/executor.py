@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..config import EngineConfig
-from ..model.loader import load_model
+from ..config import MODEL_PRESETS, EngineConfig, InvalidValue, ModelConfig
+from ..model.loader import load_model, resolve_model_path
 from ..model.runner import ModelRunner, device_time
 from ..plan import ModelOutput, StepPlan
 from .config import check_same_vocabulary
@@ -52,7 +52,18 @@ def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> Spec
     spec = config.speculative_config
     if spec.method == "ngram":
         return SpeculativeExecutor(runner, NgramProposer(spec), config)
+    check_draft_model(spec.model, runner.model_config)
     draft = load_model(spec.model, device=config.device, dtype=config.dtype, seed=config.seed)
-    check_same_vocabulary(spec, draft.config.vocab_size, runner.model_config.vocab_size)
     proposer = DraftModelProposer(draft, config.num_blocks, config.block_size, config.attention_backend)
     return SpeculativeExecutor(runner, proposer, config)
+
+
+def check_draft_model(name_or_path: str, target: ModelConfig) -> None:
+    """A draft model must be a model (a preset, a shipped checkpoint, a directory) with the target's
+    vocabulary. Reads its config only, so the server's knob check can ask before anything loads."""
+    try:
+        path = resolve_model_path(name_or_path)
+    except InvalidValue as e:
+        raise InvalidValue("speculative_config.model", name_or_path, e.allowed) from None
+    draft = MODEL_PRESETS[name_or_path] if path is None else ModelConfig.from_json(path / "config.json")
+    check_same_vocabulary(name_or_path, draft.vocab_size, target.vocab_size)
