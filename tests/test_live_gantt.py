@@ -19,10 +19,13 @@ def test_live_gantt_of_a_server_shows_requests_in_flight_then_finished():
         async def scenario():
             live = widgets.live_gantt(url, interval=0.05)
             async with httpx.AsyncClient(timeout=60) as client:
-                body = {"prompt": "Return the", "max_tokens": 60, "ignore_eos": True}
+                body = {"prompt": "Return the", "max_tokens": 240, "ignore_eos": True}  # ~1 s of decodes
                 long = asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body,
                                                          headers={"X-Request-Id": "long"}))
-                await asyncio.sleep(0.4)  # the poller runs meanwhile: the loop is free
+                for _ in range(200):  # the poller runs meanwhile (the loop is free): until it has seen "long"
+                    await asyncio.sleep(0.05)
+                    if live.unfinished or long.done():
+                        break
                 in_flight = [r.request_id for r in live.unfinished]
                 drawn_in_flight = bar_rows(live.gantt, "decode") | bar_rows(live.gantt, "prefill")
                 await long
