@@ -5,11 +5,12 @@ import json
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from helpers import engine as make_engine
 from minilm import RequestSpec
-from minilm.metrics import itls, ttfts
+from minilm.metrics import itls, metrics_text, summarize, ttfts
 from minilm.timeline import Timeline
 from widgets.compare import compare_figure, metrics_table
 from widgets.gantt import HIGHLIGHT_NAME, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
@@ -223,6 +224,18 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
     assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached", "waiting"} | {HIGHLIGHT_NAME})
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
+
+
+def test_metrics_table_is_numeric_with_units_in_its_headers(runs):
+    """One table for lessons, demo and CLI (minilm/metrics.py): numbers, not strings, so that
+    it sorts and plots; latencies in ms, rounded as the CLI prints them."""
+    table = metrics_table(runs)
+    assert all(pd.api.types.is_numeric_dtype(t) for t in table.dtypes)
+    m = summarize(runs["continuous"])
+    assert table.loc["continuous", "TTFT p50 (ms)"] == round(m["ttft_p50"] * 1e3, 1)
+    assert table.loc["continuous", "time (s)"] == round(m["wall_s"], 2)
+    assert table.loc["static", "padding (%)"] == round(100 * summarize(runs["static"])["padding_fraction"])
+    assert "TTFT p50 (ms)" in metrics_text({n: summarize(tl) for n, tl in runs.items()}).splitlines()[0]
 
 
 def test_save_trace_and_html_report(runs, tmp_path):

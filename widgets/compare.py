@@ -9,17 +9,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from minilm.metrics import summarize
+from minilm.metrics import metrics_frame, summarize
 from minilm.timeline import Timeline
 
 from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, gantt_segments,
                     highlight_trace, request_order, segment_trace, token_ticks_trace)
-
-TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("output_tok_per_s", "{:.0f}"),
-                 ("ttft_p50", "{:.4f}"), ("ttft_p99", "{:.4f}"), ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"),
-                 ("mean_batch_size", "{:.1f}"), ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"),
-                 ("preemptions", "{}")]
-
 
 def finish_time(tl: Timeline) -> float:
     """The last step's end, or (a client's view, no steps) the last request's."""
@@ -83,13 +77,15 @@ def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[
 
 
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
-    """`summarize` of each timeline, one row per name (times in seconds)."""
-    return pd.DataFrame({name: summarize(tl) for name, tl in timelines.items()}).T[[m for m, _ in TABLE_METRICS]]
+    """`summarize` of each timeline, a row per name: the CLI's table (minilm/metrics.py's
+    METRIC_COLUMNS), numeric, units in the headers, latencies in ms, already rounded."""
+    return metrics_frame({name: summarize(tl) for name, tl in timelines.items()})
 
 
 def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
+    """The same table as a Plotly figure (for pages without pandas' HTML)."""
     df = metrics_table(timelines)
-    cells = [list(df.index)] + [[fmt.format(v) for v in df[m]] for m, fmt in TABLE_METRICS]
-    fig = go.Figure(go.Table(header=dict(values=["run"] + [m for m, _ in TABLE_METRICS]), cells=dict(values=cells)))
+    cells = [list(df.index)] + [["-" if pd.isna(v) else v for v in df[c]] for c in df.columns]
+    fig = go.Figure(go.Table(header=dict(values=[df.index.name, *df.columns]), cells=dict(values=cells)))
     fig.update_layout(height=80 + 30 * len(df), margin=dict(l=10, r=10, t=10, b=10))
     return fig
