@@ -359,3 +359,16 @@ def test_sweep_figure_has_one_point_per_run():
     assert "simulated" in fig.layout.title.text
     with pytest.raises(ValueError, match="latency='ttft'"):
         sweep_figure(df, "ttft")
+
+
+def test_fill_width_sizes_a_figure_widget_again_when_a_view_appears():
+    """A FigureWidget's first draw happens before the page attaches it (Plotly's 700 px default);
+    fill_width asks for autosize once a view exists (tests/test_browser.py checks the pixels)."""
+    import plotly.graph_objects as go
+
+    from widgets import fill_width
+
+    fig = fill_width(go.FigureWidget())
+    assert fig._view_count == 0 and fig.layout.autosize is None
+    fig._view_count = 1  # what the frontend reports when it creates a view
+    assert fig.layout.autosize is True

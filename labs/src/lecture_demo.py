@@ -30,7 +30,7 @@ def step_at(tl, t):
     return max((s.step for s in tl.steps if s.t_start <= t), default=0)
 
 
-comparison = go.FigureWidget(widgets.compare_figure(timelines))
+comparison = widgets.fill_width(go.FigureWidget(widgets.compare_figure(timelines)))
 end_ms = max(max(s.t_end for s in tl.steps) for tl in timelines.values()) * 1e3
 clock = W.FloatSlider(0.0, min=0.0, max=end_ms, step=end_ms / 200, description="time (ms)",
                       readout_format=".0f", layout=W.Layout(width="70%"))
