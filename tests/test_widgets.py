@@ -11,7 +11,7 @@ import pytest
 from helpers import engine as make_engine
 from minilm import RequestSpec
 from minilm.metrics import itls, metrics_text, summarize, ttfts
-from minilm.timeline import Timeline
+from minilm.timeline import RequestRecord, Timeline
 from widgets.compare import compare_figure, metrics_table
 from widgets.gantt import HIGHLIGHT_NAME, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
 from widgets.kvmap import PALETTE, kv_cells, kvmap_figure
@@ -372,3 +372,19 @@ def test_fill_width_sizes_a_figure_widget_again_when_a_view_appears():
     assert fig._view_count == 0 and fig.layout.autosize is None
     fig._view_count = 1  # what the frontend reports when it creates a view
     assert fig.layout.autosize is True
+
+
+def test_gantt_rows_of_a_benchmark_client_read_short():
+    """`bench-serve` names requests `bench-<8 hex>-<i>`: the rows read `<i>`, the hover keeps the id."""
+    from widgets.gantt import row_labels
+
+    assert row_labels(["bench-3f9c2a1e-0", "bench-3f9c2a1e-1", "bench-3f9c2a1e-17"]) == ["0", "1", "17"]
+    assert row_labels(["r0", "r1", "r10"]) == ["r0", "r1", "r10"]  # no shared prefix up to a separator
+    assert row_labels(["ada-1", "alan-2"]) == ["ada-1", "alan-2"] and row_labels(["solo"]) == ["solo"]
+    tl = Timeline(requests=[RequestRecord(request_id=f"bench-3f9c2a1e-{i}", arrival=0.1 * i, prompt_len=4,
+                                          max_tokens=2, t_scheduled=None, t_first_token=0.1 * i + 0.05,
+                                          token_times=[0.1 * i + 0.05, 0.1 * i + 0.1], t_finished=0.1 * i + 0.1,
+                                          output_len=2, finish_reason="length", preemptions=0)
+                            for i in range(3)])
+    for fig, axis in ((gantt_figure(tl), "yaxis"), (compare_figure({"client": tl}), "yaxis")):
+        assert list(fig.layout[axis].ticktext) == ["0", "1", "2"]

@@ -13,7 +13,7 @@ from minilm.metrics import metrics_frame, summarize
 from minilm.timeline import Timeline
 
 from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, gantt_segments,
-                    highlight_trace, request_order, segment_trace, token_ticks_trace)
+                    highlight_trace, request_axis, segment_trace, token_ticks_trace)
 
 def finish_time(tl: Timeline) -> float:
     """The last step's end, or (a client's view, no steps) the last request's."""
@@ -49,9 +49,8 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
         if (aborted := aborted_trace(tl, showlegend="aborted" not in in_legend)) is not None:
             fig.add_trace(aborted, row=row, col=1)
             in_legend.add("aborted")
-        order = request_order(tl)
-        fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
-                         showticklabels=len(order) <= 30, row=row, col=1)
+        fig.update_yaxes(request_axis(tl), title_text=name, row=row, col=1)
+        fig.update_yaxes(showticklabels=len(tl.requests) <= 30, row=row, col=1)
         fig.add_vline(x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
     clock = " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in timelines.values()) else ""
     fig.update_xaxes(title_text=f"time (ms){clock}", row=rows, col=1)
