@@ -129,6 +129,7 @@ print("$ per million output tokens, assumed $/GPU-hour " + ", ".join(f"{g} {p:.2
 print(cost.round(3).to_string())
 
 # %%
+# NBVAL_CHECK_OUTPUT
 cheapest = cost.continuous.idxmin()
 assert (cost.static > cost[["continuous", "chunked"]].max(axis=1)).all()
 say(f"In-flight batching makes the cheaper token on every GPU, {cost.static.min() / cost.continuous.max():.1f}x or "
@@ -204,6 +205,7 @@ print(f"H100s for {TARGET_RATE:,.0f} req/s of `mixed` (simulated); a static batc
 print(gpus.to_string(index=False))
 
 # %%
+# NBVAL_CHECK_OUTPUT
 strict, loose = gpus.iloc[0], gpus.iloc[len(TTFT_LIMITS) - 1]
 bound = gpus.iloc[-1]
 lo, hi = gpus["continuous (H100s)"].min(), gpus["continuous (H100s)"].max()
@@ -260,6 +262,7 @@ hardware = pd.DataFrame(hardware).T
 print(hardware.round(2).to_string())
 
 # %%
+# NBVAL_CHECK_OUTPUT
 ideal, real = hardware.loc[no_gap.name], hardware.loc[h100.name]
 cont, stat = f"continuous, {SEATS} seats (x one at a time)", f"static, {SEATS} seats (x one at a time)"
 assert real[cont] > 10 * ideal[cont] and ideal[stat] < 1 < ideal[cont] and abs(ideal["decode / prefill token"] - 1) < 0.2
@@ -321,6 +324,7 @@ saturated = {b: summarize(simulate(at_once, "chunked" if b else "continuous", ma
 print("all queued, output tok/s: " + ", ".join(f"budget {b or 'none'} {t:,.0f}" for b, t in saturated.items()))
 
 # %%
+# NBVAL_CHECK_OUTPUT
 extra = wide.chunked / wide.continuous
 (c_cap, _), (ch_cap, _) = within["continuous"], within["chunked 512"]
 best_budget = max(saturated, key=lambda b: saturated[b] if b else 0)
@@ -404,6 +408,7 @@ for prompt in (1024, 4096, 16384):
           f"the network (simulated H100; NVLink from the datasheet, the network assumed)")
 
 # %%
+# NBVAL_CHECK_OUTPUT
 c_runs = within["continuous"][1]
 stalled = next(r for r, m in c_runs.items() if m["itl_p99"] > ITL_P99_LIMIT)
 RUNNING = 64  # the sweep's max_num_seqs
