@@ -101,7 +101,7 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
                 "seed": args.seed if args.temperature > 0 else None}
     engine.add_workload(specs, **sampling)
     timeline = engine.run(progress=not args.json)
-    m = summarize(timeline)
+    m = summarize(timeline) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
     if prefix_caching:
         m["policy"] += " +prefix cache"
     return engine, m

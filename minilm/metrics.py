@@ -119,7 +119,6 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
-        "max_num_batched_tokens": tl.meta.get("max_num_batched_tokens"),  # the step's token budget
         "requests": len(tl.requests),
         "steps": len(steps),
         "prompt_tokens": prompt_tokens,
@@ -184,8 +183,9 @@ def table_columns(rows: list[dict]) -> list[Column]:
 
 
 def metrics_frame(summaries: dict[str, dict]) -> pd.DataFrame:
-    """A row per named `summarize` result, in the table's units and rounding, numeric columns
-    (counts as integers), headers with their units."""
+    """A row per named `summarize` result (with the run's `max_num_batched_tokens` added, which
+    summarize leaves out: it is a knob, not a measurement), in the table's units and rounding,
+    numeric columns (counts as integers), headers with their units."""
     columns = table_columns(list(summaries.values()))
     df = pd.DataFrame({c.header: [c.value(m) for m in summaries.values()] for c in columns},
                       index=pd.Index(list(summaries), name="run"))

@@ -78,7 +78,8 @@ def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
     """`summarize` of each timeline, a row per name: the CLI's table (minilm/metrics.py's
     METRIC_COLUMNS), numeric, units in the headers, latencies in ms, already rounded."""
-    return metrics_frame({name: summarize(tl) for name, tl in timelines.items()})
+    return metrics_frame({name: summarize(tl) | {"max_num_batched_tokens": tl.meta.get("max_num_batched_tokens")}
+                          for name, tl in timelines.items()})
 
 
 def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
