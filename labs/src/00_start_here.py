@@ -120,7 +120,12 @@ import widgets
 widgets.gantt_figure(tl)
 
 # %% [markdown]
-# The throughput of this run, measured on this machine (it varies from run to run):
+# The run's numbers, in the table that the lessons, the lecture demo and `python -m
+# minilm compare` all print: units in the headers, latencies in milliseconds. Measured on
+# this machine, they vary from run to run.
+
+# %%
+widgets.metrics_table({"continuous": tl})
 
 # %%
 from labs.prose import say
