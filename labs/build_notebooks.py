@@ -15,6 +15,13 @@ and `solutions/NN_*.ipynb` with the code in place. Cells that start with
 `# NBVAL_RAISES_EXCEPTION`, so nbval insists that an unsolved exercise fails; in the
 solution they are `# NBVAL_CHECK_OUTPUT`, so nbval compares their "passed" line.
 
+A code cell whose last statement is a call to `say(...)` (labs/prose.py) states a
+takeaway: its source is hidden (`"jupyter": {"source_hidden": true}` in the cell's
+metadata, which JupyterLab and Notebook 7 read: a collapsed input, one click to open),
+so the learner reads the rendered sentence once, not also as an f-string. Such a cell
+holds only the sentence and what computes its numbers (asserts included); a cell that
+runs an experiment or prints a table shows its code.
+
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
 compares; everything else is stripped to keep the repository small.
@@ -29,6 +36,7 @@ need a kernel and are not in the pages.)
 """
 from __future__ import annotations
 
+import ast
 import re
 import sys
 import time
@@ -68,6 +76,20 @@ def split_cells(text: str) -> list[tuple[str, str]]:
     return [(k, s) for k, s in cells if s]
 
 
+def states_a_takeaway(source: str) -> bool:
+    """Whether a code cell's last statement is `say(...)`: a sentence whose source is hidden."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # a notebook-only construct (top-level await): not a say() cell
+        return False
+    last = body[-1] if body else None
+    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+            and isinstance(last.value.func, ast.Name) and last.value.func.id == "say")
+
+
+HIDDEN = {"jupyter": {"source_hidden": True}}
+
+
 def markdown_text(source: str) -> str:
     return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines())
 
@@ -103,7 +125,10 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
             source = solution(source)
             if source.startswith(CHECK_MARK):  # the check prints one deterministic line
                 source = "# NBVAL_CHECK_OUTPUT\n" + source
-        out.append(nbformat.v4.new_code_cell(source))
+        cell = nbformat.v4.new_code_cell(source)
+        if states_a_takeaway(source):
+            cell.metadata.update(HIDDEN)
+        out.append(cell)
     for i, cell in enumerate(out):
         cell["id"] = f"cell-{i:02d}"  # stable ids: rebuilding does not churn the diff
     nb.cells = out
@@ -140,7 +165,7 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
         else:
             cell.outputs = []
             cell.execution_count = None
-        cell.metadata = {}
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in HIDDEN}  # not nbclient's timings
     nb.metadata.pop("widgets", None)  # the saved state of every widget shown: megabytes of figure JSON
     return errors
 
@@ -178,6 +203,9 @@ def preview(src: Path) -> None:
     path, variant = targets(src)[-1]
     nb = make_notebook(split_cells(src.read_text()), variant)
     nb.cells.insert(1, nbformat.v4.new_code_cell(HTML_RENDERER))
+    for cell in nb.cells:  # nbconvert's templates leave out the source of a cell marked so
+        if cell.metadata.get("jupyter", {}).get("source_hidden"):
+            cell.metadata["transient"] = {"remove_source": True}
     seconds = execute(nb, path.parent)
     body, _ = HTMLExporter(exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(nb)
     PREVIEW.mkdir(exist_ok=True)

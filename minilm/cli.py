@@ -17,23 +17,11 @@ from pathlib import Path
 from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineConfig, InvalidValue
 from .core.engine import Engine
 from .core.policies import POLICIES
-from .metrics import summarize
+from .metrics import metrics_text, summarize
 from .sim.executor import simulated_engine
 from .timeline import Timeline
 from .trace import save_trace
 from .workload import PRESETS, get_workload, recommended_knobs
-
-# (summary key, header with its unit, scale, format)
-TABLE_COLUMNS = [("policy", "policy", None, "{}"), ("requests", "requests", None, "{}"),
-                 ("output_tokens", "out tokens", None, "{}"), ("wall_s", "time (s)", 1, "{:.2f}"),
-                 ("output_tok_per_s", "out tok/s", 1, "{:.0f}"),
-                 ("ttft_p50", "TTFT p50 (ms)", 1e3, "{:.1f}"), ("ttft_p99", "TTFT p99 (ms)", 1e3, "{:.1f}"),
-                 ("itl_p50", "ITL p50 (ms)", 1e3, "{:.1f}"), ("itl_p99", "ITL p99 (ms)", 1e3, "{:.1f}"),
-                 ("itl_worst_p99", "worst gap p99 (ms)", 1e3, "{:.1f}"), ("itl_max", "ITL max (ms)", 1e3, "{:.1f}"),
-                 ("max_num_batched_tokens", "budget", None, "{}"), ("mean_batch_size", "batch", 1, "{:.1f}"),
-                 ("padding_fraction", "padding", 1, "{:.2f}"), ("peak_kv_blocks", "peak KV blocks", None, "{}"),
-                 ("preemptions", "preempted", None, "{}")]
-
 
 # ---- arguments ---------------------------------------------------------------------
 def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
@@ -159,19 +147,8 @@ def describe_run(meta: dict) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    columns = TABLE_COLUMNS
-    if any(r["prefix_cache_hit_rate"] for r in rows):
-        columns = [*columns, ("prefix_cache_hit_rate", "prefix hit", 1, "{:.0%}")]
-    if any(r["spec_draft_tokens"] for r in rows):
-        columns = [*columns, ("spec_acceptance_rate", "drafts accepted", 1, "{:.0%}"),
-                   ("spec_mean_acceptance_length", "tokens/verify", 1, "{:.2f}")]
-    header = [h for _, h, _, _ in columns]
-    cells = [["-" if r[k] is None else fmt.format(r[k] * scale if scale else r[k]) for k, _, scale, fmt in columns]
-             for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
-    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-    for row in cells:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    """The metrics table (minilm/metrics.py: METRIC_COLUMNS), a line per run, named by its policy."""
+    print(metrics_text({m["policy"]: m for m in rows}))
 
 
 def compare(args) -> dict[str, Timeline]:

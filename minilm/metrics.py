@@ -18,7 +18,7 @@ DistServe goodput the highest request rate at which at least a target share of r
 """
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -157,6 +157,68 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         m["slo_attainment"] = slo_attainment(tl, ttft_slo, tpot_slo)
         m["goodput_req_per_s"] = request_goodput(tl, ttft_slo, tpot_slo)  # vLLM's request goodput
     return m
+
+
+# ---- the one metrics table: the CLI's `compare`, the widgets, the lessons and the demo ------
+@dataclass(frozen=True)
+class Column:
+    """One column of the metrics table: a `summarize` key, its header with the unit, the factor
+    that turns the key's unit (seconds, fractions) into the header's, and the decimals shown."""
+
+    key: str
+    header: str
+    scale: float = 1.0
+    digits: int = 0
+
+    def value(self, m: dict) -> float | None:
+        v = m.get(self.key)
+        return None if v is None else round(v * self.scale, self.digits)
+
+
+METRIC_COLUMNS = [
+    Column("requests", "requests"), Column("output_tokens", "out tokens"), Column("wall_s", "time (s)", 1, 2),
+    Column("output_tok_per_s", "out tok/s"),
+    Column("ttft_p50", "TTFT p50 (ms)", 1e3, 1), Column("ttft_p99", "TTFT p99 (ms)", 1e3, 1),
+    Column("itl_p50", "ITL p50 (ms)", 1e3, 1), Column("itl_p99", "ITL p99 (ms)", 1e3, 1),
+    Column("itl_worst_p99", "worst gap p99 (ms)", 1e3, 1), Column("itl_max", "ITL max (ms)", 1e3, 1),
+    Column("max_num_batched_tokens", "budget (tokens)"), Column("mean_batch_size", "batch (seqs)", 1, 1),
+    Column("padding_fraction", "padding (%)", 100), Column("peak_kv_blocks", "peak KV (blocks)"),
+    Column("preemptions", "preempted"),
+]
+PREFIX_HIT = Column("prefix_cache_hit_rate", "prefix hit (%)", 100)
+SPECULATION = [Column("spec_acceptance_rate", "drafts accepted (%)", 100),  # lesson 10
+               Column("spec_mean_acceptance_length", "tokens per verify", 1, 2)]
+
+
+def table_columns(rows: list[dict]) -> list[Column]:
+    """The columns for these summaries: the prefix hit rate only where some run had caching hits,
+    speculation's only where some run verified drafts."""
+    return (METRIC_COLUMNS + ([PREFIX_HIT] if any(r.get(PREFIX_HIT.key) for r in rows) else [])
+            + (SPECULATION if any(r.get("spec_draft_tokens") for r in rows) else []))
+
+
+def metrics_frame(summaries: dict[str, dict]) -> pd.DataFrame:
+    """A row per named `summarize` result (with the run's `max_num_batched_tokens` added, which
+    summarize leaves out: it is a knob, not a measurement), in the table's units and rounding,
+    numeric columns (counts as integers), headers with their units."""
+    columns = table_columns(list(summaries.values()))
+    df = pd.DataFrame({c.header: [c.value(m) for m in summaries.values()] for c in columns},
+                      index=pd.Index(list(summaries), name="run"))
+    for c in columns:
+        df[c.header] = df[c.header].astype("Int64" if c.digits == 0 else "float64")
+    return df
+
+
+def metrics_text(summaries: dict[str, dict]) -> str:
+    """The same table as text: a header line, then a line per run, columns right-aligned."""
+    columns = table_columns(list(summaries.values()))
+    header = ["run", *(c.header for c in columns)]
+    cells = [[name, *("-" if (v := c.value(m)) is None or v != v else f"{v:.{c.digits}f}" for c in columns)]
+             for name, m in summaries.items()]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    lines = [header] + cells
+    return "\n".join("  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))])
+                     for row in lines)
 
 
 # ---- the timeline as tables (pandas) -------------------------------------------------------

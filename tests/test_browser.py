@@ -122,6 +122,13 @@ GANTT_SVG = """() => {
 }"""
 
 
+PLOT_VS_OUTPUT_WIDTH = """() => {
+  const plot = document.querySelector('.js-plotly-plot');
+  const svg = plot.querySelector('.main-svg');
+  return [svg.getBoundingClientRect().width, plot.closest('.jp-OutputArea-output').getBoundingClientRect().width];
+}"""
+
+
 def wait_accepting_kernel_dialog(page, selector: str) -> None:
     """Wait for `selector`; meanwhile accept JupyterLab's "Select Kernel" dialog whenever it shows.
 
@@ -179,6 +186,10 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
             assert stderr.count() == 0, stderr.first.text_content()  # no warning, no traceback
             before = page.evaluate(GANTT_SVG)
             assert before.count("<path") > 8
+            # the figure is as wide as the notebook's output, not Plotly's default 700 px (widgets.fill_width)
+            page.wait_for_function(f"() => ({PLOT_VS_OUTPUT_WIDTH})()[0] > 800", timeout=TIMEOUT_MS)
+            plot_px, output_px = page.evaluate(PLOT_VS_OUTPUT_WIDTH)
+            assert abs(plot_px - output_px) <= 2, (plot_px, output_px)
 
             handle = page.locator(".widget-slider .noUi-handle").first
             handle.focus()

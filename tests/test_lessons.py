@@ -56,3 +56,32 @@ def test_no_number_in_prose_that_code_does_not_produce(src):
     found = [(n, source[:60]) for kind, source in split_cells(src.read_text()) if kind == "markdown"
              for n in unbacked_numbers(markdown_text(source))]
     assert not found, f"{src.name}: numbers typed into prose (render them with say(), see labs/prose.py): {found}"
+
+
+def takeaway_cells(src: Path) -> list[str]:
+    from build_notebooks import states_a_takeaway
+
+    return [source for kind, source in split_cells(src.read_text()) if kind != "markdown" and states_a_takeaway(source)]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_a_takeaway_cell_shows_only_its_sentence(src):
+    """A cell ending in say() is shown without its source (build_notebooks.py), so it must not
+    also print a table or draw a figure: that output would appear with its code hidden."""
+    bad = [source.splitlines()[0][:60] for source in takeaway_cells(src)
+           if re.search(r"^\s*print\(|\bfig\b|display\(", source, re.M)]
+    assert not bad, f"{src.name}: cells that say() and also print or draw (split them): {bad}"
+
+
+def test_takeaway_cells_are_hidden_in_the_built_notebooks():
+    import nbformat
+    from build_notebooks import targets
+
+    for src in SOURCES:
+        for path, _ in targets(src):
+            if not path.exists():
+                continue
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "code" and cell.source in takeaway_cells(src):
+                    assert cell.metadata.get("jupyter", {}).get("source_hidden"), \
+                        f"{path.name}: a say() cell whose source is not hidden: rebuild it"

@@ -461,7 +461,7 @@ def test_logprobs_are_the_engines(process_server):
 
 def test_a_huge_body_does_not_hold_up_small_requests(process_server):
     """A 25 MB prompt (5 million tokens) is refused before it is read (413), quickly, and small
-    requests sent beside it take no longer than alone (medians, each measured next to the
+    requests sent beside it take about as long as alone (medians, each measured next to the
     other, on a machine whose other work adds noise of its own)."""
     url, _ = process_server
 
@@ -483,7 +483,9 @@ print(r.status_code, r.json()["error"]["code"], time.perf_counter() - t)"""], st
     alone += [small() for _ in range(5)]
     status, code, seconds = sender.communicate(timeout=120)[0].split()
     assert (status, code) == ("413", "request_too_large") and float(seconds) < 2.0  # it used to take 26 s
-    assert statistics.median(beside) <= 2 * statistics.median(alone), (alone, beside)
+    # the sender's own CPU work (building and pushing 25 MB) slows a 2-core machine's other processes by tens
+    # of ms; the failure guarded against is the server reading the body: seconds for every request beside it
+    assert statistics.median(beside) <= 2 * statistics.median(alone) + 0.2, (alone, beside)
 
 
 def test_a_killed_engine_process_ends_streams_with_an_error_and_new_requests_get_503():

@@ -5,12 +5,13 @@ import json
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from helpers import engine as make_engine
 from minilm import RequestSpec
-from minilm.metrics import DRAFT_KINDS, itls, steps_df, summarize, ttfts
-from minilm.timeline import Timeline
+from minilm.metrics import DRAFT_KINDS, itls, metrics_text, steps_df, summarize, ttfts
+from minilm.timeline import RequestRecord, Timeline
 from widgets.compare import compare_figure, metrics_table, metrics_table_figure
 from widgets.gantt import HIGHLIGHT_NAME, KIND_LABELS, SEGMENT_KINDS, gantt_figure, request_order, set_gantt_step
 from widgets.kvmap import PALETTE, kv_cells, kvmap_figure
@@ -270,14 +271,15 @@ def test_metrics_table_shows_acceptance_only_when_a_run_speculated(runs, spec_ru
     mixed = {"continuous": runs["continuous"], "ngram": spec_run}
     table = metrics_table(mixed)
     summary = summarize(spec_run)
-    assert table.loc["ngram", "spec_acceptance_rate"] == summary["spec_acceptance_rate"]
-    assert table.loc["ngram", "spec_mean_acceptance_length"] == summary["spec_mean_acceptance_length"]
-    assert table.loc["continuous", "spec_acceptance_rate"] is None
+    assert table.loc["ngram", "drafts accepted (%)"] == round(100 * summary["spec_acceptance_rate"])
+    assert table.loc["ngram", "tokens per verify"] == round(summary["spec_mean_acceptance_length"], 2)
+    assert pd.isna(table.loc["continuous", "drafts accepted (%)"])
     cells = metrics_table_figure(mixed).data[0].cells.values
-    assert list(cells[-2]) == ["-", f"{summary['spec_acceptance_rate']:.0%}"]
-    assert "spec_acceptance_rate" not in metrics_table({"continuous": runs["continuous"]})
+    assert list(cells[-2]) == ["-", round(100 * summary["spec_acceptance_rate"])]
+    assert "drafts accepted (%)" not in metrics_table({"continuous": runs["continuous"]})
+    assert "tokens per verify" in metrics_text({n: summarize(tl) for n, tl in mixed.items()}).splitlines()[0]
     report = write_report(mixed, tmp_path / "r.html").read_text()
-    assert "<th>spec_mean_acceptance_length</th>" in report and "draft accepted" in report
+    assert "tokens per verify</th>" in report and "draft accepted" in report
 
 
 def test_latency_cdfs_are_the_metrics_values(runs):
@@ -305,7 +307,19 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
     assert sorted(legend) == sorted(set(SEGMENT_KINDS) - {"cached", "waiting", *DRAFT_KINDS} | {HIGHLIGHT_NAME})
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)
-    assert "spec_acceptance_rate" not in table  # nothing speculated
+    assert "drafts accepted (%)" not in table  # nothing speculated
+
+
+def test_metrics_table_is_numeric_with_units_in_its_headers(runs):
+    """One table for lessons, demo and CLI (minilm/metrics.py): numbers, not strings, so that
+    it sorts and plots; latencies in ms, rounded as the CLI prints them."""
+    table = metrics_table(runs)
+    assert all(pd.api.types.is_numeric_dtype(t) for t in table.dtypes)
+    m = summarize(runs["continuous"])
+    assert table.loc["continuous", "TTFT p50 (ms)"] == round(m["ttft_p50"] * 1e3, 1)
+    assert table.loc["continuous", "time (s)"] == round(m["wall_s"], 2)
+    assert table.loc["static", "padding (%)"] == round(100 * summarize(runs["static"])["padding_fraction"])
+    assert "TTFT p50 (ms)" in metrics_text({n: summarize(tl) for n, tl in runs.items()}).splitlines()[0]
 
 
 def test_save_trace_and_html_report(runs, tmp_path):
@@ -429,3 +443,32 @@ def test_sweep_figure_has_one_point_per_run():
     assert "simulated" in fig.layout.title.text
     with pytest.raises(ValueError, match="latency='ttft'"):
         sweep_figure(df, "ttft")
+
+
+def test_fill_width_sizes_a_figure_widget_again_when_a_view_appears():
+    """A FigureWidget's first draw happens before the page attaches it (Plotly's 700 px default);
+    fill_width asks for autosize once a view exists (tests/test_browser.py checks the pixels)."""
+    import plotly.graph_objects as go
+
+    from widgets import fill_width
+
+    fig = fill_width(go.FigureWidget())
+    assert fig._view_count == 0 and fig.layout.autosize is None
+    fig._view_count = 1  # what the frontend reports when it creates a view
+    assert fig.layout.autosize is True
+
+
+def test_gantt_rows_of_a_benchmark_client_read_short():
+    """`bench-serve` names requests `bench-<8 hex>-<i>`: the rows read `<i>`, the hover keeps the id."""
+    from widgets.gantt import row_labels
+
+    assert row_labels(["bench-3f9c2a1e-0", "bench-3f9c2a1e-1", "bench-3f9c2a1e-17"]) == ["0", "1", "17"]
+    assert row_labels(["r0", "r1", "r10"]) == ["r0", "r1", "r10"]  # no shared prefix up to a separator
+    assert row_labels(["ada-1", "alan-2"]) == ["ada-1", "alan-2"] and row_labels(["solo"]) == ["solo"]
+    tl = Timeline(requests=[RequestRecord(request_id=f"bench-3f9c2a1e-{i}", arrival=0.1 * i, prompt_len=4,
+                                          max_tokens=2, t_scheduled=None, t_first_token=0.1 * i + 0.05,
+                                          token_times=[0.1 * i + 0.05, 0.1 * i + 0.1], t_finished=0.1 * i + 0.1,
+                                          output_len=2, finish_reason="length", preemptions=0)
+                            for i in range(3)])
+    for fig, axis in ((gantt_figure(tl), "yaxis"), (compare_figure({"client": tl}), "yaxis")):
+        assert list(fig.layout[axis].ticktext) == ["0", "1", "2"]

@@ -8,7 +8,7 @@ prompts instead: what a prefix cache can find before anything runs.
 from .bench import load_bench_result
 from .compare import compare_figure, metrics_table, metrics_table_figure
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
-from .inplace import update_figure
+from .inplace import fill_width, update_figure
 from .kvmap import kv_cells, kvmap_figure
 from .latency import latency_cdfs_figure, sweep, sweep_figure
 from .live import LiveGantt, live_gantt
@@ -19,8 +19,8 @@ from .states import states_figure, transition_counts
 from .steps import steps_figure
 from minilm.trace import save_trace
 
-__all__ = ["LiveGantt", "build_radix_tree", "compare_figure", "gantt_figure", "gantt_segments", "kv_cells",
-           "kvmap_figure", "latency_cdfs_figure", "live_gantt", "load_bench_result", "mask_counts", "masks_figure",
+__all__ = ["LiveGantt", "build_radix_tree", "compare_figure", "fill_width", "gantt_figure", "gantt_segments",
+           "kv_cells", "kvmap_figure", "latency_cdfs_figure", "live_gantt", "load_bench_result", "mask_counts", "masks_figure",
            "metrics_table", "metrics_table_figure", "prefix_hits", "radix_figure", "save_trace", "set_gantt_step",
            "states_figure", "steps_figure", "sweep", "sweep_figure", "transition_counts", "update_figure",
            "write_report"]

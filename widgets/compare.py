@@ -9,19 +9,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from minilm.metrics import summarize
+from minilm.metrics import metrics_frame, summarize
 from minilm.timeline import Timeline
 
 from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, gantt_segments,
-                    highlight_trace, request_order, segment_trace, token_ticks_trace)
-
-TABLE_METRICS = [("requests", "{}"), ("steps", "{}"), ("wall_s", "{:.3f}"), ("output_tok_per_s", "{:.0f}"),
-                 ("ttft_p50", "{:.4f}"), ("ttft_p99", "{:.4f}"), ("itl_p50", "{:.4f}"), ("itl_p99", "{:.4f}"),
-                 ("mean_batch_size", "{:.1f}"), ("padding_fraction", "{:.2f}"), ("peak_kv_blocks", "{}"),
-                 ("preemptions", "{}")]
-# speculative decoding (lesson 10): in the table only when one of its runs speculated
-SPEC_METRICS = [("spec_acceptance_rate", "{:.0%}"), ("spec_mean_acceptance_length", "{:.2f}")]
-
+                    highlight_trace, request_axis, segment_trace, token_ticks_trace)
 
 def finish_time(tl: Timeline) -> float:
     """The last step's end, or (a client's view, no steps) the last request's."""
@@ -57,9 +49,8 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
         if (aborted := aborted_trace(tl, showlegend="aborted" not in in_legend)) is not None:
             fig.add_trace(aborted, row=row, col=1)
             in_legend.add("aborted")
-        order = request_order(tl)
-        fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title_text=name,
-                         showticklabels=len(order) <= 30, row=row, col=1)
+        fig.update_yaxes(request_axis(tl), title_text=name, row=row, col=1)
+        fig.update_yaxes(showticklabels=len(tl.requests) <= 30, row=row, col=1)
         fig.add_vline(x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
     clock = " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in timelines.values()) else ""
     fig.update_xaxes(title_text=f"time (ms){clock}", row=rows, col=1)
@@ -85,27 +76,16 @@ def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[
 
 
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
-    """`summarize` of each timeline, one row per name (times in seconds); the columns are `table_metrics`."""
-    rows = pd.DataFrame({name: summarize(tl) for name, tl in timelines.items()}).T
-    return rows[[m for m, _ in table_metrics(rows)]]
-
-
-def table_metrics(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(metric, format) of each column of a table of `summarize` rows: TABLE_METRICS, and
-    SPEC_METRICS when a run verified drafts (its acceptance rate is a number, not None)."""
-    speculated = "spec_acceptance_rate" in df and bool(df["spec_acceptance_rate"].notna().any())
-    return TABLE_METRICS + (SPEC_METRICS if speculated else [])
-
-
-def format_cell(fmt: str, value) -> str:
-    """A table cell: '-' where the run has no such number (a run that did not speculate)."""
-    return "-" if value is None or value != value else fmt.format(value)
+    """`summarize` of each timeline, a row per name: the CLI's table (minilm/metrics.py's
+    METRIC_COLUMNS), numeric, units in the headers, latencies in ms, already rounded."""
+    return metrics_frame({name: summarize(tl) | {"max_num_batched_tokens": tl.meta.get("max_num_batched_tokens")}
+                          for name, tl in timelines.items()})
 
 
 def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
+    """The same table as a Plotly figure (for pages without pandas' HTML)."""
     df = metrics_table(timelines)
-    columns = table_metrics(df)
-    cells = [list(df.index)] + [[format_cell(fmt, v) for v in df[m]] for m, fmt in columns]
-    fig = go.Figure(go.Table(header=dict(values=["run"] + [m for m, _ in columns]), cells=dict(values=cells)))
+    cells = [list(df.index)] + [["-" if pd.isna(v) else v for v in df[c]] for c in df.columns]
+    fig = go.Figure(go.Table(header=dict(values=[df.index.name, *df.columns]), cells=dict(values=cells)))
     fig.update_layout(height=80 + 30 * len(df), margin=dict(l=10, r=10, t=10, b=10))
     return fig

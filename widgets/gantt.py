@@ -61,6 +61,27 @@ def request_order(tl: Timeline) -> list[str]:
     return [r.request_id for r in sorted(tl.requests, key=lambda r: (r.arrival, natural_key(r.request_id)))]
 
 
+def row_labels(ids: list[str]) -> list[str]:
+    """Short row labels: a prefix that every id shares up to a '-' or '_' is left out, so a
+    benchmark client's `bench-3f9c2a1e-17` reads `17` (the hover text keeps the whole id)."""
+    if len(ids) < 2:
+        return list(ids)
+    common = ids[0][:min(len(i) for i in ids)]
+    for i in ids[1:]:
+        while not i.startswith(common):
+            common = common[:-1]
+    cut = max(common.rfind("-"), common.rfind("_")) + 1
+    return [i[cut:] or i for i in ids]
+
+
+def request_axis(tl: Timeline) -> dict:
+    """A Gantt's y axis: a row per request, the first to arrive on top, short labels (no tick
+    labels past 60 rows)."""
+    order = request_order(tl)
+    return dict(categoryorder="array", categoryarray=order, autorange="reversed", tickvals=order,
+                ticktext=row_labels(order), showticklabels=len(order) <= 60)
+
+
 def gantt_segments(tl: Timeline) -> pd.DataFrame:
     """Every bar of the Gantt chart as a row (times in seconds, like the timeline).
 
@@ -219,11 +240,8 @@ def check_step(tl: Timeline, step: int | None) -> None:
 
 
 def gantt_axes(tl: Timeline) -> tuple[dict, dict]:
-    """(xaxis, yaxis) layout: numeric ms axis; request 0 on top; no tick labels past 60 rows."""
-    order = request_order(tl)
-    yaxis = dict(categoryorder="array", categoryarray=order, autorange="reversed", title="request",
-                 showticklabels=len(order) <= 60)
-    return dict(title="time (ms)", type="linear"), yaxis
+    """(xaxis, yaxis) layout: numeric ms axis; the request axis of `request_axis`."""
+    return dict(title="time (ms)", type="linear"), dict(request_axis(tl), title="request")
 
 
 def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None) -> go.Figure:

@@ -35,3 +35,19 @@ def update_figure(target: go.Figure, source: go.Figure, keep_view: bool = False)
             target.data = []
             target.add_traces(list(source.data))
         target.layout.update(layout, overwrite=True)
+
+
+def fill_width(fig: go.FigureWidget) -> go.FigureWidget:
+    """Make a `FigureWidget` as wide as the notebook. Its view draws the figure before the page
+    has attached it, when the view has no width yet, so Plotly falls back to its default 700 px
+    (a plain `go.Figure` does not have this problem). Each time a view appears, ask Plotly to
+    size the figure again: by then the view sits in the page and has the output's width."""
+    fig._view_count = 0  # ipywidgets counts this model's views from here on
+
+    def resize(change) -> None:
+        if (change["new"] or 0) > (change["old"] or 0):
+            fig.layout.autosize = False  # a change Plotly acts on: autosize measures the container
+            fig.layout.autosize = True
+
+    fig.observe(resize, names="_view_count")
+    return fig

@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from minilm.timeline import RequestRecord, Timeline
 
 from .gantt import gantt_figure
-from .inplace import update_figure
+from .inplace import fill_width, update_figure
 from .steps import steps_figure
 
 
@@ -46,8 +46,8 @@ class LiveGantt:
         self.polls = self.errors = 0
         self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
         self.status = W.HTML("starting…")
-        self.gantt = go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
-        self.steps = go.FigureWidget(steps_figure(self.timeline)) if steps else None
+        self.gantt = fill_width(go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests")))
+        self.steps = fill_width(go.FigureWidget(steps_figure(self.timeline))) if steps else None
         self.widget = W.VBox([self.status, self.gantt] + ([self.steps] if steps else []))
         self.task = asyncio.ensure_future(self.run())
 

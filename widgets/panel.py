@@ -28,7 +28,7 @@ from minilm.timeline import Timeline
 from minilm.workload import PRESETS, make_workload
 
 from .gantt import gantt_figure, set_gantt_step
-from .inplace import update_figure
+from .inplace import fill_width, update_figure
 from .kvmap import kv_step_marker, kvmap_figure
 from .steps import step_marker, steps_figure
 from minilm.trace import save_trace
@@ -66,7 +66,7 @@ class ControlPanel:
                                        layout=W.Layout(width="60%"))
         self.play = W.Play(value=0, min=0, max=0, interval=400, description="play")
         W.jslink((self.play, "value"), (self.step_slider, "value"))
-        self.gantt, self.steps, self.kv = go.FigureWidget(), go.FigureWidget(), go.FigureWidget()
+        self.gantt, self.steps, self.kv = (fill_width(go.FigureWidget()) for _ in range(3))
 
         self.run_button.on_click(self.on_run)
         self.save_button.on_click(self.on_save_trace)

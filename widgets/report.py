@@ -17,19 +17,14 @@ import plotly.graph_objects as go
 
 from minilm.timeline import Timeline
 
-from .compare import compare_figure, format_cell, metrics_table, table_metrics
+from .compare import compare_figure, metrics_table
 from .latency import latency_cdfs_figure
 from .steps import steps_figure
 
 
 def metrics_html(timelines: dict[str, Timeline]) -> str:
-    df = metrics_table(timelines)
-    columns = table_metrics(df)
-    head = "".join(f"<th>{html.escape(m)}</th>" for m, _ in columns)
-    rows = "".join("<tr><th>" + html.escape(str(name)) + "</th>" +
-                   "".join(f"<td>{format_cell(fmt, df.loc[name, m])}</td>" for m, fmt in columns) + "</tr>"
-                   for name in df.index)
-    return f"<table><tr><th>run</th>{head}</tr>{rows}</table>"
+    """The CLI's metrics table (units in its headers) as HTML."""
+    return metrics_table(timelines).to_html(na_rep="-")
 
 
 def report_figures(timelines: dict[str, Timeline]) -> list[go.Figure]:
@@ -53,7 +48,7 @@ def write_report(timelines: dict[str, Timeline], path: str | Path, title: str = 
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse}"
         " td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(setting)}. Times in seconds in the table, ms in the charts."
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(setting)}. Units are in the table's headers; the charts' times are in ms."
         f"</p>{metrics_html(timelines)}" + "".join(parts) + "</body></html>")
     return path
 

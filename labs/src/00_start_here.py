@@ -18,7 +18,8 @@
 # | 4 | the paged KV cache |
 # | 5 | inside the Triton kernel: one kernel for a ragged batch |
 # | 6 | chunked prefill: a long prompt no longer stalls the decodes |
-# | 7 | trade-offs and SLOs |
+# | 7 | trade-offs and SLOs: capacity, goodput, the sources' four misconceptions |
+# | 7b | hardware, cost per token, GPUs for a service, the sources' risks, and what came next |
 # | 8 | prefix caching: shared prompt prefixes computed once |
 # | 9 | serving: an OpenAI-compatible server, its clients, the live Gantt |
 #
@@ -119,7 +120,12 @@ import widgets
 widgets.gantt_figure(tl)
 
 # %% [markdown]
-# The throughput of this run, measured on this machine (it varies from run to run):
+# The run's numbers, in the table that the lessons, the lecture demo and `python -m
+# minilm compare` all print: units in the headers, latencies in milliseconds. Measured on
+# this machine, they vary from run to run.
+
+# %%
+widgets.metrics_table({"continuous": tl})
 
 # %%
 from labs.prose import say

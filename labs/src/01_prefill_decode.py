@@ -22,7 +22,7 @@
 
 # %%
 from minilm import Engine, steps_df
-from labs.prose import say
+from labs.prose import check, say
 import widgets
 
 PROMPT_LEN, OUTPUT_LEN = 512, 16
@@ -30,11 +30,16 @@ engine = Engine("tiny")
 engine.add_request("r0", prompt_ids=[7] * PROMPT_LEN, max_tokens=OUTPUT_LEN, ignore_eos=True)
 tl = engine.run()
 steps = steps_df(tl)
+steps.assign(**{"duration (ms)": steps.duration * 1e3})[["step", "prefill_tokens", "decode_tokens",
+                                                         "duration (ms)"]].round(2).head(4)
+
+# %%
 prefill_ms = steps.duration[0] * 1e3
-decode_ms = steps.duration[1:].median() * 1e3
+decode_ms = steps.duration[1:].min() * 1e3  # the fastest: a busy machine only ever adds time
 say(f"A prompt of **{PROMPT_LEN}** tokens, then **{OUTPUT_LEN}** output tokens (measured here): the prefill "
-    f"step took **{prefill_ms:.1f} ms**, a decode step **{decode_ms:.2f} ms**. The prefill computed "
-    f"{PROMPT_LEN}x the tokens of a decode step in {prefill_ms / decode_ms:.0f}x its time.")
+    f"step took **{prefill_ms:.1f} ms**, the fastest decode step **{decode_ms:.2f} ms** (the median "
+    f"{steps.duration[1:].median() * 1e3:.2f} ms). The prefill computed {PROMPT_LEN}x the tokens of a decode step "
+    f"in {prefill_ms / decode_ms:.0f}x its time.")
 
 # %%
 widgets.steps_figure(tl)
@@ -54,10 +59,10 @@ widgets.steps_figure(tl)
 # P \approx L \cdot 12 d^2 \;\Rightarrow\; \text{FLOPs}_\text{prefill} \approx 24 \cdot N \cdot L \cdot d^2$
 #
 # ($12 d^2$ per layer is the GPT-style layer: $4 d^2$ in q, k, v, o and $8 d^2$ in an MLP of
-# width $4d$; Llama's grouped-query attention and wider MLP move the $12$ a little), plus
-# attention, which grows with $N^2$. A decode step of a batch of B sequences does
-# $2 \cdot B \cdot P$ FLOPs, but it must **read every weight once** plus every cached key and
-# value of every sequence:
+# width $4d$; Llama's wider MLP and *grouped-query attention*, where several query heads
+# share one key/value head (lesson 5), move the $12$ a little), plus attention, which grows
+# with $N^2$. A decode step of a batch of B sequences does $2 \cdot B \cdot P$ FLOPs, but it
+# must **read every weight once** plus every cached key and value of every sequence:
 #
 # $\displaystyle \text{bytes}_\text{decode} \approx \underbrace{P \cdot b}_\text{weights}
 # + \underbrace{2 \cdot L \cdot H_{kv} \cdot D \cdot b}_\text{KV bytes per token} \cdot \sum_i c_i$
@@ -65,15 +70,14 @@ widgets.steps_figure(tl)
 # ($b$ bytes per number, $c_i$ the context of sequence $i$). FLOPs / bytes is the step's
 # **arithmetic intensity**.
 #
-# **A note on source `000`.** Its prefill box writes $\text{FLOPs} \approx 2 \times N \times L \times d^2$, and in
-# the same box counts the weights read as $L \times 12 d^2$. The two cannot both hold: $12 d^2$ weights
-# per layer, at 2 FLOPs each per token, is $24 \cdot N \cdot L \cdot d^2$. Count the lab's own model
-# and see: PyTorch's FLOP counter watches one real prefill step of the `tiny` model (its
-# layer has exactly $12 d^2$ weights).
+# Source `000`'s prefill box writes $\text{FLOPs} \approx 2 \times N \times L \times d^2$.
+# PyTorch's FLOP counter watches one real prefill step of the `tiny` model (its layer has
+# exactly $12 d^2$ weights):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from torch.utils.flop_counter import FlopCounterMode
+from minilm.sim.costmodel import CostModel
 
 N = 512
 counted = Engine("tiny")
@@ -92,16 +96,16 @@ print(f"  the source's 2·N·L·d²                   {2 * N * L * d * d:>13,} F
 assert linear == 24 * N * L * d * d + lm_head  # if the model changes shape, this lesson's text must too
 
 # %%
-from minilm.sim.costmodel import CostModel
-
 llama = CostModel("llama-3-8b", "h100")
 per_layer = llama.linear_params / (llama.model.num_hidden_layers * llama.model.hidden_size ** 2)
 attention = CostModel("tiny", "cpu").cost([(N, N)]).attention_flops  # causal: token j sees j + 1 keys
-say(f"The counter agrees with $24 \\cdot N \\cdot L \\cdot d^2$ to the FLOP (plus the output layer for the "
-    f"last token); the source's formula is **{linear / (2 * N * L * d * d):.0f}x too small**. "
-    f"(Llama-3-8B's linear layers hold {per_layer:.1f}·d² per layer, so for it the factor is "
-    f"{2 * per_layer:.0f}·N·L·d².) Attention comes on top: {attention:,.0f} FLOPs for this prompt by the "
-    f"cost model's count, {attention / linear:.0%} of the linear layers' share, and growing with N².")
+say(check("000", "Prefill FLOPs ≈ 2·N·L·d², in the same box that counts $L \\times 12 d^2$ weights read.",
+          f"The two cannot both hold: $12 d^2$ weights per layer at 2 FLOPs each per token is "
+          f"$24 \\cdot N \\cdot L \\cdot d^2$, and the counter agrees with that to the FLOP (plus the output "
+          f"layer for the last token): the source's formula is **{linear / (2 * N * L * d * d):.0f}x too small**. "
+          f"(Llama-3-8B's linear layers hold {per_layer:.1f}·d² per layer: {2 * per_layer:.0f}·N·L·d² for it.) "
+          f"Attention comes on top: {attention:,.0f} FLOPs for this prompt by the cost model's count, "
+          f"{attention / linear:.0%} of the linear layers' share, and growing with N²."))
 
 # %% [markdown]
 # The cost model in `minilm/sim/costmodel.py` writes these formulas out exactly (attention
@@ -149,10 +153,10 @@ def best_prefill_ms(engine, n, repeats=3):
         times.append(engine.run().steps[-1].duration)
     return min(times) * 1e3
 
-def best_decode_ms(batch, repeats=3):
+def best_decode_ms(batch, context=16, repeats=3):
     engine = Engine("tiny", max_num_seqs=batch)
     for i in range(batch):
-        engine.add_request(f"d{i}", prompt_ids=[7] * 16, max_tokens=2 + repeats, ignore_eos=True)
+        engine.add_request(f"d{i}", prompt_ids=[7] * context, max_tokens=2 + repeats, ignore_eos=True)
     steps = steps_df(engine.run())
     return steps[steps.decode_tokens == batch].duration.min() * 1e3
 
@@ -160,10 +164,12 @@ engine = Engine("tiny")
 best_prefill_ms(engine, 8)  # warm-up
 prefill = {n: best_prefill_ms(engine, n) for n in (16, 64, 256, 1024)}
 decode = {b: best_decode_ms(b) for b in (1, 4, 16, 64)}
+long_context = best_decode_ms(1, context=PROMPT_LEN)  # section 1's context
 for n, ms in prefill.items():
     print(f"prefill {n:5d} tokens: {ms:7.2f} ms  ({ms / n * 1e3:6.1f} us per token)")
 for b, ms in decode.items():
-    print(f"decode  batch {b:3d}: {ms:7.2f} ms  ({ms / b * 1e3:6.1f} us per token)")
+    print(f"decode  batch {b:3d}: {ms:7.2f} ms  ({ms / b * 1e3:6.1f} us per token), 16 tokens of context")
+print(f"decode  batch   1: {long_context:7.2f} ms, {PROMPT_LEN} tokens of context (fastest of 3 steps, each)")
 
 # %%
 import plotly.graph_objects as go
@@ -176,30 +182,42 @@ fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="tokens in the
 fig
 
 # %%
-def per_token_us(times_ms):
-    return {k: ms / k * 1e3 for k, ms in times_ms.items()}
+p = {n: ms / n * 1e3 for n, ms in prefill.items()}  # us per token
+dd = {b: ms / b * 1e3 for b, ms in decode.items()}
+growth = decode[16] / decode[1]
+assert growth < 16 / 2  # "far less" below
+say(f"Per token, a decode step alone costs **{dd[1]:.0f} us**, one in a batch of {max(dd)} **{dd[max(dd)]:.0f} "
+    f"us**; a prefill token costs {p[min(p)]:.1f} us in a {min(p)}-token prompt and {p[max(p)]:.1f} us in a "
+    f"{max(p):,}-token one (measured here). A decode step of 16 sequences took **{growth:.1f}x** the time of "
+    f"one of a single sequence: 16 times the tokens, far less than 16 times the time.")
 
-p, dd = per_token_us(prefill), per_token_us(decode)
-say(f"Per token, a decode step alone costs **{dd[1]:.0f} us**, one in a batch of {max(dd)} "
-    f"**{dd[max(dd)]:.0f} us**; a prefill token costs {p[min(p)]:.1f} us in a {min(p)}-token prompt and "
-    f"{p[max(p)]:.1f} us in a {max(p):,}-token one (measured here). Decode steps of "
-    f"{min(decode)} to {sorted(decode)[-2]} sequences took {min(list(decode.values())[:-1]):.1f}–"
-    f"{max(list(decode.values())[:-1]):.1f} ms.")
-cpu_decode = CostModel("tiny", "cpu").cost([(1, 17)])  # this lab's CPU model, fitted by bench/calibrate_cpu.py
+# %%
+cpu = CostModel("tiny", "cpu")  # this lab's CPU model, fitted by bench/calibrate_cpu.py
+short, long = cpu.cost([(1, 17)]), cpu.cost([(1, PROMPT_LEN + 1)])
 say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab was built on) splits a "
-    f"one-sequence decode step into **{cpu_decode.overhead_s * 1e3:.1f} ms** of fixed cost, {cpu_decode.memory_s * 1e3:.2f} ms of "
-    f"reading the weights and {cpu_decode.compute_s * 1e3:.2f} ms of arithmetic.")
+    f"one-sequence decode step into **{short.overhead_s * 1e3:.1f} ms** of fixed cost, "
+    f"{short.memory_s * 1e3:.2f} ms of reading the weights and {short.compute_s * 1e3:.2f} ms of arithmetic. "
+    f"Section 1's decode steps ran with {PROMPT_LEN} tokens of context: the fastest took {decode_ms:.2f} ms there, "
+    f"and {long_context:.2f} ms here, against {decode[1]:.2f} ms with 16 tokens of context. The cost model "
+    f"prices the longer context's keys and values, read and attended at every step, at "
+    f"{(long.time - short.time) * 1e3:.2f} ms more. The rest is how it was measured: section 1 ran first in a "
+    f"fresh process, with no warm-up run before it, and a median on a shared machine also carries whatever else "
+    f"the machine was doing. Compare fastest with fastest, measured the same way.")
 
 # %% [markdown]
 # So on this CPU, what makes a small step cost "a noticeable time" is mostly neither
-# arithmetic nor the weight read: it is fixed cost (Python, launching each of a few
-# hundred operations), which is why small decode batches all take about the same time
-# here, whatever their size (the differences between them are noise). The cost per token falls as a step holds
-# more tokens: batching decodes makes each token cheaper. It stops falling once the
-# arithmetic takes over, and a long prompt's attention grows as N², so the longest
-# prefill can cost more per token than a shorter one. A GPU has a flat regime too, but
-# there it is the weight read (and the KV read) that sets it, with a sharp edge to the
-# compute-bound regime: the roofline.
+# arithmetic nor the weight read: it is fixed cost, Python and the launch of each of a few
+# hundred operations. Horace He calls this regime **overhead-bound**, the third beside
+# compute-bound and memory-bound:
+#
+# > "Overhead: everything else" — time spent neither computing FLOPs nor moving tensors
+# > (Horace He, *Making Deep Learning Go Brrrr From First Principles*, 2022).
+#
+# In an overhead-bound step, more rows cost little: batching decodes makes each token
+# cheaper. The cost per token stops falling once the arithmetic takes over, and a long
+# prompt's attention grows as N², so the longest prefill can cost more per token than a
+# shorter one. A GPU has a flat regime too, but there it is the weight read (and the KV
+# read) that sets it, with a sharp edge to the compute-bound regime: the roofline.
 
 # %% [markdown]
 # ## 4. The roofline of a real GPU (simulated)
@@ -259,13 +277,13 @@ say(f"On an H100 a prefill must hold about **{n_cross} tokens** before its arith
     f"tokens are still memory-bound.")
 
 # %% [markdown]
-# **A note on source `000`.** It labels prefill "compute-bound, arithmetic intensity O(N)".
-# The O(N) is right; "compute-bound" holds only above the crossover. Prompts shorter than
-# it, and prompt *chunks* of chunked prefill shorter than it, are memory-bound, as decode
-# is; a chunk that rides with many decodes can cross it together with them (section 5).
-# (With
-# the source's own FLOP formula, too small by the factor counted in section 2, the crossover
-# would come that many times later.)
+# > **Source 000, checked.** Prefill is "compute-bound, arithmetic intensity O(N)"
+# > (Compute-bound, 算术强度 O(N)).
+# >
+# > The O(N) holds; "compute-bound" only above the crossover. Shorter prompts, and the
+# > chunks of chunked prefill, are memory-bound as decode is; a chunk that rides with many
+# > decodes can cross it together with them (section 5). With the source's own FLOP
+# > formula, too small by section 2's factor, the crossover would come that many times later.
 
 # %%
 x = np.logspace(-0.5, 4, 100)

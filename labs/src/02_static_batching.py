@@ -5,6 +5,13 @@
 # the longest one, and run the batch until **every** row has finished. Then start the
 # next batch. It is how `model.generate(batch)` works in most libraries.
 #
+# Source `001` starts where serving started: classic deep-learning inference (image
+# classification, BERT) had requests of fixed shape, an input of known size and one
+# output, so a batch of them was a dense tensor that kept the GPU busy, and static
+# batching was all anyone needed. An LLM breaks both halves: a prompt can be a few words
+# or tens of thousands of tokens, and nobody knows how long the answer will be until the
+# model writes its end-of-text token.
+#
 # Source `000` pictures it as a **group meal**: the table is served together, and the next
 # group sits down only when everyone at the table has finished; source `001` calls it
 # the short stave of a barrel: the batch is as slow as its slowest request. Two kinds of
@@ -28,7 +35,7 @@
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm import RequestSpec, items_df, make_workload, run_workload, steps_df, summarize
-from labs.prose import say
+from labs.prose import check, say
 import widgets
 
 specs = [RequestSpec("r0", [1] * 24, max_tokens=6), RequestSpec("r1", [1] * 8, max_tokens=2),
@@ -69,8 +76,10 @@ print(f"computed {computed} tokens: {prompt_pad} prompt padding + {bubble_pad} b
 
 # %% [markdown]
 # On a bigger workload the waste depends on how uneven the lengths are. The `mixed`
-# preset has heavy-tailed lengths like real chat traffic (most short, a few long);
-# `uniform` draws them evenly over a range.
+# preset draws its lengths from a **log-normal** distribution: the logarithm of a length
+# is normally distributed, so most lengths sit near the median and a few are many times
+# longer (a heavy tail, the shape of real chat traffic such as ShareGPT's); `uniform`
+# draws them evenly over a range.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -131,12 +140,14 @@ print(f"padding: {summarize(gpu)['padding_fraction']:.0%} of the computed tokens
 print(f"  of which the padded prefill steps: {pre_with * 1e3:.0f} ms with padding, {pre_without * 1e3:.0f} ms without")
 
 # %% [markdown]
-# **A note on source `001`.** It says the GPU wastes "a great deal of floating-point
-# compute on [PAD] placeholders". In FLOPs, yes; in time, mostly no: only the padded
-# *prompts* cost real time (a long prefill is compute-bound), while the padded decode
-# rows ride along almost free. What a GPU loses to static batching is the *places*: a
-# finished row holds a place in the batch that a waiting request could use, and every
-# step reads all the weights for fewer real tokens. The next section measures that.
+# > **Source 001, checked.** The GPU wastes "a great deal of floating-point compute on
+# > [PAD] placeholders" (GPU 把大量浮点算力浪费在了计算[PAD]占位符上).
+# >
+# > In FLOPs, yes; in time, mostly no (the table above): only the padded *prompts* cost
+# > real time (a long prefill is compute-bound), while padded decode rows ride along almost
+# > free. What a GPU loses to static batching is the *places*: a finished row holds a seat
+# > that a waiting request could use, and every step reads all the weights for fewer real
+# > tokens. The next section measures that.
 
 # %% [markdown]
 # ## 3. Realistic lengths: where the speed-up of in-flight batching comes from
@@ -173,6 +184,11 @@ def empty_kv_share(tl):
     return 1 - df.kv_tokens_stored.sum() / (df.kv_blocks_used * tl.meta["block_size"]).sum()
 
 
+print("policy      output tok/s  KV slots held but empty (measured here)")
+for policy, t in measured.items():
+    print(f"{policy:10s} {tput[policy]:13.0f} {empty_kv_share(t):25.0%}")
+
+# %%
 say(f"Output lengths from {doc_lens.min()} to {doc_lens.max()} tokens (median {np.median(doc_lens):.0f}, "
     f"coefficient of variation {doc_cv:.2f}); {stopped} of {len(doc_lens)} requests stopped at EOS, the others "
     f"at `max_tokens`. Static batching: **{tput['static']:.0f}** output tokens/s; in-flight: "
@@ -182,17 +198,15 @@ say(f"Output lengths from {doc_lens.min()} to {doc_lens.max()} tokens (median {n
     f"**{empty_kv_share(measured['static']):.0%}** of the KV slots it held stayed empty, against "
     f"{empty_kv_share(measured['continuous']):.0%} for the paged cache of in-flight batching.")
 
-# %% [markdown]
-# > vLLM's blog (2023-06-20): existing systems waste 60–80% of KV-cache memory to
-# > fragmentation and over-reservation; PagedAttention wastes under 4%, only in the last
-# > block of a sequence. Source `000` repeats it as "from 60–80% to close to 0".
-
 # %%
 block = measured["continuous"].meta["block_size"]
-say(f"Measured here, the paged cache's empty slots are only the unfilled end of each running sequence's last "
-    f"block of {block}; with outputs this short (median {np.median(doc_lens):.0f} tokens) that end is a larger "
-    f"share than for long chat sequences, hence {empty_kv_share(measured['continuous']):.0%} rather than "
-    f"vLLM's under 4%. Lesson 4 compares reserved and paged KV on the same memory.")
+assert empty_kv_share(measured["continuous"]) >= 0.04  # "not under 4%" below
+say(check("000", "Paging cuts KV waste \"from the traditional schemes' 60–80% to close to 0\" (内存浪费率从传统方案的 "
+          "60–80% 降至接近 0), citing vLLM, whose blog (2023-06-20) says under 4%, only in a sequence's last block.",
+          f"Here the paged cache's empty slots are only the unfilled end of each running sequence's last block of "
+          f"{block}; with outputs this short (median {np.median(doc_lens):.0f} tokens) that end is a larger share "
+          f"than for long chat sequences: **{empty_kv_share(measured['continuous']):.0%}**, not under 4%. "
+          f"Lesson 4 measures the traditional scheme's share on the same memory."))
 
 # %% [markdown]
 # Why is in-flight batching faster? Source `000` writes throughput as $B_\text{eff} \times \text{SPS}$ (real rows per
@@ -238,7 +252,8 @@ fig
 # Test the claim the lab can test: how the speed-up moves with the spread of output
 # lengths. Llama-3-8B on an H100, **simulated**: all requests waiting at the start, equal
 # prompts, output lengths drawn from a log-normal with the same mean and a growing
-# spread, for two batch sizes.
+# spread (measured by the *coefficient of variation*, the standard deviation over the
+# mean), for two batch sizes.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -271,7 +286,7 @@ for batch in (8, 32):
         rows.append({"max_num_seqs": batch, "cv": outputs.std() / outputs.mean(), "speedup": speedup(outputs, batch)})
 sweep = pd.DataFrame(rows)
 print("output-length spread (cv) -> in-flight / static output tokens/s, Llama-3-8B on an H100 (simulated)")
-print(sweep.round(2).to_string(index=False))
+print(sweep.rename(columns={"speedup": "speedup (x)"}).round(2).to_string(index=False))
 
 # %%
 # the same requests, in the same order, with the lengths the docstrings model gave them
@@ -300,22 +315,25 @@ say(f"With equal lengths there is nothing to gain (at most {flat.max():.2f}x): n
     f"{replayed:.1f}x on the simulated H100 and {tput['continuous'] / tput['static']:.1f}x measured on this CPU.")
 
 # %% [markdown]
-# **A note on the sources.** Source `000` is right that the gain depends on the spread of
-# lengths; the lab adds that it depends on the batch size too, and that with equal
-# lengths and a full queue there is no throughput gain at all, which source `001`'s
-# single range leaves out. (Under arrivals, static batching still makes a newcomer wait
-# for the running batch, whatever the lengths: section 4.) Where
-# the docstrings model's own lengths land against the two ranges, the figure shows. A
-# throughput ratio like these is measured with a full queue, as here; under a light load
+# > **Sources 000 and 001, checked.** Source `000` is right that the gain depends on the
+# > spread of lengths; it also depends on the batch size, and with equal lengths and a full
+# > queue there is no throughput gain at all, which source `001`'s single range leaves out.
+# > (Under arrivals, static batching still makes a newcomer wait for the running batch,
+# > whatever the lengths: section 4.)
+#
+# A throughput ratio like these is measured with a full queue, as here; under a light load
 # both policies keep up, and the difference moves into latency: the next section.
 
 # %% [markdown]
 # ## 4. Waiting for the table: queueing delay and the P99
 #
-# Now requests arrive over time (Poisson arrivals) and are served by Llama-3-8B on an
-# H100, **simulated** by the cost model, so the numbers are the same on every machine. A
-# request that arrives mid-batch waits until the whole batch is done; in-flight
-# batching admits it at the next step.
+# Now requests arrive over time and are served by Llama-3-8B on an H100, **simulated** by
+# the cost model, so the numbers are the same on every machine. The arrivals are a
+# **Poisson process**, the usual model of many independent users: requests come at a
+# constant average rate, each at a moment that does not depend on the others, so the gaps
+# between them are exponentially distributed and requests sometimes bunch up. A request
+# that arrives mid-batch waits until the whole batch is done; in-flight batching admits it
+# at the next step.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -338,8 +356,7 @@ for p, t in runs.items():
 widgets.gantt_figure(runs["static"], title="static batching, Llama-3-8B on an H100 (simulated)")
 
 # %% [markdown]
-# Source `001` calls the result an "avalanche of queueing delay" that makes the P99
-# response time "extremely worse". Raise the arrival rate and watch the tail:
+# Raise the arrival rate and watch the tail:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -362,8 +379,10 @@ for rate in (1, 2, 4, 8, 16, 32):
                      "e2e_p99": m["e2e_p99"], "e2e_p99_batch": batch_return_p99(t) if policy == "static" else None,
                      "out_tok_s": m["output_tok_per_s"]})
 load = pd.DataFrame(rows)
-print("seconds, except out_tok_s (simulated, Llama-3-8B on an H100, max_num_seqs=8)")
-print(load.round(2).to_string(index=False))
+HEADERS = {"rate": "rate (req/s)", "ttft_p50": "TTFT p50 (s)", "ttft_p99": "TTFT p99 (s)", "e2e_p99": "e2e p99 (s)",
+           "e2e_p99_batch": "e2e p99, whole batch returned (s)", "out_tok_s": "out tok/s"}
+print("simulated, Llama-3-8B on an H100, max_num_seqs=8")
+print(load.round(2).round({"out_tok_s": 0}).rename(columns=HEADERS).to_string(index=False, na_rep="-"))
 
 # %%
 from plotly.subplots import make_subplots
@@ -385,14 +404,18 @@ fig
 # %%
 st, ct = (load[load.policy == p].set_index("rate") for p in ("static", "continuous"))
 low = min(load.rate)
-say(f"Even at {low} request/s, static batching's TTFT p99 is **{st.ttft_p99[low]:.2f} s** against "
-    f"{ct.ttft_p99[low] * 1e3:.0f} ms in flight: a request that arrives just after a batch started waits for that "
-    f"batch's longest row. Static batching's throughput stops growing at about "
-    f"**{st.out_tok_s.max():.0f}** output tokens/s; past that rate its queue grows for as long as requests keep "
-    f"coming, and the p99 with it ({st.ttft_p99.max():.1f} s at {max(load.rate)} requests/s), while in-flight batching serves up to "
-    f"{ct.out_tok_s.max():.0f} tokens/s. Returning each request only with its whole batch, as a plain "
-    f"`generate(batch)` does, adds more: static e2e p99 {st.e2e_p99[low]:.2f} s streamed, "
-    f"{st.e2e_p99_batch[low]:.2f} s returned with the batch, at {low} request/s.")
+assert st.ttft_p99[low] > 10 * ct.ttft_p99[low] and st.ttft_p99.is_monotonic_increasing  # the verdict below
+say(check("001", "Queueing delay \"avalanches\" and the P99 response time \"worsens extremely\" "
+                 "(排队延迟雪崩 … P99 响应延迟极度恶化).",
+          f"Right. Even at {low} request/s, static batching's TTFT p99 is **{st.ttft_p99[low]:.2f} s** against "
+          f"{ct.ttft_p99[low] * 1e3:.0f} ms in flight: a request that arrives just after a batch started waits "
+          f"for that batch's longest row. Static batching's throughput stops growing at about "
+          f"**{st.out_tok_s.max():.0f}** output tokens/s; past that rate its queue grows for as long as requests "
+          f"keep coming, and the p99 with it ({st.ttft_p99.max():.1f} s at {max(load.rate)} requests/s), while "
+          f"in-flight batching serves up to {ct.out_tok_s.max():.0f} tokens/s. Returning each request only with "
+          f"its whole batch, as a plain `generate(batch)` does, adds more: static e2e p99 "
+          f"{st.e2e_p99[low]:.2f} s streamed, {st.e2e_p99_batch[low]:.2f} s returned with the batch, at {low} "
+          f"request/s."))
 
 # %% [markdown]
 # **What to remember.** Static batching computes padding (uneven prompts, rows that

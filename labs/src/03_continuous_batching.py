@@ -34,7 +34,7 @@
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm import Engine, EngineConfig, make_workload, run_workload, steps_df, summarize
-from labs.prose import say
+from labs.prose import check, say
 import widgets
 
 engine = Engine("tiny", EngineConfig(policy="continuous", max_num_seqs=3))
@@ -78,11 +78,14 @@ widgets.gantt_figure(engine.timeline)
 # The **effective batch size** B_eff is how many requests do real work in a step.
 # Static batching lets it sag as rows finish, while the finished rows are still
 # computed (as padding); in-flight batching refills it at once. The same `mixed`
-# workload for both policies, `max_num_seqs=8`:
+# workload for both policies, `max_num_seqs=8`, with eight requests per seat: once the
+# queue is empty, in-flight batching too runs a batch that thins out as its last
+# requests finish, and that tail is not the policy's pace (section 4 comes back to it).
+# So B_eff is counted twice: while requests wait, and over the whole run.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-specs = make_workload("mixed", num_requests=24, seed=0, max_model_len=512)
+specs = make_workload("mixed", num_requests=64, seed=0, max_model_len=512)
 knobs = dict(max_num_seqs=8, max_model_len=512, sampling={"ignore_eos": True})
 tls = {p: run_workload(specs, policy=p, **knobs) for p in ("static", "continuous")}
 
@@ -92,11 +95,17 @@ def rows_computed(step):
     return len({i.request_id for i in step.items if i.kind != "cached"})
 
 
+def real_rows(step):
+    return len({i.request_id for i in step.items if i.kind in ("prefill", "decode")})
+
+
 for p, t in tls.items():
     m = summarize(t)
+    queued = [s for s in t.steps if s.num_waiting > 0]
     rows = sum(rows_computed(s) for s in t.steps) / len(t.steps)
-    print(f"{p:10s}: {len(specs)} requests in {m['steps']} steps, mean B_eff {m['mean_batch_size']:.2f}, "
-          f"rows computed per step {rows:.2f}, padding {m['padding_fraction']:.0%} of computed tokens")
+    print(f"{p:10s}: {len(specs)} requests in {m['steps']} steps ({len(queued)} of them with requests waiting); "
+          f"B_eff {sum(map(real_rows, queued)) / len(queued):.2f} while they wait, {m['mean_batch_size']:.2f} over "
+          f"the run; rows computed per step {rows:.2f}, padding {m['padding_fraction']:.0%} of computed tokens")
 
 # %%
 import plotly.graph_objects as go
@@ -118,8 +127,9 @@ fig
 # Source `000` sums the idea up in one formula: output tokens per second ≈ B_eff × SPS,
 # where SPS is steps per second. Under static batching B_eff decays as requests finish;
 # under in-flight batching it stays near `max_num_seqs` while the queue is not empty.
-# Both sides, from the measured timelines (and a third run, with chunked prefill,
-# lesson 6, at a budget of `16` tokens a step):
+# Both sides, from the measured timelines, over the whole run (and a third run, with
+# chunked prefill, lesson 6: a prompt computed over several steps, at most `16` tokens a
+# step):
 
 # %%
 tls["chunked"] = run_workload(specs, policy="chunked", max_num_batched_tokens=16, **knobs)
@@ -191,11 +201,8 @@ say(f"On the simulated H100, static batching manages **{sps['static']:.0f}** ste
     f"{ms['continuous']['mean_batch_size']:.1f}): most of the gain is in B_eff.")
 
 # %% [markdown]
-# > Source `000`: in-flight batching lets the compute "永远不闲着" (never sit idle), with
-# > "有效 GPU 利用率近乎恒定" (effective GPU utilisation nearly constant). Source `001`: the
-# > GPU's memory and compute units are "始终处于高负载" (always under high load).
-#
-# Checked on the saturated in-flight run above, step by step with the cost model:
+# The sources also say what the GPU does meanwhile. Each step of the saturated in-flight
+# run above, priced by the cost model:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -205,10 +212,14 @@ h100 = CostModel("llama-3-8b", "h100")
 costs = [h100.cost(items_shape(s.items)) for s in saturated["continuous"].steps]
 memory_bound = sum(c.bound == "memory" for c in costs)
 mfu = sum(c.flops for c in costs) / (ms["continuous"]["wall_s"] * h100.device.flops)
-say(f"**{memory_bound}** of its **{len(costs)}** steps are memory-bound, and over the run the model uses "
-    f"**{mfu:.0%}** of the H100's peak FLOP/s. In-flight batching keeps the batch's *seats* full, not the "
-    f"arithmetic units: a decode step stays bound by reading weights and KV (lesson 1), and what batching buys "
-    f"is more tokens for each read. \"Never idle\" is true of the seats, not of the compute.")
+assert memory_bound > len(costs) / 2 and mfu < 0.5  # the verdict below
+say(check("000 and 001", "In-flight batching lets the compute \"never sit idle\" (永远不闲着), \"effective GPU "
+          "utilisation nearly constant\" (有效 GPU 利用率近乎恒定); the memory and compute units are \"always "
+          "under high load\" (始终处于高负载).",
+          f"**{memory_bound}** of the run's **{len(costs)}** steps are memory-bound, and over the run the model "
+          f"uses **{mfu:.0%}** of the H100's peak FLOP/s. In-flight batching keeps the batch's *seats* full, not "
+          f"the arithmetic units: a decode step stays bound by reading weights and KV (lesson 1), and what "
+          f"batching buys is more tokens for each read. True of the seats and of the memory, not of the compute."))
 
 # %% [markdown]
 # ## 4. The on/off experiment
@@ -247,15 +258,9 @@ for p, m in sim.items():
 # waits for a whole batch to finish before it starts, so its time to first token and
 # its end-to-end latency fall too.
 #
-# **How big is the gain?** The sources give ranges:
-#
-# > In-flight batching raises throughput "several times … generally in the 2–8x range,
-# > depending on how much the lengths of the workload vary" — source `000`, which marks
-# > it as industry experience, not one benchmark.
-#
-# > Continuous batching "raised the serving throughput 2–4x" — source `001`.
-#
-# The lab can check the dependence they name. Below, one set of requests with equal
+# **How big is the gain?** Both sources give a range of speed-ups (quoted in the callout
+# below and in lesson 2), and source `000` names what it depends on: how much the lengths
+# of the workload vary. The lab can check that dependence. Below, one set of requests with equal
 # prompts is given output lengths from one log-normal family, from all equal to very
 # uneven (the mean stays the same); each version runs with static and with in-flight
 # batching, all queued at once, on the simulated H100:
@@ -297,10 +302,13 @@ fig
 # %%
 # NBVAL_CHECK_OUTPUT
 cvs = list(spread)
-say(f"With equal lengths there is nothing to gain (**{spread[cvs[0]]:.2f}x**); the gain grows with the "
-    f"spread, to **{spread[cvs[-1]]:.2f}x** at a coefficient of variation of {cvs[-1]:.1f}. The dependence "
-    f"source `000` names is real; its range is a rule of thumb that also folds in arrival patterns, queueing "
-    f"and memory (lesson 4), none of which this offline, compute-only sweep has.")
+assert list(spread.values()) == sorted(spread.values())  # "grows with the spread"
+say(check("000", "Throughput rises \"several times … generally 2–8x, depending on how much the lengths of the "
+          "workload vary\" (具体取决于工作负载长度方差，幅度一般在 2–8× 区间).",
+          f"With equal lengths there is nothing to gain (**{spread[cvs[0]]:.2f}x**); the gain grows with the "
+          f"spread, to **{spread[cvs[-1]]:.2f}x** at a coefficient of variation of {cvs[-1]:.1f}. The dependence "
+          f"is real; the range is a rule of thumb that also folds in arrival patterns, queueing and memory "
+          f"(lesson 4), none of which this offline, compute-only sweep has."))
 
 # %% [markdown]
 # One more factor hides in any such number: how long the queue is. Once the queue is
@@ -323,6 +331,10 @@ def speedup_at(num_requests, sigma):
     return tok_s["continuous"] / tok_s["static"]
 
 short, long_run = speedup_at(len(z), 1.5), speedup_at(4 * len(z), 1.5)
+print(f"{len(z)} requests: {short:.2f}x; {4 * len(z)} requests: {long_run:.2f}x (simulated)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 assert long_run > short  # what the sentence says
 say(f"{len(z) // seqs} requests per seat: **{short:.2f}x**; {4 * len(z) // seqs} per seat: **{long_run:.2f}x**. "
     f"Lesson 2's sweep queued more requests per seat than this one and found larger gains for that reason: "
@@ -332,25 +344,28 @@ say(f"{len(z) // seqs} requests per seat: **{short:.2f}x**; {4 * len(z) // seqs}
 # ## 5. A request's life: the state machine
 #
 # Source `000` draws a request's life as a state machine: **waiting** → (a free slot and
-# it can be scheduled) → **prefill** (which may run in chunks: an unfinished chunk goes
-# back to prefill) → **decode** (one token per step, again and again) → (EOS or the
-# maximum length) → **completed**. The engine's own states (`minilm/request.py`) are
-# coarser: `pending` (not yet arrived), `waiting`, `running`, `finished`. Prefill and
-# decode are not states there: a running request simply has tokens left to compute —
-# its whole prompt, a chunk, or one token (vLLM V1 sees it the same way). And the
-# engine has an edge the drawing lacks: **preemption**, when KV memory runs out and a
-# running request is sent back to the queue, to be recomputed later (lesson 4).
+# it can be scheduled) → **prefill** → **decode** (one token per step, again and again) →
+# (EOS or the maximum length) → **completed**. The engine's own states
+# (`minilm/request.py`) are coarser: `pending` (not yet arrived), `waiting`, `running`,
+# `finished`. Prefill and decode are not states there: a running request simply has
+# tokens left to compute, its whole prompt or one token (vLLM V1 sees it the same way).
+#
+# The engine also has an edge the drawing lacks: **preemption**. In-flight batching admits
+# requests without knowing how long they will grow; each new token needs room for its keys
+# and values in the KV cache (lesson 4). When a step needs room and none is left, the
+# engine takes a running request's KV memory away (the newest one, as vLLM does) and puts
+# it back at the head of the queue; when it is admitted again it recomputes its prompt and
+# its output so far. Exercise 3's scheduler does the same.
 #
 # Every transition can be read off a timeline. A real run, with real text: the
 # `docstrings` model (lesson 0), whose outputs end at its EOS token or at `max_tokens`
-# (here `48`), with chunked prefill at a small budget and a KV cache too small for
-# everyone, so that every edge of the machine happens:
+# (here `48`), in-flight batching, and a KV cache too small for everyone:
 
 # %%
 docs = make_workload("docstrings", num_requests=12, seed=1, max_model_len=256)
 for d in docs:
     d.max_tokens = 48
-life = Engine("docstrings", EngineConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=8, num_blocks=10))
+life = Engine("docstrings", EngineConfig(policy="continuous", max_num_seqs=4, num_blocks=8))
 life.add_workload(docs)
 life_tl = life.run()
 widgets.states_figure(life_tl)
@@ -358,12 +373,17 @@ widgets.states_figure(life_tl)
 # %%
 counts = widgets.transition_counts(life_tl)
 reasons = {k: sum(r.finish_reason == k for r in life_tl.requests) for k in ("stop", "length")}
+preempted = counts["prefill", "waiting"] + counts["decode", "waiting"]
+assert preempted == summarize(life_tl)["preemptions"] > 0 and counts["prefill", "prefill"] == 0
 say(f"Of the {len(life_tl.requests)} requests, {reasons['stop']} ended at EOS and {reasons['length']} at "
-    f"`max_tokens`. The {counts['waiting', 'prefill']} admissions are more than the requests: "
-    f"{counts['prefill', 'waiting'] + counts['decode', 'waiting']} preemptions sent requests back to the queue "
-    f"(the engine counts {summarize(life_tl)['preemptions']}), each to be admitted again and to recompute its "
-    f"prompt and its output so far. With a budget of `8` tokens a step, whatever the decodes leave is all a "
-    f"prompt (or a recomputation) gets: {counts['prefill', 'prefill']} times a prefill went on to a next chunk.")
+    f"`max_tokens`. The {counts['waiting', 'prefill']} admissions are more than the requests: **{preempted}** "
+    f"preemptions sent requests back to the queue, each to be admitted again and to recompute its prompt and its "
+    f"output so far.")
+
+# %% [markdown]
+# The drawing has one more edge, "chunk not finished → back to prefill": a long prompt
+# computed a piece at a time over several steps. That is *chunked prefill*, lesson 6,
+# which draws this machine again with that edge in use.
 
 # %% [markdown]
 # **What to remember.** Scheduling per iteration keeps the batch full and lets a new

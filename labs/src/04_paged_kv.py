@@ -9,7 +9,7 @@
 # NBVAL_CHECK_OUTPUT
 from minilm import Engine, EngineConfig, make_workload, summarize
 from minilm.sim.costmodel import CostModel
-from labs.prose import say
+from labs.prose import check, say
 import widgets
 
 llama = CostModel("llama-3-8b", "h100")  # sizes only: 32 layers, 8 KV heads of 128 numbers, 2 bytes each
@@ -19,23 +19,24 @@ say(f"Llama-3-8B keeps **{per_token / 2**10:.0f} KiB** of K and V per token, so 
     f"{conversation:,}-token conversation holds **{per_token * conversation / 2**30:.1f} GiB**.")
 
 # %% [markdown]
-# > Source 000: with 128K–1M-token context windows now common, static batching is
-# > "几乎不可用" (nearly unusable) for long contexts.
-#
-# What a long context costs at that rate, against the KV memory an H100 has left after
-# Llama-3-8B's weights (the cost model's figure, at vLLM's default
-# `gpu_memory_utilization=0.9`):
+# Source `000` says that with 128K–1M-token context windows now common, static batching
+# is nearly unusable for long contexts. What a long context costs at that rate, against
+# the KV memory an H100 has left after Llama-3-8B's weights (the cost model's figure, at
+# vLLM's default `gpu_memory_utilization=0.9`):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 kv_memory = llama.kv_cache_bytes(0.9)
 need_128k, need_1m = per_token * 128 * 2**10, per_token * 2**20
 assert kv_memory // need_128k < 8 and need_1m > kv_memory  # "a few rows, or none" below
-say(f"A 128K-token context holds **{need_128k / 2**30:.0f} GiB** of K and V: **{kv_memory // need_128k}** such "
-    f"requests fill the H100's {kv_memory / 2**30:.0f} GiB of KV memory; a 1M-token one (**{need_1m / 2**30:.0f} "
-    f"GiB**) does not fit at all. A static engine reserves every row's longest possible length for the whole "
-    f"batch, so such a window leaves it a batch of a few rows, or none: the source is right. Paging gives each "
-    f"request only the blocks it has filled, so short requests still share the memory with a long one.")
+say(check("000", "With 128K–1M-token context windows, static batching is \"nearly unusable\" for long contexts "
+                 "(静态批处理在长上下文下几乎不可用).",
+          f"Right. A 128K-token context holds **{need_128k / 2**30:.0f} GiB** of K and V: **{kv_memory // need_128k}** "
+          f"such requests fill the H100's {kv_memory / 2**30:.0f} GiB of KV memory; a 1M-token one "
+          f"(**{need_1m / 2**30:.0f} GiB**) does not fit at all. A static engine reserves every row's longest "
+          f"possible length for the whole batch, so such a window leaves it a batch of a few rows, or none. Paging "
+          f"gives each request only the blocks it has filled, so short requests still share the memory with a long "
+          f"one."))
 
 # %% [markdown]
 # Before vLLM, engines gave each request one **contiguous** region big enough for its
@@ -223,7 +224,10 @@ def memory_use(tl):
 
 # %% [markdown]
 # Llama-3-8B on an H100 (**simulated**), the `mixed` workload all queued at once, and a
-# deliberately small KV cache, so that memory decides how many run together:
+# deliberately small KV cache, so that memory decides how many run together. The last
+# column counts **preemptions** (lesson 3): a paged engine admits requests whose future
+# tokens may not fit, and when blocks run out it frees the newest request's blocks and
+# recomputes it later, vLLM's default. Reserving engines never need to.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -290,9 +294,8 @@ fig
 # %% [markdown]
 # Paging leaves only the last block of each sequence partly empty, so the same memory
 # holds more sequences, the batch is bigger, and — decode being memory-bound — the extra
-# sequences are almost free: throughput goes up. The price: a paged engine admits
-# requests whose future tokens may not fit, so when blocks run out it must **preempt**
-# (here: free the newest request's blocks and recompute it later, vLLM's default).
+# sequences are almost free: throughput goes up. The price is the preemptions of the
+# table: work thrown away and done again.
 
 # %%
 import plotly.graph_objects as go
@@ -305,17 +308,12 @@ fig.update_layout(xaxis_title="time (s, simulated)", yaxis_title="requests in th
 fig
 
 # %% [markdown]
-# **The claims, checked.**
-#
 # > The vLLM project's blog (2023-06-20): existing systems waste 60–80% of KV memory to
 # > fragmentation and over-reservation; PagedAttention wastes under 4%, only in a
 # > sequence's last block. The SOSP 2023 paper reports 2–4x the throughput of
 # > FasterTransformer and Orca at the same latency.
 #
-# > Memory waste falls "from the 60–80% of the traditional schemes to close to 0"
-# > (source `000`, citing the vLLM paper).
-#
-# What this lab measures, on its own workload:
+# Source `000` repeats the first claim. What this lab measures, on its own workload:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -325,13 +323,15 @@ slack = use["paged"]["held, empty"]
 mean_len = sum(len(s.prompt_ids) + lengths[s.id] for s in specs) / len(specs)
 tok_s = {a: summarize(tl)["output_tok_per_s"] for a, tl in runs.items()}
 where = "inside" if 0.6 <= waste["contiguous"] <= 0.8 else "outside"
-say(f"Reserving one contiguous region per request wastes **{waste['contiguous']:.0%}** of the KV memory here, "
-    f"{where} the blog's range; scattered reservation, without the holes, **{waste['reserved']:.0%}**; paging "
-    f"**{waste['paged']:.0%}**. Paging's share is not zero: **{slack:.0%}** is slack in last blocks, which is "
-    f"what the blog's 'under 4%' counts (its share shrinks as sequences grow; these average "
-    f"{mean_len:.0f} tokens, a few blocks each), and the rest is free blocks too few for the next prompt. "
-    f"Throughput follows the batch: paging gives **{tok_s['paged'] / tok_s['contiguous']:.1f}x** the output "
-    f"tokens/s of contiguous reservation on this workload.")
+say(check("000", "Memory waste falls \"from the 60–80% of the traditional schemes to close to 0\" (内存浪费率从传统方案的 "
+                 "60–80% 降至接近 0), citing the vLLM paper.",
+          f"Reserving one contiguous region per request wastes **{waste['contiguous']:.0%}** of the KV memory "
+          f"here, {where} the blog's range; scattered reservation, without the holes, **{waste['reserved']:.0%}**; "
+          f"paging **{waste['paged']:.0%}**, not zero: **{slack:.0%}** is slack in last blocks, which is what the "
+          f"blog's 'under 4%' counts (its share shrinks as sequences grow; these average {mean_len:.0f} tokens, a "
+          f"few blocks each), and the rest is free blocks too few for the next prompt. Throughput follows the "
+          f"batch: paging gives **{tok_s['paged'] / tok_s['contiguous']:.1f}x** the output tokens/s of contiguous "
+          f"reservation on this workload."))
 
 # %% [markdown]
 # ## 4. Reservation waste grows with how much lengths vary

@@ -16,20 +16,14 @@
 # This lesson builds the ragged description from a real step, measures what padding
 # would cost, and runs `minilm/model/attention/triton_paged.py` against the reference.
 #
-# **A note on source `000`.** It says TensorRT-LLM "aligns heterogeneous requests to one
-# tensor shape with padding and masks", while vLLM and SGLang handle the different
-# lengths in the kernel. For TensorRT-LLM's in-flight batching that is not so; its
-# documentation says:
-#
-# > "For efficiency reasons, the support for inflight batching requires the input
-# > tensors to be packed (no padding)", because "padding sequences in the generation
-# > phase that contain a single token to the length of the maximum input sequence is
-# > inefficient use of resources" (TensorRT-LLM docs, *Paged Attention, IFB, and
-# > Request Scheduling*).
-#
-# Its attention operator still has a padded mode, the older one (its docs say "support
-# for padded mode may be removed in the future"), but in-flight batching does not use
-# it. All three engines run a mixed step ragged; section 3 shows what padding would cost.
+# > **Source 000, checked.** TensorRT-LLM "aligns heterogeneous requests to one tensor shape
+# > with padding and masks" (通过 padding 和 mask 将异构请求对齐到统一的 tensor shape 上执行),
+# > while vLLM and SGLang handle the different lengths in the kernel.
+# >
+# > Not for TensorRT-LLM's in-flight batching. Its docs (*Paged Attention, IFB, and Request
+# > Scheduling*): "the support for inflight batching requires the input tensors to be
+# > packed (no padding)". Its older padded mode still exists ("may be removed in the
+# > future"), unused by in-flight batching. All three engines run a mixed step ragged.
 
 # %%
 import os
@@ -138,6 +132,23 @@ print(f"query rows: padded {rows_padded:,}, ragged {rows_ragged:,} ({rows_padded
 print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_padded / pairs_ragged:.1f}x)")
 
 # %% [markdown]
+# This is what makes in-flight batching cheap. The scheduler (lessons 3 and 6) puts a
+# prompt chunk and one-token decodes into the same step whenever a request joins, and the
+# mix changes from step to step. Padded, each such step would bring static batching's
+# waste (lesson 2) back inside the step: every decode computed as if it were as long as
+# the chunk.
+
+# %%
+mixing = [s for s in tl.steps if {i.kind for i in s.items} == {"prefill", "decode"}]
+mix_padded = sum(len(s.items) * max(i.num_tokens for i in s.items) for s in mixing)
+mix_ragged = sum(i.num_tokens for s in mixing for i in s.items)
+say(f"In this run **{len(mixing)}** of the {len(tl.steps)} steps mix a prompt chunk with decodes; padded, those "
+    f"steps would compute **{mix_padded / mix_ragged:.1f}x** the query rows they need (the linear layers too, in "
+    f"an engine that pads), and the whole run {pairs_padded / pairs_ragged:.1f}x the attention scores. Ragged, a "
+    f"step costs its real tokens whatever the mix, so the scheduler can put any request into any step without a "
+    f"padding bill: that is what iteration-level scheduling needs.")
+
+# %% [markdown]
 # Padding attention is only part of a padded engine's waste: its linear layers (the
 # projections and the MLP) would also run on every padding row. In this engine they never
 # need padding: they are per-token, so the whole flat batch goes through them as one
@@ -150,18 +161,27 @@ print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_
 # Read the docstring of `minilm/model/attention/triton_paged.py` beside this. In short:
 #
 # * the grid is (query blocks, KV heads); one program takes up to `BLOCK_Q` new tokens of
-#   **one** sequence and all the query heads that share one KV head (grouped-query
-#   attention), so each K/V tile it loads serves all of them;
+#   **one** sequence and all the query heads that share one KV head. That sharing is
+#   **grouped-query attention (GQA)**: a model such as Llama-3-8B has fewer K/V heads than
+#   query heads, each K/V head serving a group of query heads (the last cell of this
+#   section prints its shape), which shrinks the KV cache by the group's size; here each
+#   K/V tile a program loads serves the whole group;
 # * a decode-only step of few sequences would give the GPU too few programs (one per
-#   sequence and KV head, fewer than it has SMs), so
-#   `paged_attention` then splits each context into segments that run side by side and
-#   merges their partial softmaxes with a second small kernel (flash-decoding,
-#   `attention_split_kv`; the cell after the check below shows the choice);
+#   sequence and KV head, fewer than it has SMs, its compute units). `paged_attention`
+#   then uses **flash-decoding** (Dao et al., 2023): it splits each context into segments
+#   that run side by side, each producing a partial softmax over its keys, and merges them
+#   with a second small kernel (`attention_split_kv`; the cell after the check below shows
+#   the choice);
 # * a program finds its sequence by binary search over `cu_seqlens_q`, so no per-program
 #   table has to be built on the host;
-# * it walks the sequence's keys tile by tile through the block table, keeping
-#   FlashAttention's running max and sum (Dao et al., 2022), so the score matrix never
-#   exists in memory;
+# * it walks the sequence's keys tile by tile through the block table, keeping a running
+#   maximum and sum of the softmax, so the score matrix never exists in memory. That is
+#   **FlashAttention**'s idea (Dao et al., 2022): before it, attention wrote the whole
+#   N × N score matrix to the GPU's memory and read it back for the softmax, traffic that
+#   grows with N²; computing the softmax tile by tile ("online") keeps the scores in the
+#   chip's fast on-chip memory, exact, with memory traffic that grows with N. It is what
+#   made long prompts affordable, and every serving kernel since, this one included, is
+#   built that way;
 # * the causal rule is one line: new token `j` of a sequence with `n` new tokens sits at
 #   position `context_len - n + j` and sees keys `kv_pos < context_len - n + j + 1`. It
 #   covers a whole prompt, a chunk continuing earlier chunks, and a decode (`n = 1`).

@@ -17,6 +17,15 @@
 # keeps the budget but walks its running requests in admission order, a half-done prompt
 # among them, and then the waiting ones: the older decodes usually come first, but not
 # by rule.
+#
+# The two papers arrived at the same mechanism from different ends. DeepSpeed-FastGen
+# (2023) aims at throughput: its Dynamic SplitFuse splits long prompts *and fuses short
+# ones* so that every forward pass has about the same number of tokens, the size at which
+# the GPU runs well. Sarathi-Serve (2024) aims at latency: its budget is chosen so that a
+# step fits the limit on the time between tokens, and *stall-free* means the running
+# decodes are never left out of a step to make room for a prompt. In an engine both
+# become "decodes first, then prompt chunks up to a budget"; they differ in how the
+# budget is chosen, which is section 4's question.
 
 # %% [markdown]
 # ## 1. The sources' example, step by step (simulated)
@@ -34,7 +43,7 @@
 import pandas as pd
 from minilm import RequestSpec
 from minilm.sim import simulated_engine
-from labs.prose import say
+from labs.prose import check, say
 
 NUM_DECODES, PROMPT, BUDGET = 60, 4096, 1024  # the sources' numbers
 
@@ -77,6 +86,9 @@ uncapped_run = sources_example()
 uncapped = chunk_trace(uncapped_run, BUDGET)
 print("no cap:")
 print(uncapped.to_string(index=False))
+
+# %%
+# NBVAL_CHECK_OUTPUT
 say(f"With the cap, the prompt takes **{len(capped)}** steps of **{capped.chunk.max()}** tokens and "
     f"**{capped['budget unused'].iloc[0]}** tokens of each step's budget stay unused (no other prompt is waiting). "
     f"Without it, the prompt takes **{len(uncapped)}** steps: chunks of **{uncapped.chunk.iloc[0]}** "
@@ -150,14 +162,9 @@ widgets.latency_cdfs_figure(tls)
 # %% [markdown]
 # ## 3. Source 001's other example: an 8k prompt against 60 decodes (simulated)
 #
-# > Source 001: an 8,192-token prompt run in one step occupies the GPU for "tens of
-# > milliseconds"; the 60 requests decoding meanwhile stall, and clients see a pause of
-# > "over a hundred milliseconds"; chunked prefill "completely smooths out" the stall.
-#
-# > Source 000: a long prefill is cut into fixed-size chunks (e.g. 512 tokens), and
-# > "each chunk alternates with decode steps".
-#
-# The source's setting on Llama-3.1-8B (Llama-3-8B's sizes, trained to long contexts, so
+# Source 001's second example: a long prompt arrives while many requests decode (its
+# numbers are in the code below). Its claims about it, and source 000's wording of the
+# fix, are checked in the callouts below. The source's setting on Llama-3.1-8B (Llama-3-8B's sizes, trained to long contexts, so
 # an 8k prompt and its output fit) on an H100, under the three schedulers of section 2,
 # chunked with `max_num_batched_tokens=512` and no cap; and a fourth, source 000's
 # reading, written below as a policy of a few lines: a step of chunks, then a step of
@@ -166,6 +173,7 @@ widgets.latency_cdfs_figure(tls)
 # %%
 # NBVAL_CHECK_OUTPUT
 from minilm.metrics import itls
+from minilm.sim.costmodel import CostModel, items_shape
 
 NUM_DECODES, LONG, BUDGET = 60, 8192, 512  # source 001's numbers
 
@@ -235,20 +243,26 @@ fig.update_layout(xaxis_title="time (s, simulated)", yaxis_title="step duration 
                   title="steps around the 8k prompt's arrival (Llama-3.1-8B, H100, simulated)")
 fig
 
-# %% [markdown]
-# **The source, checked.** Chunking cuts the stall down to a few ordinary steps, but
-# "completely" is too strong, and it is not free for the long prompt:
-
 # %%
 # NBVAL_CHECK_OUTPUT
-from minilm.sim.costmodel import CostModel, items_shape
-
 c, ch = seed["continuous"], seed["chunked, budget 512"]
 cost = CostModel("llama-3.1-8b", "h100").cost
 step = cost([(LONG, LONG)])  # the whole prompt in one step
-assert ch["worst"] < c["worst"] and ch["worst"] > ch["typical"] and ch["ttft"] > c["ttft"]  # what the prose says
 peak = CostModel("llama-3.1-8b", "h100").device.flops
+assert c["longest"] > 100 and c["worst"] > 100  # "tens of milliseconds" is short, "over a hundred" holds
+assert ch["worst"] < c["worst"] and ch["worst"] > ch["typical"] and ch["ttft"] > c["ttft"]  # the verdict below
+say(check("001", "An 8,192-token prompt run in one step occupies the GPU for \"tens of milliseconds\" (整整数十毫秒); "
+                 "the 60 decoding requests stall for \"over a hundred milliseconds\" (长达上百毫秒的顿卡); chunked "
+                 "prefill \"completely smooths out\" the stall (彻底抹平).",
+          f"The step takes **{c['longest']:.0f} ms** here, more than tens for an 8B model (the source names none): "
+          f"{step.flops / 1e12:.0f} TFLOP of work, {step.flops / peak * 1e3:.0f} ms even at the H100's datasheet "
+          f"peak. The stall, **{c['worst']:.0f} ms**, is over a hundred. Chunking shrinks the worst gap to "
+          f"**{ch['worst']:.1f} ms** against a typical {ch['typical']:.1f} ms: smoothed, not completely, since a "
+          f"step with a chunk is longer than a decode-only step. And not for free: the long prompt's first token "
+          f"comes **{ch['ttft']:.0f} ms** after it arrived instead of {c['ttft']:.0f} ms."))
 
+# %%
+# NBVAL_CHECK_OUTPUT
 def prompt_steps(name):
     """Each step that computes part of the long prompt: its whole shape, and the prompt's piece alone."""
     return [(items_shape(s.items), [(i.num_tokens, i.context_len) for i in s.items if i.request_id == "long"])
@@ -261,31 +275,26 @@ chunk_steps = prompt_steps("chunked, budget 512")
 chunks_alone_ms = sum(cost(piece).time for _, piece in chunk_steps) * 1e3
 assert all(cost(whole).bound == "compute" for whole, _ in chunk_steps[:-1])  # re-reading earlier chunks is free
 assert (len(chunk_steps) - 1) * step.overhead_s * 1e3 > (chunks_alone_ms - step.time * 1e3) / 2  # "mostly"
-say(f"Without chunking the 8k step takes **{c['longest']:.0f} ms** here: for an 8B model, more than the source's "
-    f"tens of milliseconds (it names no model). The step is **{step.flops / 1e12:.0f} TFLOP** of work; the cost "
-    f"model's H100 does {step.flops / step.compute_s / 1e12:.0f} TFLOP/s, and even at its datasheet peak it would "
-    f"take {step.flops / peak * 1e3:.0f} ms. The decodes stall **{c['worst']:.0f} ms** (the source's "
-    f"'over a hundred' holds). With chunking the worst gap is **{ch['worst']:.1f} ms** against a typical "
-    f"**{ch['typical']:.1f} ms**: each step with a chunk is longer than a decode-only step, so a bump remains. "
-    f"And the long prompt's first token comes later, **{ch['ttft']:.0f} ms** after it arrived instead of "
-    f"**{c['ttft']:.0f} ms**. Where the {ch['ttft'] - c['ttft']:.0f} ms come from, in the cost model: the "
-    f"{NUM_DECODES} decodes ride in all {len(chunk_steps)} of its steps instead of one, "
+say(f"Where the long prompt's {ch['ttft'] - c['ttft']:.0f} ms come from, in the cost model: the {NUM_DECODES} "
+    f"decodes ride in all {len(chunk_steps)} of its steps instead of one, "
     f"**{decodes_ms('chunked, budget 512') - decodes_ms('continuous'):.0f} ms** more; and the chunks alone take "
     f"**{chunks_alone_ms - step.time * 1e3:.0f} ms** longer than the whole prompt in one step, mostly the fixed "
     f"cost every step pays ({step.overhead_s * 1e3:.0f} ms here, {len(chunk_steps) - 1} more times), the rest the "
     f"last, short chunk, which still reads all the weights. Re-reading the earlier chunks' K and V costs nothing "
-    f"extra here: every full chunk step is compute-bound, so its memory traffic hides under the math.")
+    f"extra: every full chunk step is compute-bound, so its memory traffic hides under the math.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 alt = seed["alternating, budget 512"]
 assert alt["worst"] > ch["worst"] and alt["ttft"] > ch["ttft"]  # what the prose says
-say(f"Source 000's *alternating* reading does worse on both counts: a step of chunks holds no decodes, so every "
-    f"decode waits through each chunk step and then its own, and the worst gap is **{alt['worst']:.1f} ms** "
-    f"against **{ch['worst']:.1f} ms**; the prompt's {len(alt['chunks'])} chunks also wait for the decode steps "
-    f"between them, so its first token comes **{alt['ttft']:.0f} ms** after it arrived. Stall-free batching puts "
-    f"each chunk *in the same step* as the decodes; that is the point of it. And the chunks are not a fixed "
-    f"size: they are whatever the budget leaves after the decodes, at most the cap (section 1).")
+say(check("000", "A long prefill is cut into fixed-size chunks (e.g. 512 tokens), and \"each chunk alternates with "
+                 "decode steps\" (每个 chunk 与 decode 步交替执行).",
+          f"Read literally, alternating does worse on both counts: a step of chunks holds no decodes, so every "
+          f"decode waits through each chunk step and then its own (worst gap **{alt['worst']:.1f} ms** against "
+          f"{ch['worst']:.1f} ms), and the prompt's {len(alt['chunks'])} chunks wait for the decode steps between "
+          f"them (its first token after **{alt['ttft']:.0f} ms**). Stall-free batching puts each chunk *in the same "
+          f"step* as the decodes, and the chunks are not a fixed size: whatever the budget leaves after the decodes, "
+          f"at most the cap (section 1)."))
 
 # %% [markdown]
 # ## 4. The budget trades TTFT against ITL (simulated)
@@ -321,8 +330,9 @@ for budget in [None] + budgets:
                  "itl_p50": m["itl_p50"] * 1e3, "itl_max": m["itl_max"] * 1e3})
 sweep = pd.DataFrame(rows)
 assert sweep.itl_max[sweep.budget.isin([256, 512, 1024, 2048, 4096])].is_monotonic_increasing  # the text below
-print("milliseconds, simulated")
-print(sweep.round(1).to_string(index=False))
+print(f"{RATE:.0f} req/s, simulated")
+print(sweep.rename(columns={"budget": "budget (tokens)", "ttft_p50": "TTFT p50 (ms)", "ttft_p99": "TTFT p99 (ms)",
+                            "itl_p50": "ITL p50 (ms)", "itl_max": "ITL max (ms)"}).round(1).to_string(index=False))
 
 # %% [markdown]
 # Read it from the top: the smallest budgets spend so many steps on each prompt that the
@@ -341,6 +351,9 @@ saturated = [RequestSpec(s.id, s.prompt_ids, s.max_tokens) for s in online]  # s
 tput = {budget: summarize(run(saturated, budget))["output_tok_per_s"] for budget in [None] + budgets}
 for budget, t in tput.items():
     print(f"budget {str(budget or 'none'):>5s}: {t:6.0f} output tok/s (saturated, simulated)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 h100 = CostModel("llama-3-8b", "h100")
 crossover = next(n for n in range(1, 8192) if h100.cost([(n, n)]).bound == "compute")
 best = max(budgets, key=tput.get)
@@ -349,26 +362,24 @@ say(f"The best budget here is **{best}** tokens, **{tput[best] / tput[None]:.2f}
     f"It sits near the **{crossover}** tokens at which a step turns compute-bound in this cost model (lesson 1): "
     f"below that, prompt tokens ride along in steps whose time is set by reading the weights, nearly free; above "
     f"it, each extra token costs its full compute. (Sarathi-Serve names the same coupling from the other side: "
-    f"decodes *piggyback* on a prefill chunk's compute.)")
-
-# %% [markdown]
-# > Source 001: chunked prefill "彻底抹平首字延迟与吞吐毛刺" (completely smooths out
-# > the spikes in first-token latency and throughput) and brings TTFT and overall
-# > throughput to "物理硬件的最佳平衡点" (the hardware's best balance point).
-#
-# Checked against the two tables above:
+    f"decodes *piggyback* on a prefill chunk's compute.) On lesson 7b's `mixed` workload, whose prompts are "
+    f"short, chunking gains no throughput at all; what it buys there shows under a limit on the token gaps, "
+    f"which lesson 7b measures.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 none_p99, chunked_p99 = sweep.ttft_p99[0], sweep.ttft_p99[1:]
 ratios = [tput[b] / tput[None] for b in budgets]
 assert (chunked_p99 > none_p99).all() and min(ratios) < 1 < max(ratios)  # what the prose says
-say(f"Chunking smooths the *inter-token* gaps, not first-token latency: TTFT p99 is higher at every budget "
-    f"({chunked_p99.min():,.0f}–{chunked_p99.max():,.0f} ms) than without chunking ({none_p99:,.0f} ms), because "
-    f"a prompt now waits for several steps instead of one. Saturated throughput goes from **{min(ratios):.2f}x** "
-    f"to **{max(ratios):.2f}x** of no chunking depending on the budget. There is no single balance point that "
-    f"the hardware picks: the budget chooses a point on a trade-off between TTFT and ITL, and choosing it "
-    f"against the SLO (lesson 7) is the operator's job.")
+say(check("001", "Chunked prefill \"completely smooths out the spikes in first-token latency and throughput\" "
+                 "(彻底抹平首字延迟与吞吐毛刺) and brings TTFT and throughput to \"the hardware's best balance "
+                 "point\" (物理硬件的最佳平衡点).",
+          f"It smooths the *inter-token* gaps, not first-token latency: TTFT p99 is higher at every budget "
+          f"({chunked_p99.min():,.0f}–{chunked_p99.max():,.0f} ms) than without chunking ({none_p99:,.0f} ms), "
+          f"because a prompt now waits for several steps instead of one. Saturated throughput goes from "
+          f"**{min(ratios):.2f}x** to **{max(ratios):.2f}x** of no chunking depending on the budget. No balance "
+          f"point is picked by the hardware: the budget chooses a point on a trade-off between TTFT and ITL, and "
+          f"choosing it against the SLO (lesson 7) is the operator's job."))
 
 # %%
 from plotly.subplots import make_subplots
@@ -405,6 +416,33 @@ fig
 # favours large budgets. Take the roofline's optimum as the idea — fill the decode
 # steps' spare compute — and measure the number on your hardware.
 #
+# ## 5. The state machine, with chunks
+#
+# Lesson 3 drew a request's life from a run of in-flight batching; source `000`'s drawing
+# has one more edge, "chunk not finished → back to prefill". The same requests (the
+# `docstrings` model, `max_tokens=48`, a KV cache too small for everyone), now with
+# chunked prefill at a small budget, so that a prompt (or a preempted request's
+# recomputation) gets only what the decodes leave:
+
+# %%
+from minilm import Engine, EngineConfig
+
+docs = make_workload("docstrings", num_requests=12, seed=1, max_model_len=256)
+for d in docs:
+    d.max_tokens = 48
+life = Engine("docstrings", EngineConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=8, num_blocks=10))
+life.add_workload(docs)
+life_tl = life.run()
+widgets.states_figure(life_tl)
+
+# %%
+counts = widgets.transition_counts(life_tl)
+assert counts["prefill", "prefill"] > 0
+say(f"With a budget of `8` tokens a step, **{counts['prefill', 'prefill']}** times a prefill went on to a next "
+    f"chunk; {counts['prefill', 'waiting'] + counts['decode', 'waiting']} preemptions sent requests back to the "
+    f"queue, and their recomputation was chunked like any prompt.")
+
+# %% [markdown]
 # **What to remember.** A long prompt run whole stalls every decode for one long step.
 # A token budget with decodes served first cuts the prompt into chunks that share each
 # step with the decodes: the worst inter-token gap shrinks to about an ordinary step,

@@ -5,10 +5,10 @@
 # objective (SLO)**: a limit on the time to first token (TTFT) and on the time per output
 # token after it (TPOT). Throughput that breaks the promise is worth little, hence
 # **goodput**: what a deployment serves *within* the SLO. This lesson sweeps the batch
-# size, measures goodput in both of the senses the name is used in, tests the sources'
-# four misconceptions about in-flight batching with an experiment and a figure each,
-# asks the sources' hardware question — does a faster GPU gain more? — and checks two of
-# the risks source 000 names.
+# size, measures goodput in both of the senses the name is used in, and tests source
+# `000`'s four misconceptions about in-flight batching with an experiment each. Lesson 7b
+# takes the same measurements to the questions around a deployment: how many GPUs, which
+# GPU, what a token costs, the sources' risks, and what came after.
 #
 # Everything here is **simulated** (Llama-3-8B in bfloat16, cost model of
 # `minilm/sim/costmodel.py`): the same scheduler as the real engine, step times predicted,
@@ -17,7 +17,6 @@
 # %%
 # NBVAL_CHECK_OUTPUT
 import functools
-import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from minilm import RequestSpec, make_workload, summarize
 from minilm.sim import simulated_engine
-from labs.prose import say
+from labs.prose import check, say
 import widgets
 
 def simulate(specs, policy="continuous", device="h100", **knobs):
@@ -34,6 +33,9 @@ def simulate(specs, policy="continuous", device="h100", **knobs):
     return engine.run()
 
 TTFT_SLO, TPOT_SLO = 0.5, 0.010  # seconds: the promise used in this lesson
+
+# %%
+# NBVAL_CHECK_OUTPUT
 say(f"The SLO in this lesson: TTFT ≤ **{TTFT_SLO} s** and TPOT ≤ **{TPOT_SLO * 1e3:.0f} ms** (on average, a "
     f"token every {TPOT_SLO * 1e3:.0f} ms or faster once the first has come).")
 
@@ -66,6 +68,9 @@ print(f"{len(queue)} `mixed` requests, all queued (mean {MEAN_OUT:.1f} output to
 for n, m in capacity.iterrows():
     print(f"max_num_seqs {n:3d}: {m.output_tok_per_s:6,.0f} output tok/s = {m.output_tok_per_s / MEAN_OUT:4.0f} "
           f"req/s, TPOT p50 {m.tpot_p50 * 1e3:5.2f} ms")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 tok, tpot = capacity.output_tok_per_s, capacity.tpot_p50
 assert tok.is_monotonic_increasing and tpot.is_monotonic_increasing  # the sentence below
 say(f"From `max_num_seqs={sizes[0]}` to `{sizes[-1]}`, throughput rises {tok.iloc[-1] / tok.iloc[0]:.1f}x "
@@ -82,10 +87,12 @@ widgets.sweep_figure(capacity, latency="tpot_p50")  # x: the pace while queued
 # ### A steady load
 #
 # Users send a stream, not a queue. A stream of requests asks the GPU for (request rate)
-# × (mean output tokens) tokens per second; a setting whose capacity is lower cannot keep
-# up, and its queue grows for as long as the stream lasts. For a stream to be a steady
-# load and not a burst that ends before the queue matters, its arrivals must last many
-# request lifetimes. Each setting, under one stream:
+# × (mean output tokens) tokens per second; a setting that cannot serve that many keeps
+# a queue that grows for as long as the stream lasts. For a stream to be a steady load and
+# not a burst that ends before the queue matters, its arrivals must last many request
+# lifetimes. Each setting, under one stream; whether it keeps up is read off the run: the
+# tokens it served while requests were still arriving, and the queue it had when the
+# last one arrived:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -97,24 +104,38 @@ def steady(rate, n, policy="continuous"):
     specs = make_workload("mixed", num_requests=max(300, int(rate * SECONDS)), seed=0, rate=rate, vocab_size=128256)
     return simulate(specs, policy, max_num_seqs=n)
 
+def while_arriving(tl):
+    """(output tok/s served until the last arrival, requests waiting at the last arrival)."""
+    last = max(r.arrival for r in tl.requests)
+    served = sum(t <= last for r in tl.requests for t in r.token_times)
+    return served / last, next(s.num_waiting for s in tl.steps if s.t_end >= last)
+
 RATE = 150.0  # requests per second
 need = RATE * MEAN_OUT
 print(f"{RATE:.0f} req/s × {MEAN_OUT:.1f} output tokens = {need:,.0f} output tok/s asked, for {SECONDS} s")
+keeps_up = {}
 for n in sizes:
-    m, cap = summarize(steady(RATE, n)), capacity.output_tok_per_s[n]
-    verdict = "keeps up" if cap > need else f"{RATE - cap / MEAN_OUT:3.0f} req/s behind"
-    print(f"max_num_seqs {n:3d}: capacity {cap:6,.0f} tok/s, {verdict:15s} TTFT p50 {m['ttft_p50'] * 1e3:7.0f} ms, "
-          f"p99 {m['ttft_p99'] * 1e3:7.0f} ms, TPOT p50 {m['tpot_p50'] * 1e3:5.2f} ms")
+    tl = steady(RATE, n)
+    m, (served, waiting) = summarize(tl), while_arriving(tl)
+    keeps_up[n] = waiting < n  # the queue at the end is less than one batch: it did not grow
+    print(f"max_num_seqs {n:3d}: served {served:6,.0f} tok/s while requests arrived, {waiting:5d} waiting at the "
+          f"last arrival; TTFT p50 {m['ttft_p50'] * 1e3:7.0f} ms, p99 {m['ttft_p99'] * 1e3:7.0f} ms, "
+          f"TPOT p50 {m['tpot_p50'] * 1e3:5.2f} ms")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 kept = summarize(steady(RATE, sizes[-1]))
 lifetime = max(r.t_finished - r.arrival for r in steady(RATE, sizes[-1]).requests)
-slow = [n for n in sizes if capacity.output_tok_per_s[n] < need]
+slow = [n for n in sizes if not keeps_up[n]]
 assert slow and slow != sizes and SECONDS > 4 * lifetime  # the sentence below
+assert all(capacity.output_tok_per_s[n] < need for n in slow)  # section 1's capacities agree
 assert all(summarize(steady(RATE, n))["ttft_p99"] < 0.1 for n in sizes if n not in slow)
 say(f"The arrivals last {SECONDS} s: {SECONDS / lifetime:.1f} times the longest request's lifetime "
     f"({lifetime:.1f} s from arrival to last token, where the GPU keeps up), {SECONDS / kept['e2e_p50']:.0f} times "
-    f"the median one: a steady load. Too few in flight (`max_num_seqs` {' and '.join(map(str, slow))}) and the GPU "
-    f"cannot keep up: the queue grows all run long, and TTFT with it — a longer stream would make it worse still. "
-    f"With enough in flight, TTFT stays in milliseconds.")
+    f"the median one: a steady load. Too few in flight (`max_num_seqs` {' and '.join(map(str, slow))}, whose "
+    f"capacities in section 1 are below the {need:,.0f} tok/s asked) and the queue grows all run long, and TTFT "
+    f"with it; a longer stream would make it worse still. With enough in flight, the queue stays short and TTFT "
+    f"stays in milliseconds.")
 
 # %% [markdown]
 # ## 2. Goodput, two definitions
@@ -141,8 +162,11 @@ for n in sizes:
     tl = steady(RATE, n)
     rows.append((n, summarize(tl)["output_tok_per_s"], slo_attainment(tl, TTFT_SLO, TPOT_SLO),
                  request_goodput(tl, TTFT_SLO, TPOT_SLO)))
-    print(f"max_num_seqs {n:3d}: {rows[-1][1]:6,.0f} tok/s, {rows[-1][2]:4.0%} of requests within the SLO, "
-          f"request goodput {rows[-1][3]:5.1f} req/s")
+    print(f"max_num_seqs {n:3d}: {rows[-1][1]:6,.0f} tok/s over the run's span, {rows[-1][2]:4.0%} of requests "
+          f"within the SLO, request goodput {rows[-1][3]:5.1f} req/s")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 best = max(rows, key=lambda r: r[3])
 late = rows[sizes.index(64)]
 assert late[3] / best[3] < (late[1] / best[1]) / 4  # the sentence below
@@ -161,10 +185,12 @@ fig
 # %% [markdown]
 # The setting with a lot of throughput is not necessarily one that keeps the promises.
 #
-# Request goodput also has a catch: its denominator. A run's span lasts from the first
+# Both yardsticks share a catch: their denominator. A run's span lasts from the first
 # arrival until its last answer ends, and the last answers are the long ones, finishing
-# in a batch that empties after the arrivals stop. The same deployment under the same
-# load, in a long run and a short one:
+# in a batch that empties after the arrivals stop. (That is why the settings that keep up
+# show fewer tokens per second over the span than the stream asked for, although they
+# served all of it while it arrived.) The same deployment under the same load, in a long
+# run and a short one:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -181,6 +207,9 @@ for name, tl in (("long", steady(RATE, best[0])), ("short", short)):
           f"{slo_attainment(tl, TTFT_SLO, TPOT_SLO):4.0%} within the SLO, request goodput {spans[name][2]:5.1f} req/s; "
           f"then {spans[name][1] - last_arrival:.1f} s draining {draining} requests in flight, until the last answer "
           f"({last.output_len} tokens) ends")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 (a_l, s_l, g_l), (a_s, s_s, g_s) = spans["long"], spans["short"]
 assert (s_s - a_s) / s_s > 3 * (s_l - a_l) / s_l and g_s < g_l < RATE  # the sentence below
 say(f"Same deployment, same {RATE:.0f} req/s: request goodput **{g_l:.0f} req/s** over {a_l:.0f} s of arrivals, "
@@ -244,6 +273,9 @@ for (policy, n), tl in missed.items():
     print(f"{policy:10s} max_num_seqs {n:3d}: {can}DistServe goodput {goodput[policy, n]:3g} req/s; at {rate:g} req/s, "
           f"{fails[policy, n][0]:4.0%} missed the TTFT limit, {fails[policy, n][1]:4.0%} the TPOT limit "
           f"(peak batch {fails[policy, n][2]:3d})")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 top = max(goodput["continuous", n] for n in sizes)
 first_top = min(n for n in sizes if goodput["continuous", n] == top)
 big = fails["continuous", sizes[-1]]
@@ -268,46 +300,50 @@ say(f"Goodput follows capacity while the cap is small: past it, requests queue a
 # %% [markdown]
 # ## 3. The sources' four misconceptions, four experiments
 #
+# Source `000` ends with four common misreadings of in-flight batching and corrects each.
+# Each gets an experiment here.
+#
 # ### (1) "In-flight batching is traditional micro-batching"
 #
-# Micro-batching (pipeline parallelism, as in GPipe or PipeDream) cuts work into smaller batches
-# to keep pipeline stages busy; each micro-batch is still formed once and runs to its
-# end. In-flight batching is about *when* the batch changes — at every iteration — not
+# Micro-batching (pipeline parallelism, as in GPipe or PipeDream) cuts work into smaller
+# batches to keep pipeline stages busy; each micro-batch is still formed once and runs to
+# its end. In-flight batching is about *when* the batch changes — at every iteration — not
 # about its size. Smaller or bigger static batches do not recover what iteration-level
-# scheduling gains.
-#
-# **Source 000, checked.** It says micro-batching exists "to hide communication latency,
-# the batch size fixed at compile time" (为了掩盖通信延迟，批的大小在编译时确定). Imprecise:
-# its main purpose is to keep every pipeline stage working at once (GPipe's "bubble");
-# overlapping communication is a side benefit, and the size is a setting chosen for the
-# run, not fixed by a compiler. What matters here holds: once formed, a micro-batch does
-# not change.
+# scheduling gains:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-offline = make_workload("mixed", num_requests=200, seed=0, vocab_size=128256)
+offline = make_workload("mixed", num_requests=200, seed=0, vocab_size=128256)  # for (3) and (4)
 micro = {}
 for policy, n in [("static", 8), ("static", 32), ("static", 128), ("continuous", 32)]:
-    m = summarize(simulate(offline, policy, max_num_seqs=n))
-    micro[f"{policy} {n}"] = m["output_tok_per_s"]
-    print(f"{policy:10s} max_num_seqs {n:3d}: {m['output_tok_per_s']:6.0f} tok/s, "
-          f"padding {m['padding_fraction']:4.0%}, mean real batch {m['mean_batch_size']:5.1f}")
+    tl = simulate(queue[:1000], policy, max_num_seqs=n)  # section 1's queue: the pace while requests wait
+    waiting = [s for s in tl.steps if s.num_waiting > 0]
+    real = sum(len({i.request_id for i in s.items if i.kind in ("prefill", "decode")}) for s in waiting) / len(waiting)
+    micro[f"{policy} {n}"] = pace(tl)
+    print(f"{policy:10s} max_num_seqs {n:3d}: {pace(tl):6.0f} tok/s while requests wait, "
+          f"padding {summarize(tl)['padding_fraction']:4.0%}, mean real batch {real:5.1f}")
 
 # %%
 fig = go.Figure(go.Bar(x=list(micro), y=list(micro.values()), marker_color=["#7f7f7f"] * 3 + ["#1f77b4"]))
 fig.update_layout(xaxis_title="policy, max_num_seqs", yaxis_title="output tokens / s", height=320,
-                  title=f"{len(offline)} requests, all queued (H100, simulated)")
+                  title="a full queue of `mixed` requests (H100, simulated)")
 fig
+
+# %% [markdown]
+# > **Source 000, checked.** Micro-batching exists "to hide communication latency, the
+# > batch size fixed at compile time" (为了掩盖通信延迟，批的大小在编译时确定).
+# >
+# > Imprecise: its main purpose is to keep every pipeline stage working at once (GPipe's
+# > "bubble"); overlapping communication is a side benefit, and the size is a setting
+# > chosen for the run, not fixed by a compiler. What matters holds: once formed, a
+# > micro-batch does not change.
 
 # %% [markdown]
 # ### (2) "Continuous batching lowers a single request's latency"
 #
-# The sources' correction: its gain is throughput, not the latency of one request, and
-# filling the batch can *raise* inter-token latency. Half right. Said precisely: the
-# *time per output token* rises with the batch a request shares its steps with; the
-# latency a user sees *under load* — queueing, TTFT, end to end — falls, because nobody
-# waits for a whole batch to finish. Alone on the GPU, a request takes about the same
-# time under every policy:
+# The source's correction: its gain is throughput, not the latency of one request, and
+# filling the batch can *raise* inter-token latency. Half right, in three parts. Alone on
+# the GPU, a request takes about the same time under every policy:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -316,13 +352,17 @@ solo = {policy: simulate(alone, policy) for policy in ("static", "continuous", "
 for policy, tl in solo.items():
     r = tl.requests[0]
     print(f"{policy:10s}: alone, end-to-end {(r.t_finished - r.arrival) * 1e3:7.1f} ms")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 chunks = [i.num_tokens for s in solo["chunked"].steps for i in s.items if i.kind == "prefill"]
 say(f"Chunking adds a hair alone: its {len(alone[0].prompt_ids)}-token prompt runs as {len(chunks)} chunk(s) of "
     f"{chunks} tokens under the default budget.")
 
 # %% [markdown]
 # Under a light steady load that both policies keep up with (section 1's steady load
-# would swamp static batching), the two halves of the answer:
+# would swamp static batching), the latency a user sees falls, and the *time per output
+# token* follows the batch, not the policy:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -332,6 +372,9 @@ print(f"{LIGHT:.0f} `mixed` requests per second, max_num_seqs=64 (H100, simulate
 for p, m in loaded.items():
     print(f"{p:10s}: TTFT p50 {m['ttft_p50']:6.2f} s, end-to-end p50 {m['e2e_p50']:6.2f} s, "
           f"TPOT p50 {m['tpot_p50'] * 1e3:5.2f} ms, mean real batch {m['mean_batch_size']:5.1f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 s_, c_ = loaded["static"], loaded["continuous"]
 assert s_["e2e_p50"] > 3 * c_["e2e_p50"] and abs(s_["tpot_p50"] / c_["tpot_p50"] - 1) < 0.05  # what the text says
 assert s_["tpot_p50"] > c_["tpot_p50"] and s_["wall_s"] < 1.1 * c_["wall_s"]  # both keep up: the runs end together
@@ -356,27 +399,43 @@ fig.update_layout(height=360, barmode="group", title="(2): both halves of the an
 fig
 
 # %% [markdown]
-# The source's corrected statement goes on: under a latency SLO, continuous batching
-# maximises throughput; for a throughput target, it minimises the GPUs needed. Section
-# 2b measured the first half, DistServe's goodput. DistServe counts it per GPU, so a
-# service that must take a given request rate, split over one-GPU replicas, needs
-# (target rate) ÷ (goodput per GPU) GPUs:
+# The third part is the cost. In-flight batching without chunks admits a new prompt into
+# the running decodes' step (lesson 3), so every arrival's prefill delays everybody's next
+# token; static batching runs its prompts before its decodes start and never mixes them
+# in. The `long-prompt` preset (lesson 6: a few long prompts among short requests) under
+# a light steady load, with chunked prefill (lesson 6) for comparison:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-TARGET_RATE = 1000.0  # requests per second the service must take, within the SLO
-best_n = min(n for n in sizes if goodput["continuous", n] == top)
-gpus = {}
-for policy, n in (("static", 128), ("continuous", best_n)):
-    gpus[policy] = math.ceil(TARGET_RATE / goodput[policy, n])
-    print(f"{policy:10s} max_num_seqs {n:3d}: {goodput[policy, n]:6g} req/s per H100 within the SLO "
-          f"-> {gpus[policy]:5,d} H100s for {TARGET_RATE:,.0f} req/s")
-assert gpus["continuous"] < gpus["static"]
-say(f"For {TARGET_RATE:,.0f} req/s within this SLO: **{gpus['continuous']:,d}** H100s with continuous batching, "
-    f"**{gpus['static']:,d}** with static batching. The source's statement holds, by a wide margin here: a request "
-    f"that arrives while a static batch runs waits for the batch's longest answer, up to seconds against a TTFT "
-    f"limit of {TTFT_SLO} s, and already at {max(attainment['static', 128]):g} req/s more than "
-    f"{1 - TARGET:.0%} of the requests miss it.")
+stream = make_workload("long-prompt", num_requests=300, seed=0, rate=5.0, max_model_len=8192, vocab_size=128256)
+gaps = {p: summarize(simulate(stream, p, max_num_seqs=64, max_model_len=8192))
+        for p in ("static", "continuous", "chunked")}
+print(f"{len(stream)} `long-prompt` requests at 5 req/s, max_num_seqs=64 (H100, simulated)")
+for p, m in gaps.items():
+    print(f"{p:10s}: ITL p50 {m['itl_p50'] * 1e3:5.1f} ms, worst gap p99 {m['itl_worst_p99'] * 1e3:6.1f} ms, "
+          f"ITL max {m['itl_max'] * 1e3:6.1f} ms; TTFT p50 {m['ttft_p50'] * 1e3:6.0f} ms")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+st, co, ch = (gaps[p] for p in ("static", "continuous", "chunked"))
+assert co["itl_max"] > 5 * st["itl_max"] and co["itl_worst_p99"] > 5 * st["itl_worst_p99"]  # the verdict below
+assert ch["itl_max"] < 2 * st["itl_max"] and co["ttft_p50"] < st["ttft_p50"] / 10
+say(check("000", "Continuous batching's gain is system throughput, not a single request's latency; filling the "
+                 "batch can raise a request's ITL (连续批处理的核心收益是系统吞吐量 … ITL 反而可能上升).",
+          f"Half right. Under load, the latency a user sees falls (end to end "
+          f"**{s_['e2e_p50'] / c_['e2e_p50']:.1f}x** lower above): nobody waits for a batch to finish. The time per "
+          f"token follows the batch a request shares its steps with, whatever the policy. And the ITL *tail* is "
+          f"in-flight batching's cost: without chunks, each long prompt stalls every running decode, so the worst "
+          f"gap of one request in a hundred is **{co['itl_worst_p99'] * 1e3:.0f} ms** against "
+          f"{st['itl_worst_p99'] * 1e3:.0f} ms for static batching (worst of all {co['itl_max'] * 1e3:.0f} ms against "
+          f"{st['itl_max'] * 1e3:.0f} ms). Chunked prefill (lesson 6) takes it back to "
+          f"{ch['itl_worst_p99'] * 1e3:.0f} ms. On a CPU, where a prompt costs far more than a decode, lesson 9 "
+          f"measures the same from the client's side."))
+
+# %% [markdown]
+# The source's corrected statement goes on: under a latency SLO, continuous batching
+# maximises throughput; for a throughput target, it minimises the GPUs needed. Section
+# 2b measured the first half, DistServe's goodput; lesson 7b turns it into GPUs.
 
 # %% [markdown]
 # ### (3) "Dynamic batching helps prefill and decode alike"
@@ -420,11 +479,16 @@ for name, specs in (("prefill-only", prefill_only), (f"decode, all {EQUAL}", dec
     print(f"{name:15s}: continuous / static throughput = {gain[name]:.2f}x")
 same = [g for name, g in gain.items() if name != "decode, varied"]
 assert max(abs(g - 1) for g in same) < 0.05 and gain["decode, varied"] > 2  # the sentence below
-say(f"With nothing to pad and no row finishing early (one output token, or equal lengths) the two policies are "
-    f"equal ({min(same):.2f}–{max(same):.2f}x). With the output lengths varying, continuous batching is "
-    f"**{gain['decode, varied']:.2f}x** faster: the static/continuous gain comes from length variance, the "
-    f"source's own reason. Decode being memory-bound is what makes batching pay "
-    f"({batching['decode-heavy']:.1f}x against {batching['prefill-only']:.2f}x for prompts).")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+say(check("000", "The gain of dynamic batching is mainly in decode, where lengths differ (长度差异主要在 decode 阶段体现); "
+                 "prefill is a one-off computation that needs little dynamic scheduling.",
+          f"Right, for two reasons. With nothing to pad and no row finishing early (one output token, or equal "
+          f"lengths) static and continuous batching are equal ({min(same):.2f}–{max(same):.2f}x); with the output "
+          f"lengths varying, continuous batching is **{gain['decode, varied']:.2f}x** faster: the gain comes from "
+          f"length variance. And decode being memory-bound is what makes batching pay at all "
+          f"({batching['decode-heavy']:.1f}x against {batching['prefill-only']:.2f}x for prompts)."))
 
 # %%
 fig = make_subplots(rows=1, cols=2, subplot_titles=("batching: up to 32 / one at a time", "continuous / static"))
@@ -476,138 +540,10 @@ fig
 # Together they make the biggest batch.
 
 # %% [markdown]
-# ## 4. The hardware question: does a faster GPU gain more?
-#
-# > Source 000: the value of high-end GPUs such as the H100/H200 is amplified: the more
-# > compute, the more static batching wastes, and the more dynamic scheduling gains.
-#
-# The same workload and policies on four GPUs (simulated; each GPU's KV cache is the
-# memory left after the weights). Cost per million output tokens needs a price per
-# GPU-hour; the table below is an **assumption** (round on-demand cloud prices), not data
-# — change it to your provider's:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-fleet = make_workload("mixed", num_requests=300, seed=1, vocab_size=128256)  # an offline batch: all queued at t = 0
-USD_PER_GPU_HOUR = {"h100": 3.00, "h200": 3.80, "a100": 1.80, "l4": 0.80}  # ASSUMED prices, edit them
-hw = []
-for device, price in USD_PER_GPU_HOUR.items():
-    for policy in ("static", "continuous", "chunked"):
-        m = summarize(simulate(fleet, policy, device=device, max_num_seqs=128))
-        hw.append({"gpu": device, "policy": policy, "tok/s per GPU": m["output_tok_per_s"],
-                   "$ / M output tokens": price / 3600 / m["output_tok_per_s"] * 1e6,
-                   "mean batch": m["mean_batch_size"]})
-hw = pd.DataFrame(hw)
-print(f"{len(fleet)} `mixed` requests, all queued, max_num_seqs=128 (simulated; prices assumed, $/GPU-hour: "
-      f"{USD_PER_GPU_HOUR})")
-print(hw.round(3).to_string(index=False))
-
-# %%
-fig = make_subplots(rows=1, cols=2, subplot_titles=("output tokens / s per GPU", "$ per million output tokens (assumed prices)"))
-for i, policy in enumerate(("static", "continuous", "chunked")):
-    part = hw[hw.policy == policy]
-    color = widgets.latency.policy_color(policy, i)
-    fig.add_bar(x=part.gpu, y=part["tok/s per GPU"], name=policy, marker_color=color, row=1, col=1)
-    fig.add_bar(x=part.gpu, y=part["$ / M output tokens"], name=policy, marker_color=color, showlegend=False,
-                row=1, col=2)
-fig.update_layout(barmode="group", height=360, title="Llama-3-8B on four GPUs (simulated)")
-fig
-
-# %%
-# NBVAL_CHECK_OUTPUT
-from minilm.sim.costmodel import get_device
-
-wide = hw.pivot(index="gpu", columns="policy", values="tok/s per GPU").loc[list(USD_PER_GPU_HOUR)]
-ratio = wide.continuous / wide.static
-gained = wide.continuous - wide.static
-static_batch = hw[hw.policy == "static"].set_index("gpu")["mean batch"]
-cost = hw.pivot(index="gpu", columns="policy", values="$ / M output tokens")
-h100, h200 = get_device("h100"), get_device("h200")  # the cost model's datasheet values
-assert h200.flops == h100.flops and gained["h200"] > gained["h100"] == gained.drop("h200").max()  # the text below
-assert ratio.idxmax() == static_batch.idxmin() == "l4"
-assert ratio["a100"] > max(ratio["h100"], ratio["h200"]) and static_batch["a100"] == static_batch["h100"]
-assert (cost.static > cost[["continuous", "chunked"]].max(axis=1)).all()
-say("**The source, checked.** In absolute terms the big GPUs gain most: continuous batching adds "
-    + ", ".join(f"{g.upper()} {gained[g]:,.0f}" for g in gained.index)
-    + f" output tokens/s per GPU. But not for their compute: the H200 has exactly the H100's "
-    f"({h200.flops / 1e12:,.0f} TFLOP/s dense bf16) and gains more, from its memory: {h200.mem_bw / 1e12:.2f} "
-    f"against {h100.mem_bw / 1e12:.2f} TB/s, {h200.memory / 1e9:.0f} against {h100.memory / 1e9:.0f} GB. Decode "
-    f"is memory-bound: the absolute gain follows memory bandwidth and capacity, not FLOPs. As a ratio the claim "
-    f"fails: continuous / static is "
-    + ", ".join(f"{g.upper()} {ratio[g]:.1f}x" for g in ratio.index)
-    + f". The largest ratio is on the **{ratio.idxmax().upper()}**, the smallest GPU: its little memory leaves "
-    f"static batching, which reserves KV for every padded row, the smallest batches ({static_batch.min():.1f} "
-    f"requests on average, {static_batch.max():.1f} on the others). Even the A100, with the H100's memory and so "
-    f"the same batches, gains more as a ratio: static batching's padding costs compute, and compute is what the "
-    f"A100 has least of next to its bandwidth. In-flight batching gives the cheaper tokens "
-    f"on every GPU; which GPU is cheapest per token depends on the prices you assume.")
-
-# %% [markdown]
-# ### The source's risks, checked
-#
-# Source 000 ends with risks to the technique's value; two of them can be measured.
-#
-# > Hardware iteration may overturn it: if future hardware removes the speed difference
-# > between prefill and decode (e.g. with dedicated hardware), scheduling optimisation
-# > may become less necessary. (硬件迭代可能颠覆)
-#
-# The cost model can build that hardware: an H100 whose memory is a hundred times faster
-# and whose steps have no fixed overhead, so that a decode token costs what a prefill
-# token costs (its compute). Static against continuous batching on it, with the table's
-# workload:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-from dataclasses import replace
-
-no_gap = replace(h100, name="H100, no prefill/decode gap", mem_bw=100 * h100.mem_bw, step_overhead=0.0)  # imaginary
-gap, risk = {}, {}
-for dev in (h100, no_gap):
-    model = CostModel("llama-3-8b", dev)
-    prefill = model.cost([(512, 512)]).time / 512  # seconds per token: one 512-token prompt
-    decode = model.cost([(1, 600)] * 32).time / 32  # one decode step of 32 requests
-    runs = {p: summarize(simulate(fleet, p, device=dev, max_num_seqs=128)) for p in ("static", "continuous")}
-    risk[dev.name] = runs["continuous"]["output_tok_per_s"] / runs["static"]["output_tok_per_s"]
-    gap[dev.name] = decode / prefill
-    print(f"{dev.name:28s}: a decode token (batch of 32) costs {gap[dev.name]:4.1f}x a prefill token; "
-          f"continuous / static {risk[dev.name]:.2f}x (static: {runs['static']['padding_fraction']:.0%} of computed tokens are padding)")
-assert risk[no_gap.name] > risk[h100.name] and abs(gap[no_gap.name] - 1) < 0.2  # the sentence below
-say(f"Remove the gap and scheduling matters *more*: continuous / static rises from {risk[h100.name]:.2f}x to "
-    f"**{risk[no_gap.name]:.2f}x**. The source is wrong here: the gain comes from lengths that vary (section 3, "
-    f"(3)), whatever the hardware. On the H100 the finished rows a static batch keeps computing ride along nearly "
-    f"free in memory-bound decode steps; on the imaginary GPU every padded or finished row costs what a real "
-    f"token costs.")
-
-# %% [markdown]
-# > Diminishing marginal returns: going from static to dynamic is "from 0 to 1", but the
-# > further gains (chunked prefill, more aggressive scheduling) keep shrinking.
-# > (边际收益递减)
-#
-# The table above has the answer for chunked prefill's throughput, on every GPU:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-budget = simulated_engine("llama-3-8b", "h100", policy="chunked", max_num_seqs=128).config.max_num_batched_tokens
-prompts = sorted(len(s.prompt_ids) for s in fleet)
-long_share = sum(n > budget for n in prompts) / len(prompts)
-extra = wide.chunked / wide.continuous
-print("chunked / continuous throughput: " + ", ".join(f"{g.upper()} {extra[g]:.3f}x" for g in extra.index))
-assert (extra < 1).all() and (wide.continuous / wide.static > 2).all()  # the sentence below
-say(f"After static → continuous ({ratio.min():.1f}–{ratio.max():.1f}x), chunked prefill adds nothing to "
-    f"throughput here: {extra.min():.3f}–{extra.max():.3f}x, a hair *slower*. The `mixed` prompts leave little to "
-    f"chunk (median {prompts[len(prompts) // 2]} tokens; {long_share:.0%} longer than its {budget}-token budget), "
-    f"and chunking spreads prompts over more steps. Its gain is elsewhere: the decode stalls of lesson 6. "
-    f"The source's diminishing returns, measured.")
-
-# %% [markdown]
-# The sources also suggest deploying vLLM and comparing continuous batching on and off.
-# vLLM has no switch for that: its scheduler is built on iteration-level scheduling, and
-# we found no flag to turn it off in its engine arguments. The comparison is lesson 3's,
-# on this engine; lesson 9 serves this engine over an OpenAI-compatible HTTP API and
-# measures it with a benchmark client that speaks to vLLM too.
-#
 # **What to remember.** Measure against the promise: goodput under an SLO, and say which
-# goodput; and measure under a steady load that lasts many request lifetimes, not a burst. Batch more to raise throughput, at the cost of per-token latency; chunk
-# prompts (lesson 6) to keep that latency even; page the KV cache to afford the batch.
+# goodput; and measure under a steady load that lasts many request lifetimes, not a
+# burst. Batch more to raise throughput, at the cost of per-token latency; chunk prompts
+# (lesson 6) to keep that latency even; page the KV cache to afford the batch. Lesson 7b:
+# how many GPUs, which GPU, what a token costs, and what came after in-flight batching.
 #
 # **Exercise 7** (`exercises/07_tradeoffs_slos.ipynb`): compute both goodputs yourself.

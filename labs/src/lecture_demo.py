@@ -1,15 +1,17 @@
 # %% [markdown]
 # # Lecture demo: static vs in-flight vs chunked, live
 #
-# Run the first cell: it runs one workload under the three policies and shows them on one
-# time axis, with a time slider that highlights the step each engine is running at that
-# moment, the metrics table, and the control panel (knobs, Run, step-through with
-# play/pause, KV block map). The cells below it are talking points, one figure each.
+# Run the first cell: it runs one workload under the three policies and shows first the
+# metrics table (one row per policy; watch **`out tok/s`**: the same requests, served at
+# what rate), then the three runs on one time axis, with a time slider that highlights
+# the step each engine is running at that moment, and the control panel (knobs, Run,
+# step-through with play/pause, KV block map). The cells below it are talking points, one
+# figure each.
 
 # %% [with setup]
 import ipywidgets as W
 import plotly.graph_objects as go
-from IPython.display import display
+from IPython.display import Markdown, display
 
 import widgets
 from minilm import make_workload, run_workload
@@ -28,14 +30,16 @@ def step_at(tl, t):
     return max((s.step for s in tl.steps if s.t_start <= t), default=0)
 
 
-comparison = go.FigureWidget(widgets.compare_figure(timelines))
+comparison = widgets.fill_width(go.FigureWidget(widgets.compare_figure(timelines)))
 end_ms = max(max(s.t_end for s in tl.steps) for tl in timelines.values()) * 1e3
 clock = W.FloatSlider(0.0, min=0.0, max=end_ms, step=end_ms / 200, description="time (ms)",
                       readout_format=".0f", layout=W.Layout(width="70%"))
 clock.observe(lambda change: set_compare_step(
     comparison, timelines, {name: step_at(tl, change["new"] / 1e3) for name, tl in timelines.items()}), names="value")
 panel = ControlPanel(policy="chunked", max_num_batched_tokens=64, num_requests=16, max_num_seqs=6)
-display(W.VBox([clock, comparison]), widgets.metrics_table(timelines).round(3), panel)
+display(Markdown("**Watch `out tok/s`**: the same requests under three policies, measured on this machine; "
+                 "then `TTFT p99 (ms)`, the wait of the unluckiest request."),
+        widgets.metrics_table(timelines), W.VBox([clock, comparison]), panel)
 
 # %% [markdown]
 # ## Talking points
@@ -68,7 +72,9 @@ widgets.latency_cdfs_figure(timelines)
 
 # %% [markdown]
 # **5. The same on a GPU** (simulated, Llama-3-8B on an H100), with long prompts
-# arriving among short requests (lesson 6): the same picture every time, on any laptop. Edit the model and device names to show another.
+# arriving among short requests (lesson 6): the same picture every time, on any laptop.
+# Edit the model and device names to show another. In the table, watch **`ITL max (ms)`**:
+# the longest pause in anyone's stream, a long prompt's stall, which chunking removes.
 
 # %%
 from minilm.sim import simulated_engine
@@ -81,10 +87,10 @@ def simulate(policy, **kw):
 
 simulated = {"static": simulate("static"), "continuous": simulate("continuous"),
              "chunked (budget 512)": simulate("chunked", max_num_batched_tokens=512)}
-widgets.compare_figure(simulated)
+widgets.metrics_table(simulated)
 
 # %%
-widgets.metrics_table(simulated).round(3)
+widgets.compare_figure(simulated)
 
 # %% [markdown]
 # ## Part 2: the audience's requests, live
