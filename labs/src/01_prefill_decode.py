@@ -354,4 +354,5 @@ say(f"Up to **{k_cross}** prompt tokens ride along almost free: the step is memo
 # engines batch. The next lessons are about *how* to batch.
 #
 # **Exercise 1** (`exercises/01_prefill_decode.ipynb`): the roofline estimate, and the
-# batch size at which decode stops being memory-bound.
+# batch size at which decode stops being memory-bound, KV cache included (and whether it
+# ever does).

@@ -427,4 +427,5 @@ say(check("001", "Queueing delay \"avalanches\" and the P99 response time \"wors
 # at every step. That is lesson 3.
 #
 # **Exercise 2** (`exercises/02_static_batching.ipynb`): predict the padding of static
-# batching from the lengths alone, and check your rule against the engine.
+# batching from the lengths alone, and check your rule against the engine; then with the
+# queue sorted by prompt length.

@@ -396,5 +396,5 @@ say(f"Of the {len(life_tl.requests)} requests, {reasons['stop']} ended at EOS an
 # > for GPT-3 175B (Yu et al., OSDI 2022; their setting, not measured here).
 #
 # **Exercise 3** (`exercises/03_continuous_batching.ipynb`): write this policy yourself,
-# as a `Policy` class with a `schedule` method, and check it step by step against the
-# engine's.
+# as a `Policy` class with a `schedule` method, keeping a watermark of free KV blocks
+# (vLLM V0's), checked step by step against the engine's, preemptions included.

@@ -389,4 +389,5 @@ say(f"With equal lengths, reservation wastes **{sweep[cvs[0]]['reserved']:.0%}**
 # regions — turns them into batch size, and batch size into throughput. The cost is
 # preemption when a paged engine's optimism runs out of blocks.
 #
-# **Exercise 4** (`exercises/04_paged_kv.ipynb`): write the block allocator.
+# **Exercise 4** (`exercises/04_paged_kv.ipynb`): share blocks between samples and copy
+# on write (a pool that counts holders).

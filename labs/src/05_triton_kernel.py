@@ -297,4 +297,5 @@ print(results.read_text() if results.exists() else
 # When a decode step has too few sequences to fill the GPU, the same kernel splits their
 # contexts into segments and a second one merges them (flash-decoding).
 #
-# **Exercise 5** (`exercises/05_triton_kernel.ipynb`): build this metadata yourself.
+# **Exercise 5** (`exercises/05_triton_kernel.ipynb`): flash-decoding's merge, by hand:
+# attention over one segment, then the exact merge of segments.

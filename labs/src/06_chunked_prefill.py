@@ -452,4 +452,5 @@ say(f"With a budget of `8` tokens a step, **{counts['prefill', 'prefill']}** tim
 # near the size at which a step turns compute-bound.
 #
 # **Exercise 6** (`exercises/06_chunked_prefill.ipynb`): write the chunk-splitting rule,
-# cap included, and check it against the engine, step by step.
+# cap included, and check it against the engine, step by step; then a limit on long
+# prompts per step (`max_long_partial_prefills`).

@@ -295,7 +295,7 @@ say(f"Goodput follows capacity while the cap is small: past it, requests queue a
 
 # %% [markdown]
 # Tighten or loosen the SLO in the first cell and watch both goodputs move. Exercise 7
-# asks you to compute both.
+# asks you to compute request goodput, and goodput under per-percentile SLOs.
 
 # %% [markdown]
 # ## 3. The sources' four misconceptions, four experiments
@@ -546,4 +546,5 @@ fig
 # (lesson 6) to keep that latency even; page the KV cache to afford the batch. Lesson 7b:
 # how many GPUs, which GPU, what a token costs, and what came after in-flight batching.
 #
-# **Exercise 7** (`exercises/07_tradeoffs_slos.ipynb`): compute both goodputs yourself.
+# **Exercise 7** (`exercises/07_tradeoffs_slos.ipynb`): request goodput, and goodput
+# under per-percentile SLOs.

@@ -574,7 +574,8 @@ for caching in (False, True):
 # cache, the order of the queue decides the hit rate.
 #
 # **Exercise 8** (`exercises/08_prefix_caching.ipynb`): write the block keys and the
-# longest-cached-prefix lookup, and check them against the engine.
+# longest-cached-prefix lookup, and check them against the engine; then a
+# longest-prefix-first order with a limit on waiting.
 
 # %% [markdown]
 # ## Appendix: two details
