@@ -44,7 +44,8 @@ class SimulatedExecutor:
 
 def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                      policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, engine: str | EngineKind | None = None, **knobs) -> Engine:
+                     tp: int = 1, engine: str | EngineKind | None = None, kv_cache_dtype: str = "auto",
+                     **knobs) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
@@ -52,13 +53,18 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
     given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). `engine` picks
     another kind of engine's step overhead (costmodel.ENGINE_KINDS: vllm, cpp, compiled,
-    eager). Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
+    eager). The `quantization` knob (int8, fp8) is priced by the cost model, as is
+    `kv_cache_dtype="fp8"` (vLLM's knob: one byte per K/V number, so twice the blocks fit).
+    Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
         knobs["policy"] = policy
-    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine)
-    config = replace(config or EngineConfig(), **{**knobs, "dtype": cost.dtype})
+    config = replace(config or EngineConfig(), **knobs)
+    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine, quantization=config.quantization,
+                     kv_cache_dtype=kv_cache_dtype)
+    config = replace(config, dtype=cost.dtype)
     config.validate()
-    if config.num_blocks is None and config.kv_cache_bytes is None:
-        config = replace(config, num_blocks=cost.kv_num_blocks(config.block_size, config.gpu_memory_utilization))
+    if config.num_blocks is None:  # kv_cache_bytes holds blocks of the KV cache's own dtype (fp8: one byte a number)
+        kv_bytes = config.kv_cache_bytes or cost.kv_cache_bytes(config.gpu_memory_utilization)
+        config = replace(config, num_blocks=kv_bytes // (config.block_size * cost.kv_bytes_per_token))
     return Engine(SimulatedExecutor(cost), config, clock=SimulatedClock(cost.step_time))
