@@ -41,6 +41,9 @@ def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
     p.add_argument("--device", default="cpu", help="torch device" + ("; with --simulate a device spec "
                    "(h100, h200, a100, l40s, l4, rtx4090, cpu)" if simulate else ""))
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--quantization", default=None, help="int8 or fp8 weights for the linear layers (vLLM's flag; "
+                   "torchao, minilm/model/quantization.py)" + ("; with --simulate priced by the cost model" if simulate
+                                                                 else ""))
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
     p.add_argument("--speculative-config", type=json_object, default=None, metavar="JSON",
                    help='speculative decoding with vLLM\'s keys, e.g. \'{"method": "ngram", "num_speculative_tokens": '
@@ -69,6 +72,8 @@ def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
     p.add_argument("--acceptance", type=acceptance_arg, default=None, metavar="ALPHA|TIMELINE",
                    help="with --simulate and --speculative-config: each draft's acceptance probability in [0, 1], "
                         "or a timeline JSON of a run with speculation whose acceptance to replay")
+    p.add_argument("--kv-cache-dtype", default="auto", help="with --simulate: auto (the weights' dtype) or fp8, "
+                   "one byte per K/V number (vLLM's flag)")
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
     add_engine_args(p)
 
@@ -86,7 +91,8 @@ def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None =
                         num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
                         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
                         attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
-                        cpu_threads=args.cpu_threads, seed=args.seed, speculative_config=args.speculative_config)
+                        quantization=args.quantization, cpu_threads=args.cpu_threads, seed=args.seed,
+                        speculative_config=args.speculative_config)
 
 
 def acceptance_arg(text: str) -> float | Timeline:
@@ -117,10 +123,13 @@ def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
         return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp,
-                                acceptance=args.acceptance)
+                                acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype)
     if args.acceptance is not None:
         raise InvalidValue("--acceptance", args.acceptance, "only with --simulate: a real model's drafts are "
                                                             "accepted or not by the model")
+    if args.kv_cache_dtype != "auto":
+        raise InvalidValue("kv_cache_dtype", args.kv_cache_dtype, "only with --simulate: the engine's KV cache "
+                           "is in --dtype")
     return Engine(args.model, config)
 
 
@@ -142,7 +151,8 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
 def describe_run(meta: dict) -> str:
     """One line saying what the numbers are: simulated ones must say so."""
     times = "SIMULATED times (roofline cost model)" if meta.get("clock") == "simulated" else "measured times"
-    return (f"model {meta['model']} on {meta['device']} ({meta['dtype']}), {times}; "
+    quantized = f", {meta['quantization']} weights" if meta.get("quantization") else ""
+    return (f"model {meta['model']} on {meta['device']} ({meta['dtype']}{quantized}), {times}; "
             f"max_num_seqs={meta['max_num_seqs']}, block_size={meta['block_size']}")
 
 

@@ -12,6 +12,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 ATTENTION_BACKENDS = ("reference", "sdpa", "triton")  # minilm/model/attention/
 KV_MODES = ("paged", "reserved")
 SCHEDULING_POLICIES = ("fcfs", "lpm")  # vLLM's word: the waiting queue's order
+QUANTIZATIONS = (None, "int8", "fp8")  # None: the weights as loaded; 8-bit weights (model/quantization.py)
 
 
 class InvalidValue(ValueError):
@@ -128,6 +129,7 @@ class EngineConfig:
     attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (core/builder.py)
     device: str = "cpu"
     dtype: str = "float32"
+    quantization: str | None = None  # vLLM's knob: QUANTIZATIONS, through torchao (model/quantization.py)
     seed: int = 0
     cpu_threads: int = 1  # torch intra-op threads on CPU: the tiny model's ops are too small to share (README)
     record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
@@ -142,9 +144,10 @@ class EngineConfig:
         for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1, "must be a positive integer (or None for the default)")
-        for name, allowed in (("scheduling_policy", SCHEDULING_POLICIES), ("kv_mode", KV_MODES)):
+        for name, allowed in (("scheduling_policy", SCHEDULING_POLICIES), ("kv_mode", KV_MODES),
+                              ("quantization", QUANTIZATIONS)):
             if getattr(self, name) not in allowed:
-                raise InvalidValue(name, getattr(self, name), f"allowed: {', '.join(allowed)}")
+                raise InvalidValue(name, getattr(self, name), f"allowed: {', '.join(map(str, allowed))}")
         if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
             raise InvalidValue("attention_backend", self.attention_backend, f"allowed: {', '.join(ATTENTION_BACKENDS)}")
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -18,7 +18,7 @@ KERNEL = M / "model" / "attention" / "triton_paged.py"
 PARTS = {  # name -> files; the first three are the engine core
     "contracts (config, request, plan, timeline)": [M / f for f in ("config.py", "request.py", "plan.py", "timeline.py")],
     "core/ (engine, scheduler, step, policies, KV cache, prefix cache, clocks, builder)": sorted((M / "core").rglob("*.py")),
-    "model/ (Llama, attention reference + sdpa, runner, sampling, loader, tokenizer)":
+    "model/ (Llama, attention reference + sdpa, runner, sampling, loader, tokenizer, quantization)":
         [f for f in sorted((M / "model").rglob("*.py")) if f != KERNEL],
     "Triton kernel (model/attention/triton_paged.py)": [KERNEL],
     "workload, metrics, trace": [M / f for f in ("workload.py", "metrics.py", "trace.py")],

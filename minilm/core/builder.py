@@ -13,6 +13,7 @@ import torch
 from ..config import EngineConfig, InvalidValue, ModelConfig
 from ..model.llama import LlamaModel
 from ..model.loader import load_model, resolve_dtype, resolve_model_path
+from ..model.quantization import quantize
 from ..model.runner import ModelRunner
 from ..model.tokenizer import ByteTokenizer, load_tokenizer
 from ..plan import Executor
@@ -47,7 +48,7 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
     if isinstance(model, LlamaModel):
         if torch.device(config.device).type == "cpu":
             torch.set_num_threads(config.cpu_threads)
-        model = ModelRunner(model, config, name)
+        model = ModelRunner(quantize(model, config.quantization), config, name)
         if config.speculative_config:
             model = make_speculative_executor(model, config)
     elif config.speculative_config and not getattr(model, "speculates", False):

@@ -18,6 +18,7 @@ from ..plan import ModelOutput, StepPlan
 from .attention import get_backend
 from .llama import AttentionMetadata, LlamaModel
 from .loader import resolve_dtype
+from .quantization import weight_bytes
 from .sampling import accept, token_logprobs
 
 
@@ -111,13 +112,14 @@ class ModelRunner:
         self.block_size = config.block_size
         self.backend = config.attention_backend
         self.attention, self.write_kv = get_backend(self.backend)
-        self.name, self.pad_token_id = name, pad_token_id
+        self.name, self.pad_token_id, self.quantization = name, pad_token_id, config.quantization
         self.device = self.kv_cache.device
         self.generators: dict[str, torch.Generator | None] = {}
 
     def describe(self) -> dict:
         return {"model": self.name, "backend": self.backend, "device": str(self.device),
-                "dtype": str(self.kv_cache.dtype).removeprefix("torch.")}
+                "dtype": str(self.kv_cache.dtype).removeprefix("torch."), "quantization": self.quantization,
+                "weight_bytes": weight_bytes(self.model)}
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         """The tokens each sequence that samples in this step keeps: its accepted drafts, then

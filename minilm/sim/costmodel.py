@@ -65,6 +65,23 @@ kilobytes mostly pay) plus its bytes, 2 * (tp - 1) / tp of which cross each link
 
     all-reduces = 2 * L * (allreduce_latency + 2 * (tp - 1) / tp * T * d * b / link)
 
+Quantization (vLLM's `quantization` and `kv_cache_dtype`; lesson 10). The linear layers'
+weights (q, k, v, o and the MLP: P_lin above) take one byte each instead of b; the LM head,
+the embedding and the norms keep theirs, as vLLM's fp8 and the lab's engine
+(model/quantization.py) leave them. With `kv_cache_dtype="fp8"` K and V take one byte each.
+
+    int8   weight-only: W shrinks, the linear FLOPs run at the 16-bit rate (the weights
+           are dequantized to bf16 inside the matmul)
+    fp8    weights and activations in FP8 (W8A8): the linear FLOPs run at the device's
+           FP8 tensor-core rate (`fp8_flops`, twice the bf16 rate on Ada and Hopper); a
+           device without FP8 arithmetic (A100, CPU) runs it as weight-only, as vLLM does
+
+So a memory-bound decode gains up to the bytes ratio either way, and only fp8 on an FP8
+device makes compute-bound prefill faster. The fitted efficiencies are the 16-bit ones:
+no quantized measurement went into the fit (bench/calibrate_gpu.py), and real 8-bit
+kernels reach less of the bandwidth (torchao's int8 weight-only Llama-2-7B decode on an
+A100: 1.59x bf16's tokens/s, where the bytes alone would give 1.9x; tests/test_costmodel.py).
+
 The efficiencies, p, the all-reduce latency and the engines' overheads are fitted to
 published measurements of A100 and H100 GPUs by bench/calibrate_gpu.py (see the
 constants below); the datasheet rates are not.
@@ -77,7 +94,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..config import MODEL_PRESETS, SUPPORTED_MODEL_TYPES, InvalidValue, ModelConfig
+from ..config import MODEL_PRESETS, QUANTIZATIONS, SUPPORTED_MODEL_TYPES, InvalidValue, ModelConfig
 from ..model.loader import resolve_dtype
 
 GB = 1e9
@@ -105,6 +122,7 @@ class DeviceSpec:
     source: str = ""
     roofline_p: float = math.inf  # compute and memory time combine as (c^p + m^p)^(1/p); inf: max(c, m)
     allreduce_latency: float = 0.0  # seconds each all-reduce costs besides its bytes (tensor parallelism)
+    fp8_flops: float = 0.0        # dense FP8 tensor-core FLOP/s; 0: no FP8 arithmetic (A100, CPUs)
 
     @property
     def ridge_point(self) -> float:
@@ -151,35 +169,44 @@ LAB_ENGINE = "vllm"  # the built-in GPUs' overhead: the lab's engine is a vLLM-l
 
 
 def gpu(name: str, flops: float, mem_bw: float, memory: float, interconnect_bw: float, source: str,
-        fit: dict) -> DeviceSpec:
+        fit: dict, fp8_flops: float = 0.0) -> DeviceSpec:
     """A GPU from its datasheet and a fitted set of efficiencies, with the lab engine's overhead."""
     return DeviceSpec(name, flops, mem_bw, memory, step_overhead=ENGINE_KINDS[LAB_ENGINE].step_overhead,
-                      interconnect_bw=interconnect_bw, source=source, roofline_p=ROOFLINE_P, **fit)
+                      interconnect_bw=interconnect_bw, source=source, roofline_p=ROOFLINE_P, fp8_flops=fp8_flops,
+                      **fit)
 
 
 # Vendor datasheet values. NVIDIA quotes tensor FLOP/s "with sparsity"; the dense
-# rate used here is half of that. GB here are 10^9 bytes, as on the datasheets.
+# rate used here is half of that. GB here are 10^9 bytes, as on the datasheets. FP8 tensor
+# cores came with Ada and Hopper; the A100 (Ampere) has none: vLLM runs fp8 there as
+# weight-only (FP8 Marlin kernels; docs.vllm.ai, "FP8 W8A8").
 DEVICE_SPECS: dict[str, DeviceSpec] = {
-    # H100 SXM5 datasheet: BF16 tensor 1,979 TFLOPS with sparsity (989 dense),
-    # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s.
-    "h100": gpu("H100 SXM", 989e12, 3.35 * TB, 80 * GB, 900 * GB, "NVIDIA H100 datasheet (SXM5)", H100_FIT),
-    # H200 SXM datasheet: same compute as H100 SXM, HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s.
+    # H100 SXM5 datasheet: BF16 tensor 1,979 TFLOPS with sparsity (989 dense), FP8 tensor
+    # 3,958 with sparsity (1,979 dense), HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s.
+    "h100": gpu("H100 SXM", 989e12, 3.35 * TB, 80 * GB, 900 * GB, "NVIDIA H100 datasheet (SXM5)", H100_FIT,
+                fp8_flops=1979e12),
+    # H200 SXM datasheet: same compute as H100 SXM (FP8 3,958 with sparsity, 1,979 dense),
+    # HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s.
     # No published 16-bit H200 measurement was found: the H100's fit (same chip, faster memory).
-    "h200": gpu("H200 SXM", 989e12, 4.8 * TB, 141 * GB, 900 * GB, "NVIDIA H200 datasheet (SXM)", H100_FIT),
-    # A100 80GB SXM datasheet: BF16 tensor 312 TFLOPS dense (624 with sparsity),
+    "h200": gpu("H200 SXM", 989e12, 4.8 * TB, 141 * GB, 900 * GB, "NVIDIA H200 datasheet (SXM)", H100_FIT,
+                fp8_flops=1979e12),
+    # A100 80GB SXM datasheet: BF16 tensor 312 TFLOPS dense (624 with sparsity), no FP8,
     # HBM2e 2,039 GB/s, NVLink 600 GB/s.
     "a100": gpu("A100 80GB SXM", 312e12, 2039 * GB, 80 * GB, 600 * GB, "NVIDIA A100 datasheet (80GB SXM)", A100_FIT),
     # The three below were not measured: they take the A100's fit (Ampere; Ada is its successor).
-    # L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), GDDR6 864 GB/s,
-    # 48 GB, PCIe Gen4 x16 64 GB/s (no NVLink).
-    "l40s": gpu("L40S", 362.05e12, 864 * GB, 48 * GB, 32 * GB, "NVIDIA L40S datasheet", A100_FIT),
-    # L4 datasheet: BF16 tensor 242 TFLOPS with sparsity (121 dense), GDDR6 300 GB/s, 24 GB.
-    "l4": gpu("L4", 121e12, 300 * GB, 24 * GB, 32 * GB, "NVIDIA L4 datasheet", A100_FIT),
+    # L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense
+    # (1,466 with sparsity), GDDR6 864 GB/s, 48 GB, PCIe Gen4 x16 64 GB/s (no NVLink).
+    "l40s": gpu("L40S", 362.05e12, 864 * GB, 48 * GB, 32 * GB, "NVIDIA L40S datasheet", A100_FIT, fp8_flops=733e12),
+    # L4 datasheet: BF16 tensor 242 TFLOPS with sparsity (121 dense), FP8 485 with sparsity
+    # (242.5 dense), GDDR6 300 GB/s, 24 GB.
+    "l4": gpu("L4", 121e12, 300 * GB, 24 * GB, 32 * GB, "NVIDIA L4 datasheet", A100_FIT, fp8_flops=242.5e12),
     # RTX 4090, Ada architecture whitepaper: FP16/BF16 tensor with FP32 accumulate
-    # 165.2 TFLOPS dense (what PyTorch's bf16 matmuls use), GDDR6X 1,008 GB/s, 24 GB.
+    # 165.2 TFLOPS dense (what PyTorch's bf16 matmuls use), FP8 with FP32 accumulate 330.3
+    # dense (660.6 with sparsity), GDDR6X 1,008 GB/s, 24 GB.
     "rtx4090": gpu("RTX 4090", 165.2e12, 1008 * GB, 24 * GB, 32 * GB, "NVIDIA Ada Lovelace architecture whitepaper",
-                   A100_FIT),
+                   A100_FIT, fp8_flops=330.3e12),
 }
+KV_CACHE_DTYPES = ("auto", "fp8")  # vLLM's --kv-cache-dtype: auto is the weights' dtype
 
 CPU_SPEC_FILE = Path(__file__).parent / "cpu_device.json"
 DEVICE_NAMES = (*DEVICE_SPECS, "cpu")
@@ -381,10 +408,13 @@ def items_shape(items: Iterable) -> list[tuple[int, int]]:
 class CostModel:
     """Step times of `model` on `device` (names or specs), `tp` devices in tensor parallel.
     `engine` (vllm, cpp, compiled, eager) replaces the device's per-step overheads with that
-    kind of engine's; by default a built-in GPU pays the lab's engine's (vllm)."""
+    kind of engine's; by default a built-in GPU pays the lab's engine's (vllm).
+    `quantization` (None, int8, fp8) stores the linear layers' weights in one byte each, and
+    `kv_cache_dtype="fp8"` the KV cache (vLLM's knobs; the module docstring says what each costs)."""
 
     def __init__(self, model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
-                 dtype: str | None = None, tp: int = 1, engine: str | EngineKind | None = None):
+                 dtype: str | None = None, tp: int = 1, engine: str | EngineKind | None = None,
+                 quantization: str | None = None, kv_cache_dtype: str = "auto"):
         self.model = get_model_spec(model)
         self.name = model if isinstance(model, str) else "custom"
         self.device = get_device(device)
@@ -394,17 +424,28 @@ class CostModel:
             raise InvalidValue("tp", tp, "must be a positive integer (GPUs in tensor parallel)")
         if tp > 1 and self.device.interconnect_bw <= 0:
             raise InvalidValue("tp", tp, f"device {self.device.name} has no interconnect bandwidth in its spec")
-        m, self.tp = self.model, tp
+        for name, value, allowed in (("quantization", quantization, QUANTIZATIONS),
+                                     ("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)):
+            if value not in allowed:
+                raise InvalidValue(name, value, f"allowed: {', '.join(map(str, allowed))}")
+        m, self.tp, self.quantization, self.kv_cache_dtype = self.model, tp, quantization, kv_cache_dtype
         self.dtype_bytes = resolve_dtype(self.dtype).itemsize
         d, hq, hkv, D = m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim
         self.linear_params = m.num_hidden_layers * (d * (hq + 2 * hkv) * D + hq * D * d + 3 * d * m.intermediate_size)
         self.lm_head_params = d * m.vocab_size
         embed_read = 0 if m.tie_word_embeddings else m.vocab_size * d  # the input table: a lookup
-        self.weight_bytes = (m.num_params - embed_read) * self.dtype_bytes
-        self.kv_bytes_per_token = m.kv_bytes_per_token(self.dtype_bytes)
+        # a quantized linear weight is one byte (its per-row scales, d_out floats a matrix, are left out)
+        linear_bytes = self.dtype_bytes if quantization is None else 1
+        self.weight_memory = self.linear_params * linear_bytes + (m.num_params - self.linear_params) * self.dtype_bytes
+        self.weight_bytes = self.weight_memory - embed_read * self.dtype_bytes
+        self.kv_bytes_per_token = m.kv_bytes_per_token(1 if kv_cache_dtype == "fp8" else self.dtype_bytes)
         self.attn_flops_per_pair = 4 * m.num_hidden_layers * hq * D  # per (query, key) pair
         dev = self.device
         self.flop_rate = dev.flops * dev.compute_efficiency * tp
+        # fp8 (vLLM's W8A8) multiplies on FP8 tensor cores where the device has them; int8 weights,
+        # and fp8 ones without FP8 arithmetic, are dequantized and multiplied at the 16-bit rate
+        fp8 = quantization == "fp8" and dev.fp8_flops > 0
+        self.linear_speedup = dev.fp8_flops / dev.flops if fp8 else 1
         self.byte_rate = dev.mem_bw * dev.memory_efficiency * tp
         step, layer = (dev.step_overhead, dev.layer_overhead) if self.engine is None else \
             (self.engine.step_overhead, self.engine.layer_overhead)
@@ -420,7 +461,8 @@ class CostModel:
     def describe(self) -> dict:
         return {"device": self.device.name, "dtype": self.dtype, "tp": self.tp,
                 "engine": "the device's own" if self.engine is None else self.engine.name,
-                "params": self.model.num_params, "weight_bytes": self.weight_bytes}
+                "params": self.model.num_params, "weight_bytes": self.weight_bytes,
+                "quantization": self.quantization, "kv_cache_dtype": self.kv_cache_dtype}
 
     def cost(self, shape: list[tuple[int, int]], num_drafts: int = 0) -> StepCost:
         """The cost of a step from (new tokens, context after the step) per sequence; `num_drafts`
@@ -430,11 +472,12 @@ class CostModel:
         context = sum(c for _, c in shape)
         pairs = context if num_tokens == B else sum(q * c - q * (q - 1) // 2 for q, c in shape)  # all decodes: 1 * c
         linear = 2.0 * (num_tokens * self.linear_params + (B + num_drafts) * self.lm_head_params)
+        at_16bit_rate = 2.0 * (num_tokens * self.linear_params / self.linear_speedup + (B + num_drafts) * self.lm_head_params)
         attention = float(self.attn_flops_per_pair * pairs)
         kv_read = float(self.kv_bytes_per_token * context)
         kv_write = float(self.kv_bytes_per_token * num_tokens)
         return StepCost(B, num_tokens, linear, attention, float(self.weight_bytes), kv_read, kv_write,
-                        compute_s=(linear + attention) / self.flop_rate,
+                        compute_s=(at_16bit_rate + attention) / self.flop_rate,
                         memory_s=(self.weight_bytes + kv_read + kv_write) / self.byte_rate,
                         comm_s=self.comm_fixed_s + self.comm_s_per_token * num_tokens,
                         overhead_s=self.layer_s + self.seq_s * B, roofline_p=self.device.roofline_p)
@@ -456,11 +499,11 @@ class CostModel:
         if not 0 < gpu_memory_utilization <= 1:
             raise InvalidValue("gpu_memory_utilization", gpu_memory_utilization, "must be in (0, 1]")
         total = self.device.memory * gpu_memory_utilization * self.tp
-        weights = self.model.num_params * self.dtype_bytes
+        weights = self.weight_memory
         if weights >= total:
             raise ValueError(
-                f"{weights / GB:.1f} GB of {self.dtype} weights do not fit in {gpu_memory_utilization:.0%} of "
-                f"{self.tp} x {self.device.memory / GB:.0f} GB ({self.device.name}); raise tp or use a bigger device")
+                f"{weights / GB:.1f} GB of {self.quantization or self.dtype} weights do not fit in "
+                f"{gpu_memory_utilization:.0%} of {self.tp} x {self.device.memory / GB:.0f} GB ({self.device.name}); raise tp or use a bigger device")
         return int(total - weights)
 
     def kv_num_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:

@@ -62,7 +62,8 @@ class SimulatedExecutor:
 
 def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
                      policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, engine: str | EngineKind | None = None, acceptance=None, **knobs) -> Engine:
+                     tp: int = 1, engine: str | EngineKind | None = None, kv_cache_dtype: str = "auto",
+                     acceptance=None, **knobs) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
@@ -70,20 +71,24 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     (`gpu_memory_utilization`, vLLM's knob) unless `num_blocks` or `kv_cache_bytes` is
     given. `dtype` defaults to the device's serving dtype (bfloat16 on GPUs). `engine` picks
     another kind of engine's step overhead (costmodel.ENGINE_KINDS: vllm, cpp, compiled,
-    eager). `acceptance` goes with a `speculative_config` knob: a per-token acceptance rate
+    eager). The `quantization` knob (int8, fp8) is priced by the cost model, as is
+    `kv_cache_dtype="fp8"` (vLLM's knob: one byte per K/V number, so twice the blocks fit).
+    `acceptance` goes with a `speculative_config` knob: a per-token acceptance rate
     in [0, 1], or a Timeline of a measured run with speculation to replay (speculative.py).
     Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
         knobs["policy"] = policy
-    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine)
-    config = replace(config or EngineConfig(), **{**knobs, "dtype": cost.dtype})
+    config = replace(config or EngineConfig(), **knobs)
+    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine, quantization=config.quantization,
+                     kv_cache_dtype=kv_cache_dtype)
+    config = replace(config, dtype=cost.dtype)
     config.validate()
     config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
     speculation = make_speculation(config.speculative_config, cost, acceptance, config.seed)
-    if config.num_blocks is None and config.kv_cache_bytes is None:
+    if config.num_blocks is None:
         draft = speculation.draft if speculation else None
         config = replace(config, num_blocks=kv_num_blocks(cost, draft, config.block_size,
-                                                          config.gpu_memory_utilization))
+                                                          config.gpu_memory_utilization, config.kv_cache_bytes))
     executor = SimulatedExecutor(cost, speculation)
     return Engine(executor, config, clock=SimulatedClock(executor.step_time))

@@ -203,7 +203,7 @@ def make_speculation(spec: SpeculativeConfig | None, target: CostModel, acceptan
 
 
 def draft_cost(spec: SpeculativeConfig, target: CostModel) -> CostModel:
-    """The draft model on the target's device, dtype and tensor parallelism; its forwards pay the
+    """The draft model on the target's device, dtype, quantization and tensor parallelism; its forwards pay the
     engine's costs per layer and per sequence, not per step (the module's docstring says why)."""
     try:
         draft_model = get_model_spec(spec.model)
@@ -212,21 +212,24 @@ def draft_cost(spec: SpeculativeConfig, target: CostModel) -> CostModel:
                            f"a model spec ({', '.join(MODEL_SPECS)}) or a config.json") from None
     check_same_vocabulary(spec.model, draft_model.vocab_size, target.model.vocab_size)
     layer = (target.engine or target.device).layer_overhead
-    draft = CostModel(draft_model, target.device, dtype=target.dtype, tp=target.tp,
-                      engine=EngineKind("draft forward", 0.0, layer))
+    draft = CostModel(draft_model, target.device, dtype=target.dtype, tp=target.tp,  # quantized as the target
+                      engine=EngineKind("draft forward", 0.0, layer), quantization=target.quantization,
+                      kv_cache_dtype=target.kv_cache_dtype)
     draft.name = spec.model
     return draft
 
 
-def kv_num_blocks(target: CostModel, draft: CostModel | None, block_size: int,
-                  gpu_memory_utilization: float) -> int:
-    """KV blocks that fit beside the weights; with a draft model its weights take memory too, and
-    every block also holds the draft's own K/V of its tokens (spec/draft_model.py)."""
-    if draft is None:
-        return target.kv_num_blocks(block_size, gpu_memory_utilization)
-    free = target.kv_cache_bytes(gpu_memory_utilization) - draft.model.num_params * draft.dtype_bytes
-    blocks = free // (block_size * (target.kv_bytes_per_token + draft.kv_bytes_per_token))
+def kv_num_blocks(target: CostModel, draft: CostModel | None, block_size: int, gpu_memory_utilization: float,
+                  kv_cache_bytes: int | None = None) -> int:
+    """KV blocks that fit in `kv_cache_bytes`, or beside the weights; with a draft model its weights
+    take memory too, and every block also holds the draft's own K/V of its tokens (spec/draft_model.py)."""
+    free = kv_cache_bytes
+    if free is None:
+        free = target.kv_cache_bytes(gpu_memory_utilization) - (draft.weight_bytes if draft else 0)
+    per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if draft else 0)
+    blocks = free // (block_size * per_token)
     if blocks < 1:
-        raise ValueError(f"the draft model {draft.name}'s weights leave no room for a KV cache on "
-                         f"{target.device.name}; raise tp or use a bigger device")
+        raise ValueError(f"no room for a KV cache of {block_size}-token blocks on {target.device.name}"
+                         + (f" beside the draft model {draft.name}'s weights; raise tp or use a bigger device"
+                            if draft and kv_cache_bytes is None else ""))
     return blocks
