@@ -8,10 +8,13 @@ workload preset: each stops at its EOS or max_tokens), one thread, greedy, measu
 
 1. choose   at batch 1, every proposer setting below against speculation off; the best
             n-gram and the best draft-model setting go on
-2. batches  speculation off, best n-gram and best draft at max_num_seqs 1, 2, 4, 8, 16 (the
+2. batches  speculation off, best n-gram and best draft at max_num_seqs 1 to 64 (the
             workload has 2 x batch requests, at least 8): where does the gain end?
 3. checks   greedy tokens identical to speculation off in every run; the better proposer
             gives at least 1.5x output tok/s at batch 1 (issue 17's goal)
+4. simulated Llama-3-8B on an H100 with a Llama-3.2-1B draft, k = 4, acceptance i.i.d. at
+            alpha 0.5, 0.7, 0.9 (minilm/sim/spec_speedup.py): the same question at GPU scale,
+            SIMULATED (cost model), B requests arriving together at max_num_seqs B
 
 Each setting runs --repeats times, interleaved with the others (the machine may be shared:
 the conditions record its load); a row keeps the median run. Why the gain ends: a verifying
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import report  # noqa: E402
 from minilm import Engine, EngineConfig, make_workload, summarize  # noqa: E402
+from minilm.sim import spec_speedup_table  # noqa: E402
 
 SETTINGS = {  # name -> speculative_config (vLLM's keys)
     "off": None,
@@ -42,7 +46,8 @@ SETTINGS = {  # name -> speculative_config (vLLM's keys)
        for k in (1, 2, 3)},
 }
 GOAL = 1.5  # issue 17: the better proposer's output tok/s at batch 1, over speculation off
-BATCHES = (1, 2, 4, 8, 16)
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+SIM_ALPHAS, SIM_BATCHES = (0.5, 0.7, 0.9), (1, 8, 32, 64, 128, 256, 512, 1024)
 
 
 def run(setting: str, batch: int, threads: int) -> tuple[dict, dict]:
@@ -99,6 +104,9 @@ def main() -> None:
         rows += [r | {"stage": "batches"} for r in measure(chosen, b, args.threads, args.repeats)]
     gain_ends = {s: next((r["batch"] for r in rows if r["setting"] == s and r["speedup"] < 1), None)
                  for s in chosen[1:]}
+    print("simulated H100 ...", flush=True)
+    simulated = [r | {"stage": "simulated", "alpha": a} for a in SIM_ALPHAS
+                 for r in spec_speedup_table(acceptance=a, k=4, batch_sizes=SIM_BATCHES)]
     first = [r for r in rows if r["stage"] == "choose"]
     better = max(best(first, "ngram"), best(first, "draft"), key=lambda r: r["speedup"])
     checks = [report.check("greedy tokens identical to speculation off (all runs)",
@@ -106,11 +114,17 @@ def main() -> None:
               report.check(f"better proposer ({better['setting']}) at batch 1 (x)", better["speedup"], ">=", GOAL)]
     checks += [report.check(f"{s}: first batch without a gain (seqs)", b) for s, b in gain_ends.items()
                if b is not None]
+    sim_ends = {a: next((r["batch_size"] for r in simulated if r["alpha"] == a and r["speedup"] < 1), None)
+                for a in SIM_ALPHAS}  # None: a gain at every batch tried
+    checks += [report.check(f"SIMULATED alpha {a}: first batch without a gain (seqs)", b)
+               for a, b in sim_ends.items() if b is not None]
     conditions = report.machine() | {
         "target": "docstrings", "draft": "docstrings-draft", "workload": "docstrings (held-out, EOS or max_tokens)",
         "threads": args.threads, "repeats": args.repeats, "greedy": True, "clock": "measured",
         "loadavg_1min_start": load0, "loadavg_1min_end": os.getloadavg()[0], "bench_s": time.time() - t0}
-    res = report.result("spec_decode", report.command_line(), conditions, rows, checks)
+    conditions["simulated"] = {"model": "llama-3-8b", "device": "h100", "draft": "llama-3.2-1b", "k": 4,
+                               "prompt_len": 128, "max_tokens": 256, "policy": "continuous"}
+    res = report.result("spec_decode", report.command_line(), conditions, rows + simulated, checks)
     report.write(args.out, res)
     show(res)
     print(f"JSON: {args.out}")
@@ -127,7 +141,16 @@ def show(res: dict) -> None:
                report.Column("drafts accepted (%)", "acceptance_rate", ".0%"),
                report.Column("tokens per verify (tokens)", "acceptance_length", ".2f"),
                report.Column("same tokens", "same_tokens")]
-    report.print_table(res["rows"], columns)
+    report.print_table([r for r in res["rows"] if r["stage"] != "simulated"], columns)
+    s = c["simulated"]
+    print(f"\nSIMULATED (cost model, not measured): {s['model']} on an {s['device'].upper()}, {s['draft']} draft, "
+          f"k = {s['k']}, acceptance i.i.d.; B requests of {s['prompt_len']} + {s['max_tokens']} tokens at once")
+    report.print_table([r for r in res["rows"] if r["stage"] == "simulated"],
+                       [report.Column("alpha (share)", "alpha", ".1f"), report.Column("batch (seqs)", "batch_size", "d"),
+                        report.Column("off (tok/s)", "tok_per_s_off", ".0f"), report.Column("on (tok/s)", "tok_per_s_on", ".0f"),
+                        report.Column("on / off (x)", "speedup", ".2f"), report.Column("TPOT off (ms)", "tpot_ms_off", ".2f"),
+                        report.Column("TPOT on (ms)", "tpot_ms_on", ".2f"),
+                        report.Column("tokens per verify (tokens)", "mean_acceptance_length", ".2f")])
     report.print_checks(res["checks"])
 
 

@@ -1662,3 +1662,103 @@ def check_acceptance_rule(accept_probability, residual) -> None:
     assert close(kept, float(p[2]), 1e-9), f"a one-hot draft at token 2: you keep it with {kept}, expected p(2)"
     ok(f"drafts accepted so that the kept token is distributed exactly as the target's, on {len(cases)} pairs "
        f"of distributions (a one-hot draft included: kept with probability p(x) = {float(p[2]):.2f})")
+
+
+# ---- exercise 9: stop strings on a stream ------------------------------------------------------
+class StopReference:
+    """Exercise 9's rule, written plainly: hold back the longest end of the text that is a proper
+    beginning of a stop string; stop at the stop string that starts first (the shorter on a tie)."""
+
+    def __init__(self, stops: list[str], include: bool = False):
+        self.stops, self.include, self.held = stops, include, ""
+
+    def add(self, text: str, final: bool) -> tuple[str, bool]:
+        text = self.held + text
+        found = sorted((text.find(s), len(s)) for s in self.stops if s in text)
+        if found:
+            start, length = found[0]
+            return text[:start + length if self.include else start], True
+        keep = 0
+        if not final:
+            for s in self.stops:
+                for n in range(1, len(s)):
+                    if n <= len(text) and text.endswith(s[:n]):
+                        keep = max(keep, n)
+        self.held = text[len(text) - keep:]
+        return text[:len(text) - keep], False
+
+
+STOP_CASES = [  # (stops, include_stop_str_in_output, the tokens' texts); the last one is final
+    (["abc"], False, ["xa", "b", "d"]),          # held back while it could be "abc", then released
+    (["\n\n"], False, ["Hello\n", "\nworld"]),    # a stop string across two tokens
+    (["aab"], False, ["a", "a", "a", "b"]),       # "aaa" can only start "aab" with its last two
+    (["END"], False, ["fooENDbar"]),              # inside one token: nothing after it
+    (["abc"], False, ["ab", "x", "y"]),           # a false start, released when it fails
+    (["abc"], False, ["q", "ab"]),                # the last token: nothing is held any more
+    (["zz", "b"], False, ["abczz"]),              # the earliest, not the first listed
+    (["cd", "bcdx"], False, ["abc", "d"]),        # "bc" could start either; "cd" comes first
+    (["\n\n"], True, ["a\n", "\nb"]),             # vLLM's include_stop_str_in_output
+    (["cd", "bcdx"], True, ["abc", "d"]),
+    (["ab", "abc"], True, ["xabc"]),              # same start: the shorter ends first
+    ([], False, ["abc", "", "def"]),              # no stop strings (and a token with no text)
+    (["ab"], False, ["ab", "cd"]),                # at the very start: nothing is sent
+    (["Returns", "\n\n"], False, ["Ret", "urned", " x\n", "\n"]),
+]
+
+
+def stop_case_text(stops, include, pieces) -> str:
+    return f"stops {stops!r}, include_stop_str_in_output={include}, tokens {pieces!r}"
+
+
+def check_stop_checker(make_checker) -> None:
+    for stops, include, pieces in STOP_CASES:
+        what = stop_case_text(stops, include, pieces)
+        mine = call(make_checker, list(stops), include, what=f"MyStopChecker for {what}")
+        ref = StopReference(stops, include)
+        sent = ""
+        for i, piece in enumerate(pieces):
+            final = i == len(pieces) - 1
+            held, whole = ref.held, ref.held + piece  # what the reference held back, and the text to search
+            want = ref.add(piece, final)
+            got = call(mine.add, piece, final, what=f"add({piece!r}, final={final}) for {what}")
+            assert isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], str), (
+                f"add({piece!r}, final={final}) for {what} returned {got!r}; return (text to send, stopped)")
+            where = f"{what}: after token {i} ({piece!r}), with {sent!r} sent before,"
+            if got[1] != want[1]:
+                raise AssertionError(f"{where} you say stopped={got[1]}, expected {want[1]}"
+                                     + ("" if got[1] else ": the text so far holds a stop string (search the text "
+                                                          "held back with the new token, not the token alone)"))
+            if got[0] != want[0]:
+                raise AssertionError(f"{where} you send {got[0]!r}, expected {want[0]!r}: "
+                                     + stop_hint(stops, include, whole, held, got[0], want[0], final, want[1]))
+            sent += got[0]
+            if want[1]:
+                break
+    ok(f"stop strings held back no longer than needed and never sent past, on {len(STOP_CASES)} token streams "
+       f"(include_stop_str_in_output both ways)")
+
+
+def stop_hint(stops, include, whole: str, held: str, got: str, want: str, final: bool, stopped: bool) -> str:
+    """The likely slip behind a wrong piece of text: `whole` is the held text and the new token's."""
+    if held and not got.startswith(held[:len(got)]):
+        return (f"the text held back from earlier tokens ({held!r}) comes first: search and send it together with "
+                f"the new token's")
+    if stopped:
+        cuts = {s: whole.find(s) for s in stops if s in whole}
+        if include and want.startswith(got):
+            return "with include_stop_str_in_output the stop string itself is sent too"
+        if any(got == whole[:c + (len(s) if include else 0)] for s, c in cuts.items()):
+            return "of the stop strings in the text, the one that starts first ends the stream (the shorter on a tie)"
+        return "send only the text before the stop string" + (" (and nothing after it)" if len(got) > len(want)
+                                                               else "")
+    if final:
+        return "on the last token nothing is held back: send what you kept"
+    if got.startswith(want):
+        extra = got[len(want):]
+        return f"{extra!r} could still be the start of a stop string ({', '.join(map(repr, stops))}): hold it back"
+    if want.startswith(got):
+        kept = want[len(got):]
+        return (f"you held back {kept!r} as well, which cannot begin any stop string: hold back only the longest end "
+                f"of the text that begins one (a fixed window of the longest stop string's length makes a client "
+                f"wait for nothing)")
+    return "compare what you hold back with the longest end of the text that begins a stop string"

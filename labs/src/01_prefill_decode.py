@@ -223,22 +223,31 @@ say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab 
 # ## 4. The roofline of a real GPU (simulated)
 #
 # A GPU step takes at least `FLOPs / peak FLOP/s` (compute) and at least
-# `bytes / bandwidth` (memory): whichever is larger wins. The **ridge point**
+# `bytes / bandwidth` (memory): the larger of the two sets it. The **ridge point**
 # `peak / bandwidth` is the intensity where they meet. Below it a step is memory-bound,
-# above it compute-bound.
+# above it compute-bound. (Near the ridge a real GPU overlaps the two imperfectly, so the
+# lab's cost model rounds the corner: it adds them as $(c^p + m^p)^{1/p}$, with `p`
+# fitted to measurements; far from the ridge that is the larger of the two.)
 
 # %%
+import json
+from pathlib import Path
+
 from minilm.sim.costmodel import DEVICE_SPECS
 
 h100 = DEVICE_SPECS["h100"]
 cm = CostModel("llama-3-8b", "h100")
 ridge = cm.flop_rate / cm.byte_rate  # the ridge with the model's efficiency factors
+calibration = {c["name"]: c["value"] for c in json.loads(
+    (Path(widgets.__file__).resolve().parents[1] / "bench" / "results" / "calibrate_gpu.json").read_text())["checks"]}
 say(f"{h100.name}: **{h100.flops / 1e12:,.0f} TFLOP/s** dense bf16 and **{h100.mem_bw / 1e12:.2f} TB/s** "
-    f"({h100.source}), a ridge point of **{h100.flops / h100.mem_bw:.0f} FLOP/byte**. The cost model assumes "
-    f"a well-tuned engine reaches {h100.compute_efficiency:.0%} of the peak FLOP/s and "
-    f"{h100.memory_efficiency:.0%} of the bandwidth (an assumption), which moves the ridge to "
-    f"**{ridge:.0f} FLOP/byte**. Everything below is the cost model's prediction for Llama-3-8B, "
-    f"not a measurement.")
+    f"({h100.source}), a ridge point of **{h100.flops / h100.mem_bw:.0f} FLOP/byte**. An engine reaches part of "
+    f"each: {h100.compute_efficiency:.0%} of the peak FLOP/s and {h100.memory_efficiency:.0%} of the bandwidth, "
+    f"with the corner's p = {h100.roofline_p:.2f} and a fixed {h100.step_overhead * 1e3:.1f} ms a step, all fitted "
+    f"to published measurements of A100 and H100 GPUs (`bench/calibrate_gpu.py`: on measurements left out of the "
+    f"fit its median error is {calibration['held-out median |err| (fraction)']:.0%}; README, Benchmarks). That "
+    f"moves the ridge to **{ridge:.0f} FLOP/byte**. Everything below is the cost model's prediction for "
+    f"Llama-3-8B, not a measurement.")
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -36,7 +36,11 @@
 # Two knobs make that rule: the step's budget (`max_num_batched_tokens=1024`) and a cap
 # on what one prompt may take in a step, vLLM's `long_prefill_token_threshold=512`.
 # Below, short requests are decoding on Llama-3-8B (H100, simulated) when the long
-# prompt arrives. Each row is one step while the prompt is prefilled:
+# prompt arrives. Each row is one step while the prompt is prefilled. (The simulated
+# H100 is the cost model of lesson 1, fitted to published A100 and H100 measurements;
+# how close it comes on measurements it was not fitted to is in the README's
+# "Simulator against published GPU measurements". Its step times, and the best budget
+# this lesson finds, are the model's, not a GPU's.)
 
 # %%
 # NBVAL_CHECK_OUTPUT

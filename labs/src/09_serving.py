@@ -320,3 +320,7 @@ say(f"Measured here: the engine process serves **{process_gain:.2f}x** the outpu
 #
 # then `widgets.load_bench_result("vllm.json")` draws it here, and
 # `simulate_result(...)` replays it for another model or GPU.
+#
+# **Exercise 9** (`exercises/09_serving.ipynb`): stop strings on a token stream, holding
+# back only the text that could begin one (the server's checker holds a fixed window), and
+# vLLM's `include_stop_str_in_output`.

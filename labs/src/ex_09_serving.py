@@ -1,0 +1,65 @@
+# %% [markdown]
+# # Exercise 9 · Stop strings on a stream
+#
+# The engine knows tokens; a client's `stop` strings are text. The server (lesson 9)
+# turns each new token into text and searches it, and a stop string may be split across
+# tokens: `"\n\n"` can arrive as `"\n"` and then `"\n"`. Text that *might* be the start of a
+# stop string therefore cannot be sent yet, and no text after a stop string may ever be
+# sent. The server's own checker (`StopChecker` in `minilm/serve/detokenizer.py`, like
+# vLLM's) holds back a fixed window: the longest stop string's length minus one, whatever
+# the text is. A client then waits for characters that could never start a stop string.
+#
+# ## Part 1: hold back only what could start a stop string
+#
+# Write `MyStopChecker(stops, include_stop_str_in_output=False)` with one method,
+# `add(text, final) -> (send, stopped)`: `text` is the next token's text, `final` says it is
+# the last one. Return the text that may be sent now and whether a stop string was found
+# (then the request ends and nothing more is sent). The rules:
+#
+# - Hold back only the longest end of the text so far that is the beginning of some stop
+#   string (`"ab"` can start the stop string `"abc"`; `"b"` cannot), and send the rest.
+# - When the text holds a stop string, stop there; if it holds several, the one that
+#   starts first (of two that start at the same place, the shorter: it ends first). Send
+#   what comes before it and, with `include_stop_str_in_output=True` (vLLM's option,
+#   which the lab's server does not have), the stop string too.
+# - With `final=True`, nothing is held back any more.
+#
+# Before you code: stops `["abc"]`, pieces `"xa"`, `"b"`, `"d"`: what is sent after each?
+# And stops `["cd", "bcdx"]`, pieces `"abc"`, `"d"`?
+
+# %%
+from labs import checks
+
+
+class MyStopChecker:
+    def __init__(self, stops: list[str], include_stop_str_in_output: bool = False):
+        # BEGIN SOLUTION
+        self.stops, self.include, self.held = stops, include_stop_str_in_output, ""
+        # END SOLUTION
+
+    def add(self, text: str, final: bool) -> tuple[str, bool]:
+        # BEGIN SOLUTION
+        text = self.held + text
+        found = [(text.find(s), s) for s in self.stops if s in text]
+        if found:
+            start, stop = min(found, key=lambda f: (f[0], len(f[1])))
+            return text[:start + len(stop) if self.include else start], True
+        keep = 0 if final else max((n for s in self.stops for n in range(1, min(len(s), len(text) + 1))
+                                    if text.endswith(s[:n])), default=0)
+        self.held = text[len(text) - keep:]
+        return text[:len(text) - keep], False
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_stop_checker(MyStopChecker)
+
+# %% [markdown]
+# ## Think further
+#
+# - How much sooner does a client see text with your checker than with the server's fixed
+#   window, on the `docstrings` model with the stop string `"\n\n"`? With `"Returns"`?
+# - A token's text is not always final: a multi-byte character split across two tokens
+#   decodes to a replacement character until its second half arrives. How does the
+#   server's detokenizer (`minilm/serve/detokenizer.py`) deal with that, and what would
+#   your checker do without it?
