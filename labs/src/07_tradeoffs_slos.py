@@ -32,7 +32,10 @@ def simulate(specs, policy="continuous", device="h100", **knobs):
     engine.add_workload(specs)
     return engine.run()
 
-TTFT_SLO, TPOT_SLO = 0.5, 0.010  # seconds: the promise used in this lesson
+# Seconds: the promise used in this lesson. MLPerf Inference's interactive Llama-3.1-8B scenario asks
+# for TTFT 500 ms and TPOT 30 ms (loadgen/mlperf.conf); this TPOT limit is half of theirs, tight enough
+# that the batch size decides whether it holds on an H100 (section 1: TPOT at full batches).
+TTFT_SLO, TPOT_SLO = 0.5, 0.015
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -96,7 +99,7 @@ widgets.sweep_figure(capacity, latency="tpot_p50")  # x: the pace while queued
 
 # %%
 # NBVAL_CHECK_OUTPUT
-SECONDS = 20  # of arrivals, in every steady-load run of this lesson
+SECONDS = 30  # of arrivals, in every steady-load run of this lesson
 
 @functools.cache  # section 2 judges the same runs
 def steady(rate, n, policy="continuous"):
@@ -110,7 +113,7 @@ def while_arriving(tl):
     served = sum(t <= last for r in tl.requests for t in r.token_times)
     return served / last, next(s.num_waiting for s in tl.steps if s.t_end >= last)
 
-RATE = 150.0  # requests per second
+RATE = 90.0  # requests per second
 need = RATE * MEAN_OUT
 print(f"{RATE:.0f} req/s × {MEAN_OUT:.1f} output tokens = {need:,.0f} output tok/s asked, for {SECONDS} s")
 keeps_up = {}
@@ -230,7 +233,7 @@ say(f"Same deployment, same {RATE:.0f} req/s: request goodput **{g_l:.0f} req/s*
 # %%
 # NBVAL_CHECK_OUTPUT
 TARGET = 0.9
-sweeps = {("continuous", n): [50.0, 100.0, 150.0, 175.0, 200.0, 225.0] for n in sizes}
+sweeps = {("continuous", n): [float(r) for r in range(40, 160, 10)] for n in sizes}
 sweeps["static", 128] = [0.25, 0.5, 1.0, 2.0]
 attainment, goodput, missed = {}, {}, {}
 for (policy, n), rates in sweeps.items():
@@ -276,19 +279,23 @@ for (policy, n), tl in missed.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-top = max(goodput["continuous", n] for n in sizes)
-first_top = min(n for n in sizes if goodput["continuous", n] == top)
-big = fails["continuous", sizes[-1]]
+can = {n: capacity.output_tok_per_s[n] / MEAN_OUT for n in sizes}  # req/s each setting keeps up with
+good = {n: goodput["continuous", n] for n in sizes}
+step = sweeps["continuous", sizes[0]][1] - sweeps["continuous", sizes[0]][0]
+small, n_big, big = sizes[:-1], sizes[-1], fails["continuous", sizes[-1]]
 queued = [n for n in sizes if fails["continuous", n][0] > fails["continuous", n][1]]
-assert queued == sizes[:-1] and big[1] > big[0] == 0 and big[2] > first_top  # the sentence below
-assert goodput["continuous", sizes[-1]] == top < capacity.output_tok_per_s[sizes[-1]] / MEAN_OUT - 25
+assert queued == small and all(can[n] - step < good[n] <= can[n] for n in small)  # the sentences below
+assert big[1] > big[0] == 0 and big[2] > small[-1]
+assert good[n_big] - good[small[-1]] < (can[n_big] - can[small[-1]]) / 2 and good[n_big] < can[n_big] - 25
 assert fails["static", 128][0] > fails["static", 128][1]
-say(f"Goodput follows capacity while the cap is small: past it, requests queue and miss the TTFT limit. From "
-    f"`max_num_seqs={first_top}` on, the most load taken is **{top:.0f} req/s**: `max_num_seqs={sizes[-1]}` takes "
-    f"no more, although it could keep up with {capacity.output_tok_per_s[sizes[-1]] / MEAN_OUT:.0f} req/s. At "
-    f"{max(attainment['continuous', sizes[-1]]):.0f} req/s no request misses the TTFT limit, but when arrivals "
+say(f"Goodput follows capacity while the cap is small: up to `max_num_seqs={small[-1]}`, each setting takes "
+    f"the load it keeps up with, less than a sweep step ({step:.0f} req/s) short "
+    f"({', '.join(f'{good[n]:.0f} of {can[n]:.0f}' for n in small)} req/s); past it, requests queue and miss the "
+    f"TTFT limit. `max_num_seqs={n_big}` takes **{good[n_big]:.0f} req/s**, only {good[n_big] - good[small[-1]]:.0f} "
+    f"more than `max_num_seqs={small[-1]}`, although it could keep up with {can[n_big]:.0f} req/s. At "
+    f"{max(attainment['continuous', n_big]):.0f} req/s no request misses the TTFT limit, but when arrivals "
     f"bunch up it lets them all in, up to {big[2]} requests at once: those steps are longer, and {big[1]:.0%} miss "
-    f"the TPOT limit (at a full batch its TPOT is {tpot[sizes[-1]] * 1e3:.1f} ms, section 1). Too few in flight, "
+    f"the TPOT limit (at a full batch its TPOT is {tpot[n_big] * 1e3:.1f} ms, section 1). Too few in flight, "
     f"requests queue (TTFT); too many, every token is slower (TPOT). Static batching takes "
     f"**{goodput['static', 128]:g} req/s**: a request that arrives while a batch runs waits for the batch's longest "
     f"answer, and misses the TTFT limit.")
