@@ -9,9 +9,11 @@ workload preset: each stops at its EOS or max_tokens), one thread, greedy, measu
 1. choose   at batch 1, every proposer setting below against speculation off; the best
             n-gram and the best draft-model setting go on
 2. batches  speculation off, best n-gram and best draft at max_num_seqs 1 to 64 (the
-            workload has 2 x batch requests, at least 8): where does the gain end?
+            workload has 2 x batch requests, at least 8): where does the gain end? Batch 1
+            is measured again: the best of many noisy settings overstates its own speed
 3. checks   greedy tokens identical to speculation off in every run; the better proposer
-            gives at least 1.5x output tok/s at batch 1 (issue 17's goal)
+            gives at least 1.5x output tok/s at batch 1 in its second measurement (issue
+            17's goal)
 4. simulated Llama-3-8B on an H100 with a Llama-3.2-1B draft, k = 4, acceptance i.i.d. at
             alpha 0.5, 0.7, 0.9 (minilm/sim/spec_speedup.py): the same question at GPU scale,
             SIMULATED (cost model), B requests arriving together at max_num_seqs B
@@ -40,8 +42,8 @@ from minilm.sim import spec_speedup_table  # noqa: E402
 
 SETTINGS = {  # name -> speculative_config (vLLM's keys)
     "off": None,
-    **{f"ngram k={k}": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2,
-                        "prompt_lookup_max": 5} for k in (2, 4, 6, 8)},
+    **{f"ngram k={k} min={m}": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m,
+                                "prompt_lookup_max": 5} for m in (1, 2) for k in (2, 4, 6, 8)},
     **{f"draft k={k}": {"method": "draft_model", "model": "docstrings-draft", "num_speculative_tokens": k}
        for k in (1, 2, 3)},
 }
@@ -99,7 +101,7 @@ def main() -> None:
     print("batch 1, every setting ...", flush=True)
     rows = [r | {"stage": "choose"} for r in measure(list(SETTINGS), 1, args.threads, args.repeats)]
     chosen = ["off", best(rows, "ngram")["setting"], best(rows, "draft")["setting"]]
-    for b in BATCHES[1:]:
+    for b in BATCHES:  # batch 1 again: the chosen settings' own runs, not the best of many (a biased max)
         print(f"batch {b}: {', '.join(chosen)} ...", flush=True)
         rows += [r | {"stage": "batches"} for r in measure(chosen, b, args.threads, args.repeats)]
     gain_ends = {s: next((r["batch"] for r in rows if r["setting"] == s and r["speedup"] < 1), None)
@@ -107,8 +109,8 @@ def main() -> None:
     print("simulated H100 ...", flush=True)
     simulated = [r | {"stage": "simulated", "alpha": a} for a in SIM_ALPHAS
                  for r in spec_speedup_table(acceptance=a, k=4, batch_sizes=SIM_BATCHES)]
-    first = [r for r in rows if r["stage"] == "choose"]
-    better = max(best(first, "ngram"), best(first, "draft"), key=lambda r: r["speedup"])
+    again = [r for r in rows if r["stage"] == "batches" and r["batch"] == 1]
+    better = max(best(again, "ngram"), best(again, "draft"), key=lambda r: r["speedup"])
     checks = [report.check("greedy tokens identical to speculation off (all runs)",
                            all(r["same_tokens"] for r in rows), "==", True),
               report.check(f"better proposer ({better['setting']}) at batch 1 (x)", better["speedup"], ">=", GOAL)]
