@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -250,32 +250,25 @@ def save_cpu_spec(spec: DeviceSpec, extra: dict, path: str | Path = CPU_SPEC_FIL
 
 # ---- model specs ----------------------------------------------------------------
 # Sizes from each model's Hugging Face config.json.
+LLAMA_3_8B = ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                         rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16")
+LLAMA_3_70B = replace(LLAMA_3_8B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                      num_attention_heads=64)
 MODEL_SPECS: dict[str, ModelConfig] = {
     **MODEL_PRESETS,
     "llama-2-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
                               bos_token_id=1, eos_token_id=2, torch_dtype="float16"),
-    "llama-3-8b": ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                              rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
-                              torch_dtype="bfloat16"),
-    # Llama 3.1 8B: Llama 3's sizes, trained to 128k positions (its RoPE scaling changes no cost)
-    "llama-3.1-8b": ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
-                                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
-                                torch_dtype="bfloat16"),
-    "llama-3-70b": ModelConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-                               num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
-                               rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
-                               torch_dtype="bfloat16"),
+    "llama-3-8b": LLAMA_3_8B,
+    # Llama 3.1: Llama 3's sizes, trained to 128k positions (its RoPE scaling changes no cost)
+    "llama-3.1-8b": replace(LLAMA_3_8B, max_position_embeddings=131072),
+    "llama-3-70b": LLAMA_3_70B,
     # Llama 2 70B: 80 layers, grouped-query attention (8 KV heads), the Llama 2 vocabulary
     "llama-2-70b": ModelConfig(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                                num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=4096,
                                bos_token_id=1, eos_token_id=2, torch_dtype="float16"),
-    "llama-3.1-70b": ModelConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-                                 num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=131072,
-                                 rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
-                                 torch_dtype="bfloat16"),
+    "llama-3.1-70b": replace(LLAMA_3_70B, max_position_embeddings=131072),
     "qwen2.5-7b": ModelConfig(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                               num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=131072,
                               rope_theta=1000000.0, attention_bias=True, bos_token_id=151643,
