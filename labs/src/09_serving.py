@@ -67,22 +67,48 @@ with httpx.stream("POST", f"{server.url}/v1/completions", json=body) as response
             print(line)
 
 # %% [markdown]
-# ## 2. Load it, and watch
+# ## 2. What this machine can serve, then a load it keeps up with
 #
-# `python -m minilm bench-serve` sends a workload to any OpenAI-compatible server at a
-# Poisson rate (or all at once), streams every answer and times each token as it arrives.
-# Here it sends a moderate rate of requests, in its own process
-# (`asyncio.create_subprocess_exec`), so the kernel stays free and the live Gantt below
-# grows while the requests come in: each row is a request, grey while it waits, blue for
-# its prompt, green while it decodes.
+# `python -m minilm bench-serve` sends a workload to any OpenAI-compatible server, streams
+# every answer and times each token as it arrives. Its first question is what a server
+# *can* do, its capacity: every request sent at once (`--rate inf`, which is also
+# `vllm bench serve`'s default). `bench_serve.run` is the same client, called from the
+# kernel; here it asks each of the three servers:
 
 # %%
-# docstring prompts at a Poisson rate (seeded: the same prompts and send times for every run)
-NUM_PROMPTS, RATE, MAX_TOKENS = 16, 8.0, 64  # requests, requests/s, at most this many tokens each
+# NBVAL_IGNORE_OUTPUT
+from minilm.serve import bench_serve
+
+NUM_PROMPTS, MAX_TOKENS = 32, 64  # requests, at most this many tokens each (docstring prompts, seeded)
+POLICIES = ("continuous", "static")
+capacity = {}
+for name in ("continuous", "thread", "static"):  # "thread" is for section 7; static last, as the load is set from it
+    s = servers[name]
+    capacity[name] = await bench_serve.run(s.url, "docstrings", NUM_PROMPTS, rate=float("inf"), max_tokens=MAX_TOKENS,
+                                          seed=0, save=str(RUNS / f"client_{name}_inf.json"), quiet=True)
+print(f"{'server':11} {'req/s':>6} {'out tok/s':>10}")
+for name, r in capacity.items():
+    print(f"{name:11} {r['request_throughput']:6.2f} {r['output_throughput']:10.1f}")
+
+# %% [markdown]
+# A fixed rate would mean something else on every machine: a rate a fast laptop serves
+# with time to spare overloads a slow one. So the load is set from what this machine just
+# measured: Poisson arrivals at three quarters of static batching's capacity, a load that
+# keeps a static server busy but that it can keep up with, on any machine.
+#
+# The client runs in its own process (`asyncio.create_subprocess_exec`), so the kernel
+# stays free and the live Gantt below grows while the requests come in: each row is a
+# request, grey while it waits, blue for its prompt, green while it decodes.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+LOAD_FRACTION = 0.75  # of static batching's capacity, in requests/s
+RATE = round(LOAD_FRACTION * capacity["static"]["request_throughput"], 2)
 LOAD = ["--workload", "docstrings", "--num-prompts", str(NUM_PROMPTS), "--max-tokens", str(MAX_TOKENS), "--seed", "0"]
+print(f"the load: {RATE} requests/s")
 
 
-async def bench_serve(url: str, save: Path) -> str:
+async def bench_serve_at_rate(url: str, save: Path) -> str:
     """`python -m minilm bench-serve ... --rate RATE` in its own process; returns its printed table."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "minilm", "bench-serve", "--base-url", url,
                                                 *LOAD, "--rate", str(RATE), "--save", str(save),
@@ -96,7 +122,7 @@ live
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(await bench_serve(server.url, RUNS / "client_continuous.json"))
+print(await bench_serve_at_rate(server.url, RUNS / "client_continuous.json"))
 await live.refresh()
 live.stop()
 
@@ -114,36 +140,24 @@ live.stop()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(await bench_serve(servers["static"].url, RUNS / "client_static.json"))
-
-# %% [markdown]
-# At a rate a server keeps up with, tokens per second say little: it finishes what
-# arrives, so the number measures the arrival rate and how fast the last requests drain
-# (lesson 6). What a policy changes there is how long a user waits. What a server *can*
-# do, its capacity, is measured with every request sent at once:
-# `bench-serve --rate inf`, which is also `vllm bench serve`'s default. The same
-# requests, all at once, against both servers (`bench_serve.run` is the same client,
-# called from the kernel):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-from minilm.serve import bench_serve
-
-POLICIES = ("continuous", "static")
-for policy in POLICIES:
-    await bench_serve.run(servers[policy].url, "docstrings", NUM_PROMPTS, rate=float("inf"), max_tokens=MAX_TOKENS,
-                          seed=0, save=str(RUNS / f"client_{policy}_inf.json"), quiet=True)
-await bench_serve.run(servers["thread"].url, "docstrings", NUM_PROMPTS, rate=float("inf"), max_tokens=MAX_TOKENS,
-                      seed=0, save=str(RUNS / "client_thread_inf.json"), quiet=True)  # for section 7
+print(await bench_serve_at_rate(servers["static"].url, RUNS / "client_static.json"))
 for s in servers.values():
     s.stop()  # Ctrl-C by pid: each writes its --timeline
 
-AT_RATE, AT_ONCE = f"{RATE:g} req/s", "all at once"
+# %% [markdown]
+# Both loads side by side. At a rate a server keeps up with, tokens per second say
+# little: it finishes what arrives, so the number measures the arrival rate and how fast
+# the last requests drain (lesson 6). What a policy changes there is how long a user
+# waits, at the median and in the tail.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+AT_RATE, AT_ONCE = "at the rate", "all at once"  # the rate is measured: no number in a checked label
 results = {(load, policy): load_result(RUNS / f"client_{policy}{suffix}.json")
            for load, suffix in ((AT_RATE, ""), (AT_ONCE, "_inf")) for policy in POLICIES}
-print(f"{'load':12} {'policy':11} {'out tok/s':>10} {'TTFT p50 (ms)':>14} {'TTFT p99 (ms)':>14} {'TPOT p50 (ms)':>14}")
+print(f"{'load':12} {'policy':11} {'out tok/s':>10} {'TTFT p50 (ms)':>14} {'TTFT p90 (ms)':>14} {'TPOT p50 (ms)':>14}")
 for (load, policy), r in results.items():
-    print(f"{load:12} {policy:11} {r['output_throughput']:10.1f} {r['median_ttft_ms']:14.1f} {r['p99_ttft_ms']:14.1f} "
+    print(f"{load:12} {policy:11} {r['output_throughput']:10.1f} {r['median_ttft_ms']:14.1f} {r['p90_ttft_ms']:14.1f} "
           f"{r['median_tpot_ms']:14.1f}")
 
 # %%
@@ -155,20 +169,26 @@ at_once = {policy: results[AT_ONCE, policy] for policy in POLICIES}
 sent_over = max(at_rate["continuous"]["start_times"]) - min(at_rate["continuous"]["start_times"])  # seconds
 lengths = np.array(at_once["continuous"]["output_lens"])
 capacity_gain = at_once["continuous"]["output_throughput"] / at_once["static"]["output_throughput"]
-ttft_gain = at_rate["static"]["median_ttft_ms"] / at_rate["continuous"]["median_ttft_ms"]
-# the claims below (a busy CPU slows both runs alike): all at once beats the rate's load; the wait differs widely
-assert at_once["continuous"]["output_throughput"] > at_rate["continuous"]["output_throughput"]
-assert ttft_gain > 2
+wait_gain = {stat: at_rate["static"][f"{stat}_ttft_ms"] / at_rate["continuous"][f"{stat}_ttft_ms"]
+             for stat in ("median", "p90")}
+# the claims below: all at once beats the rate's load; at a load set from this machine's own capacity (so a
+# faster or a slower CPU sees the same queueing), the wait is several times shorter at the median and in the tail
+assert at_once["continuous"]["output_throughput"] > at_rate["continuous"]["output_throughput"], (
+    at_once["continuous"]["output_throughput"], at_rate["continuous"]["output_throughput"])
+CLAIMED = 3  # "several times shorter": the least gain the verdict below states, at the median and the p90
+assert wait_gain["median"] > CLAIMED and wait_gain["p90"] > CLAIMED, wait_gain
 say(f"All at once, continuous batching gives **{capacity_gain:.1f}x** the output tokens/s of static batching on "
     f"this machine: its capacity, the kind of number the sources' ranges in lesson 3 are about (and, as lesson 3 "
     f"shows, it grows with how uneven the output lengths are; here their coefficient of variation is "
-    f"{lengths.std() / lengths.mean():.2f}). At {AT_RATE} the {NUM_PROMPTS} requests were sent over "
+    f"{lengths.std() / lengths.mean():.2f}). At {RATE:g} requests/s the {NUM_PROMPTS} requests were sent over "
     f"{sent_over:.1f} s, and the {at_rate['continuous']['output_throughput']:.0f} and "
     f"{at_rate['static']['output_throughput']:.0f} tok/s are that load and its drain. There the gain is in the "
-    f"wait: the median TTFT is **{ttft_gain:.1f}x** shorter with continuous batching "
+    f"wait: the median TTFT is **{wait_gain['median']:.1f}x** shorter with continuous batching "
     f"({at_rate['continuous']['median_ttft_ms']:.0f} ms against {at_rate['static']['median_ttft_ms']:.0f} ms), "
-    f"because static batching makes a new request wait for a whole batch to end (measured: these numbers vary "
-    f"from run to run).")
+    f"and the p90 **{wait_gain['p90']:.1f}x** ({at_rate['continuous']['p90_ttft_ms']:.0f} against "
+    f"{at_rate['static']['p90_ttft_ms']:.0f} ms), because static batching makes a new request wait for a whole "
+    f"batch to end. Measured: the figures move from run to run; the verdict (more than {CLAIMED}x at both) holds "
+    f"because the load was set from this machine's own capacity.")
 
 # %% [markdown]
 # Same prompts, greedy decoding: both servers must have written the same texts, under
@@ -244,7 +264,7 @@ for policy in POLICIES:
     simulated[f"{policy} on a simulated H100"] = simulate_result(client["continuous"], "llama-3-8b", "h100", policy,
                                                                  max_num_seqs=8)
     sim_once[policy] = summarize(simulate_result(all_at_once, "llama-3-8b", "h100", policy, max_num_seqs=8))
-print(f"{'':34} {'at ' + AT_RATE:>32} {AT_ONCE:>14}")
+print(f"{'':34} {'at ' + f'{RATE:g} req/s':>32} {AT_ONCE:>14}")
 print(f"{'':34} {'out tok/s':>10} {'TTFT p50':>10} {'TPOT p50':>10} {'out tok/s':>14}")
 for policy in POLICIES:
     r, o = at_rate[policy], at_once[policy]
@@ -261,7 +281,7 @@ widgets.compare_figure(simulated)
 sim = summarize(simulated["continuous on a simulated H100"])
 cap = sim["output_tokens"] / sent_over  # an engine that answered every request the moment it was sent
 assert sim["output_tok_per_s"] <= cap and at_rate["continuous"]["output_throughput"] <= cap  # a run lasts >= its sends
-say(f"At {AT_RATE} the load caps the throughput, on any hardware: these requests ask for {sim['output_tokens']} "
+say(f"At {RATE:g} requests/s the load caps the throughput, on any hardware: these requests ask for {sim['output_tokens']} "
     f"output tokens and were sent over {sent_over:.1f} s, so even an engine that answered instantly could not "
     f"average more than {cap:.0f} tok/s over the run. The simulated H100's {sim['output_tok_per_s']:.0f} tok/s, "
     f"like this CPU's {at_rate['continuous']['output_throughput']:.0f}, is that load and its drain. Compare "
