@@ -7,6 +7,11 @@ ITL    inter-token latency: gaps between consecutive tokens of one request; `itl
 TPOT   time per output token after the first: (finish - first token) / (output - 1)
 e2e    finish - arrival
 
+Every latency is over the requests that completed: one that failed (a client's run, lesson 9:
+finish_reason "error" or "incomplete", minilm/timeline.py) has no finish to measure, and a
+broken stream's last gap is not an inter-token latency. `summarize` counts them instead
+(`failed`, and of those `incomplete`), as `vllm bench serve` reports its "Failed requests".
+
 Goodput: two definitions share the name.
 request goodput   one run's requests that met every SLO (TTFT and TPOT limits), per
                   second of the run: what `vllm bench serve --goodput` reports as
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .timeline import CACHED, ITEM_KINDS, StepItem, StepRecord, Timeline
+from .timeline import CACHED, INCOMPLETE, ITEM_KINDS, RequestRecord, StepItem, StepRecord, Timeline
 
 # A decode's draft tokens (speculative decoding, lesson 10), split by what the target did with them:
 # counted inside its `decode` tokens on the timeline, shown apart by steps_df and the views
@@ -35,17 +40,22 @@ def percentile(values, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
+def completed_requests(tl: Timeline) -> list[RequestRecord]:
+    """The requests that did not fail: the ones every latency is measured over."""
+    return [r for r in tl.requests if not r.failed]
+
+
 def ttfts(tl: Timeline) -> list[float]:
-    return [r.t_first_token - r.arrival for r in tl.requests if r.t_first_token is not None]
+    return [r.t_first_token - r.arrival for r in completed_requests(tl) if r.t_first_token is not None]
 
 
 def itls(tl: Timeline) -> list[float]:
-    return [b - a for r in tl.requests for a, b in zip(r.token_times, r.token_times[1:])]
+    return [b - a for r in completed_requests(tl) for a, b in zip(r.token_times, r.token_times[1:])]
 
 
 def worst_itls(tl: Timeline) -> list[float]:
     """Each request's longest gap between two of its tokens."""
-    return [max(b - a for a, b in zip(r.token_times, r.token_times[1:])) for r in tl.requests
+    return [max(b - a for a, b in zip(r.token_times, r.token_times[1:])) for r in completed_requests(tl)
             if len(r.token_times) > 1]
 
 
@@ -55,16 +65,16 @@ def tpot(r) -> float:
 
 
 def tpots(tl: Timeline) -> list[float]:
-    return [tpot(r) for r in tl.requests if r.output_len > 1 and r.t_finished is not None]
+    return [tpot(r) for r in completed_requests(tl) if r.output_len > 1 and r.t_finished is not None]
 
 
 def e2e_latencies(tl: Timeline) -> list[float]:
-    return [r.t_finished - r.arrival for r in tl.requests if r.t_finished is not None]
+    return [r.t_finished - r.arrival for r in completed_requests(tl) if r.t_finished is not None]
 
 
 def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
-    """Whether one request kept both promises (a limit of None is no limit)."""
-    if r.t_first_token is None:
+    """Whether one request kept both promises (a limit of None is no limit); a failed one kept none."""
+    if r.t_first_token is None or r.failed:
         return False
     ok_ttft = ttft_slo is None or r.t_first_token - r.arrival <= ttft_slo
     return ok_ttft and (tpot_slo is None or tpot(r) <= tpot_slo)
@@ -105,8 +115,9 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
     """Everything `compare` prints, as one flat dict (times in seconds)."""
     steps = tl.steps
     span = run_span(tl)
-    out_tokens = sum(r.output_len for r in tl.requests)
-    prompt_tokens = sum(r.prompt_len for r in tl.requests)
+    done = completed_requests(tl)  # tokens and latencies of the requests that completed (vLLM's totals count only those)
+    out_tokens = sum(r.output_len for r in done)
+    prompt_tokens = sum(r.prompt_len for r in done)
     computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
     for s in steps:
@@ -126,6 +137,8 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
         "requests": len(tl.requests),
+        "failed": len(tl.requests) - len(done),  # vLLM's "Failed requests"; left out of every latency below
+        "incomplete": sum(r.finish_reason == INCOMPLETE for r in tl.requests),  # of those, the ones cut off
         "steps": len(steps),
         "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
@@ -140,7 +153,7 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
                                                for s in steps])) if steps else 0.0,
         "preemptions": sum(r.preemptions for r in tl.requests),
         # vLLM's prefix cache hit rate: prompt tokens found cached / prompt tokens
-        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in tl.requests) / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt_tokens if prompt_tokens else 0.0,
         # vLLM's spec-decode metrics: drafts the target agreed with, and tokens a verifying step kept
         # (its accepted drafts and its own token): "mean acceptance length"
         "spec_draft_tokens": drafts,
@@ -188,12 +201,16 @@ METRIC_COLUMNS = [
 PREFIX_HIT = Column("prefix_cache_hit_rate", "prefix hit (%)", 100)
 SPECULATION = [Column("spec_acceptance_rate", "drafts accepted (%)", 100),  # lesson 10
                Column("spec_mean_acceptance_length", "tokens per verify", 1, 2)]
+# a client's run with failed requests (lesson 9): how many the latencies leave out, next to the requests
+FAILURES = [Column("failed", "failed"), Column("incomplete", "of which incomplete")]
 
 
 def table_columns(rows: list[dict]) -> list[Column]:
-    """The columns for these summaries: the prefix hit rate only where some run had caching hits,
-    speculation's only where some run verified drafts."""
-    return (METRIC_COLUMNS + ([PREFIX_HIT] if any(r.get(PREFIX_HIT.key) for r in rows) else [])
+    """The columns for these summaries: the failed requests only where some run had any, the prefix
+    hit rate only where some run had caching hits, speculation's only where some run verified drafts."""
+    failures = FAILURES if any(r.get("failed") for r in rows) else []
+    return (METRIC_COLUMNS[:1] + failures + METRIC_COLUMNS[1:]
+            + ([PREFIX_HIT] if any(r.get(PREFIX_HIT.key) for r in rows) else [])
             + (SPECULATION if any(r.get("spec_draft_tokens") for r in rows) else []))
 
 

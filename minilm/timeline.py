@@ -12,6 +12,13 @@ from typing import Any
 ITEM_KINDS = ("prefill", "decode", "padding")  # tokens a step computes
 CACHED = "cached"  # prompt tokens a request found in the prefix cache when admitted: no compute
 
+# Requests a benchmark client saw fail (a result file, lesson 9): every loader of a client's run marks
+# them the same way, by finish_reason, with RequestRecord.error saying why. The metrics leave them
+# out of every latency and count them; the Gantt marks them.
+ERROR = "error"            # no token came: refused, an HTTP error, a stream that broke before its first token
+INCOMPLETE = "incomplete"  # tokens came, then it stopped before it finished: a broken stream, a timeout
+FAILED = (ERROR, INCOMPLETE)
+
 
 @dataclass(slots=True)
 class StepItem:
@@ -64,6 +71,11 @@ class RequestRecord:
     preemptions: int
     output_ids: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    error: str = ""             # why it failed (finish_reason in FAILED), as the client reported it
+
+    @property
+    def failed(self) -> bool:
+        return self.finish_reason in FAILED
 
 
 @dataclass

@@ -500,6 +500,7 @@ def test_metrics_exact_values():
     m = summarize(tl, ttft_slo=3.0, tpot_slo=1.5)
     expected = {
         "requests": 3, "steps": 3, "prompt_tokens": 10, "output_tokens": 7,
+        "failed": 0, "incomplete": 0,   # an engine's run: every request completed (or was aborted)
         "wall_s": 8.0,                  # last step's end 8 - first arrival 0
         "output_tok_per_s": 7 / 8,
         "total_tok_per_s": 17 / 8,

@@ -12,8 +12,8 @@ from plotly.subplots import make_subplots
 from minilm.metrics import metrics_frame, summarize
 from minilm.timeline import Timeline
 
-from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, gantt_segments,
-                    highlight_trace, request_axis, segment_trace, token_ticks_trace)
+from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, failed_note,
+                    failed_traces, gantt_segments, highlight_trace, request_axis, segment_trace, token_ticks_trace)
 
 def finish_time(tl: Timeline) -> float:
     """The last step's end, or (a client's view, no steps) the last request's."""
@@ -32,7 +32,8 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
     rows = len(names)
     finish = {n: finish_time(tl) for n, tl in timelines.items()}
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 / rows,
-                        subplot_titles=[f"{n}: finished at {finish[n] * MS:.1f} ms" for n in names])
+                        subplot_titles=[f"{n}: finished at {finish[n] * MS:.1f} ms{failed_note(timelines[n])}"
+                                        for n in names])
     in_legend: set[str] = set()
     for row, name in enumerate(names, start=1):
         tl = timelines[name]
@@ -49,6 +50,9 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
         if (aborted := aborted_trace(tl, showlegend="aborted" not in in_legend)) is not None:
             fig.add_trace(aborted, row=row, col=1)
             in_legend.add("aborted")
+        for trace in failed_traces(tl, in_legend):
+            fig.add_trace(trace, row=row, col=1)
+            in_legend.add(trace.name)
         fig.update_yaxes(request_axis(tl), title_text=name, row=row, col=1)
         fig.update_yaxes(showticklabels=len(tl.requests) <= 30, row=row, col=1)
         fig.add_vline(x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)

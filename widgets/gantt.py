@@ -20,12 +20,15 @@ aborted    a cross where a request stopped because its client went away (lesson 
 waiting    a client's view (a timeline with requests and no engine steps, e.g. from a
            `vllm bench serve` result file, lesson 9): sent -> first token; then one decode
            bar to the last token, with a tick per token
+failed     a client's view: a dark red cross where a request that got no token was sent, and
+incomplete an open red cross where one that broke off got its last token; the hover names the error
 
 Plotly's `px.timeline` only takes datetimes, so the chart is horizontal bars on a
 numeric axis: `go.Bar(base=start, x=duration, orientation="h")` (`x` is the length).
 """
 from __future__ import annotations
 
+import html
 import re
 from bisect import bisect_left
 
@@ -34,7 +37,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from minilm.metrics import DRAFT_KINDS
-from minilm.timeline import Timeline
+from minilm.timeline import ERROR, INCOMPLETE, Timeline
 
 SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached", *DRAFT_KINDS,
                  "waiting")
@@ -140,9 +143,12 @@ def draft_segments(seg: pd.DataFrame) -> pd.DataFrame:
 
 def client_segments(tl: Timeline) -> pd.DataFrame:
     """A timeline without engine steps (what a client saw): waiting from sent to the first token,
-    then decoding to the last token. Steps are unknown (NaN)."""
+    then decoding to the last token. Steps are unknown (NaN). A request that failed before any
+    token has no bar: how long it waited is not known (`failed_traces` marks it)."""
     nan, rows = float("nan"), []
     for r in tl.requests:
+        if r.finish_reason == ERROR:
+            continue
         first = r.t_first_token
         rows.append([r.request_id, "waiting", r.arrival, first if first is not None else (r.t_finished or r.arrival),
                      nan, nan, r.prompt_len, r.prompt_len, 0, 0])
@@ -170,6 +176,43 @@ def aborted_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter | None:
                       x=[r.t_finished * MS for r in aborted], y=[r.request_id for r in aborted],
                       marker=dict(symbol="x", size=10, color="#d62728"),
                       hovertemplate="%{y}: aborted at %{x:.1f} ms (its client went away)<extra></extra>")
+
+
+# a failed request of a client's run (minilm/timeline.py): its legend name and marker
+FAILURE_MARKS = {ERROR: ("failed", dict(symbol="x", size=11, color="#8b0000")),
+                 INCOMPLETE: ("incomplete", dict(symbol="x-open", size=11, color="#d62728"))}
+
+
+def error_line(error: str, limit: int = 160) -> str:
+    """An error for a hover: a traceback's last line (the exception), shortened, made safe for HTML."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else "no message"
+    return html.escape(text if len(text) <= limit else text[:limit - 1] + "…", quote=False)  # plotly reads &lt; not &quot;
+
+
+def failed_traces(tl: Timeline, in_legend: set[str] = frozenset()) -> list[go.Scatter]:
+    """A cross per failed request, one trace per kind of failure that `tl` has (none when nothing
+    failed): where it was sent when no token came, at its last token when it broke off. A name in
+    `in_legend` is in the figure's legend already."""
+    traces = []
+    for reason, (name, marker) in FAILURE_MARKS.items():
+        rows = [r for r in tl.requests if r.finish_reason == reason]
+        if not rows:
+            continue
+        what = ("sent at %{x:.1f} ms, no token came" if reason == ERROR else
+                "stopped at %{x:.1f} ms after %{customdata[1]} tokens")
+        traces.append(go.Scatter(
+            name=name, legendgroup=name, showlegend=name not in in_legend, mode="markers", marker=marker,
+            x=[r.t_finished * MS for r in rows], y=[r.request_id for r in rows],
+            customdata=[[error_line(r.error), r.output_len] for r in rows],
+            hovertemplate="%{y}: " + name + ", " + what + "<br>%{customdata[0]}<extra></extra>"))
+    return traces
+
+
+def failed_note(tl: Timeline) -> str:
+    """", 2 of 40 failed" for a client's run with failed requests; "" otherwise."""
+    failed = sum(r.failed for r in tl.requests)
+    return f", {failed} of {len(tl.requests)} failed" if failed else ""
 
 
 def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.Bar:
@@ -256,6 +299,7 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
         fig.add_trace(token_ticks_trace(tl))
     if (aborted := aborted_trace(tl)) is not None:
         fig.add_trace(aborted)
+    fig.add_traces(failed_traces(tl))
     xaxis, yaxis = gantt_axes(tl)
     fig.update_layout(barmode="overlay", xaxis=xaxis, yaxis=yaxis, shapes=step_band(tl, step),
                       title=title or gantt_title(tl), height=gantt_height(len(tl.requests)),
@@ -266,7 +310,7 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
 def gantt_title(tl: Timeline) -> str:
     m = tl.meta
     if not tl.steps and tl.requests:
-        return f"{m.get('policy', '?')} · {len(tl.requests)} requests · client side: sent -> tokens"
+        return f"{m.get('policy', '?')} · {len(tl.requests)} requests{failed_note(tl)} · client side: sent -> tokens"
     clock = " (simulated)" if m.get("clock") == "simulated" else ""
     return f"{m.get('policy', '?')} · {len(tl.requests)} requests · {len(tl.steps)} steps{clock}"
 

@@ -32,12 +32,15 @@ def cdf_xy(values_s: list[float]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def latency_cdfs_figure(timelines: dict[str, Timeline]) -> go.Figure:
-    """TTFT (left) and ITL (right) CDFs, one line per named timeline."""
+    """TTFT (left) and ITL (right) CDFs, one line per named timeline. A client's failed requests are
+    not in them (minilm/metrics.py); the legend says how many each run left out."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time to first token", "inter-token latency"))
     for i, (name, tl) in enumerate(timelines.items()):
+        failed = sum(r.failed for r in tl.requests)
+        label = name + (f" (without its {failed} failed)" if failed else "")
         for col, values in ((1, ttfts(tl)), (2, itls(tl))):
             x, y = cdf_xy(values)
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=name, showlegend=col == 1,
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label, legendgroup=name, showlegend=col == 1,
                                      line=dict(color=policy_color(name, i), shape="hv"),
                                      hovertemplate=name + ": %{y:.0%} <= %{x:.2f} ms<extra></extra>"), row=1, col=col)
     fig.update_xaxes(title_text="ms")

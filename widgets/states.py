@@ -26,10 +26,11 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
-from minilm.timeline import Timeline
+from minilm.timeline import ERROR, INCOMPLETE, Timeline
 
 STATES = ("waiting", "prefill", "decode", "finished")
-REASONS = {"stop": "EOS / stop", "length": "max_tokens", "aborted": "aborted"}
+REASONS = {"stop": "EOS / stop", "length": "max_tokens", "aborted": "aborted",
+           ERROR: "failed (no token)", INCOMPLETE: "broke off (incomplete)"}  # a client's run (lesson 9)
 
 
 def transition_counts(tl: Timeline) -> Counter:

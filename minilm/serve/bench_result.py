@@ -20,6 +20,14 @@ It has requests and no engine steps (the client cannot see them), and the Gantt,
 comparison views draw it like any timeline. `replay_specs` turns the same requests
 (lengths, start times) into a workload, so the simulator can show what an engine would
 have done with them (`simulate_result`).
+
+Failed requests: vLLM's client marks a request failed (RequestFuncOutput.success False) when
+the server answers with an error status, when the stream ends before any token, or when an
+exception breaks it (a refused connection, a reset, a timeout); `errors` holds the reason (the
+HTTP reason or the traceback, "" only for an error status without one), `output_lens` 0, and
+`ttfts`/`itls` whatever came before it broke (0 and [] when nothing did). The timeline marks
+them as every client loader does (minilm/timeline.py): "error" when no token came,
+"incomplete" when tokens came and then it broke; their tokens stay on the row.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..timeline import RequestRecord, Timeline
+from ..timeline import ERROR, INCOMPLETE, RequestRecord, Timeline
 from ..workload import RequestSpec
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
@@ -164,7 +172,8 @@ def load_result(path_or_dict) -> dict[str, Any]:
 def result_to_timeline(result, label: str | None = None) -> Timeline:
     """A row per request: sent (arrival) -> first token -> a token per chunk -> last chunk.
     Without `start_times` (older vLLM files) every request starts at 0 and `meta` says so.
-    Failed requests keep their row, with no tokens and finish_reason "error"."""
+    A failed request keeps its row, its error and the tokens it got before it broke (output_len
+    counts those); it ends at its last token, or where it was sent when none came."""
     r = load_result(result)
     n = len(r["ttfts"])
     starts = r.get("start_times")
@@ -175,15 +184,19 @@ def result_to_timeline(result, label: str | None = None) -> Timeline:
     requests = []
     for i in range(n):
         arrival = (starts[i] - t0) if starts else 0.0
-        failed = bool(errors[i]) or (r["ttfts"][i] == 0 and not r["itls"][i] and r["output_lens"][i] == 0)
-        first = arrival + r["ttfts"][i]
-        times = [] if failed else token_times(first, r["itls"][i]).tolist()
+        got_token = r["ttfts"][i] > 0 or bool(r["itls"][i])  # a success always has: its first chunk set ttft
+        failed = bool(errors[i]) or not got_token and r["output_lens"][i] == 0  # "": an error status without reason
+        times = token_times(arrival + r["ttfts"][i], r["itls"][i]).tolist() if got_token or not failed else []
+        if failed:
+            reason, output_len = (INCOMPLETE if times else ERROR), len(times)
+            error = errors[i] or "failed without a message (an error status with no reason, or no token came)"
+        else:
+            reason, output_len, error = reasons[i] or "finished", int(r["output_lens"][i]), ""
         requests.append(RequestRecord(
             request_id=str(ids[i]), arrival=float(arrival), prompt_len=int(r["input_lens"][i]),
             max_tokens=int(r["output_lens"][i]), t_scheduled=None, t_first_token=times[0] if times else None,
             token_times=times, t_finished=times[-1] if times else float(arrival),
-            output_len=int(r["output_lens"][i]), finish_reason="error" if failed else reasons[i] or "finished",
-            preemptions=0))
+            output_len=output_len, finish_reason=reason, preemptions=0, error=str(error)))
     meta = {"policy": label or r.get("label") or r.get("backend", "client"), "clock": "client",
             "model": r.get("model_id"), "source": "bench result (client side)",
             "has_start_times": bool(starts), "duration": r.get("duration")}
@@ -213,18 +226,30 @@ def engine_view(engine_tl: Timeline, client_tl: Timeline) -> Timeline:
 
 
 def replay_specs(result_or_timeline, token_id: int = 0) -> list[RequestSpec]:
-    """The successful requests of a run as a workload: same prompt lengths (placeholder tokens),
-    output lengths as max_tokens, arrivals at their start times (replay with ignore_eos=True)."""
+    """The requests of a run as a workload: same prompt lengths (placeholder tokens), output
+    lengths as max_tokens, arrivals at their start times (replay with ignore_eos=True).
+
+    A request that broke after some tokens ("incomplete") is replayed up to the tokens it got:
+    the server did prefill it and decode those, load the other requests waited behind, and
+    what it would have written after is unknown. One that got no token ("error") is left out:
+    the file cannot tell whether the server did any work for it (a refused connection or a
+    400 costs nothing, a timeout in the queue does), and a prompt the server refused as too
+    long would make the simulator refuse the whole replay. `simulate_result` says how many."""
     tl = result_or_timeline if isinstance(result_or_timeline, Timeline) else result_to_timeline(result_or_timeline)
     return [RequestSpec(r.request_id, [token_id] * r.prompt_len, r.output_len, r.arrival)
-            for r in tl.requests if r.finish_reason != "error" and r.output_len > 0]
+            for r in tl.requests if r.finish_reason != ERROR and r.output_len > 0]
 
 
 def simulate_result(result_or_timeline, model: str = "llama-3-8b", device: str = "h100", policy: str = "continuous",
                     **knobs) -> Timeline:
-    """What the simulated `model` on `device` would have done with the same requests (simulated clock)."""
+    """What the simulated `model` on `device` would have done with the same requests (simulated clock);
+    `meta["replay_left_out"]` counts the requests of the run it did not replay (`replay_specs`)."""
     from ..sim.executor import simulated_engine
 
+    tl = result_or_timeline if isinstance(result_or_timeline, Timeline) else result_to_timeline(result_or_timeline)
+    specs = replay_specs(tl)
     engine = simulated_engine(model, device, policy=policy, **knobs)
-    engine.add_workload(replay_specs(result_or_timeline), ignore_eos=True)
-    return engine.run()
+    engine.add_workload(specs, ignore_eos=True)
+    sim = engine.run()
+    sim.meta["replay_left_out"] = len(tl.requests) - len(specs)
+    return sim
