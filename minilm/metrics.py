@@ -20,6 +20,18 @@ DistServe goodput the highest request rate at which at least a target share of r
                   (DistServe's example: 90%) meets the SLOs (Zhong et al., OSDI 2024): a
                   property of a deployment, found by running it at several rates
                   (`distserve_goodput`, lesson 7)
+
+KV figures, per step (StepRecord) and over a run; a block in several block tables (prefix
+caching, lesson 8) is one block, and its tokens are counted once:
+kv_blocks_total      the cache's blocks; slots: kv_blocks_total * block_size
+kv_blocks_used       blocks not free (vLLM's KV usage): those some request holds (lesson 4's
+                     first-fit pool counts its holes too); allocated slots: times block_size
+kv_tokens_stored     allocated slots holding a token after the step: a request's tokens, a
+                     static row's padding; not a draft the target rejected
+kv_unused_slots      allocated slots holding none: allocated - kv_tokens_stored (a sequence's
+                     last block; reserved or static KV not written yet; a draft model's lookahead)
+kv_cached_free       free blocks, not among the used ones, that keep a cached prefix
+peak_kv_blocks       the most blocks used at once; kv_unused_slots_mean: unused slots per step
 """
 from __future__ import annotations
 
@@ -111,6 +123,12 @@ def distserve_goodput(runs_by_rate: dict[float, Timeline], ttft_slo: float | Non
                default=0.0)
 
 
+def kv_unused_slots(s: StepRecord, block_size: int) -> int:
+    """KV slots of a step's used blocks that hold no token: allocated (kv_blocks_used *
+    block_size) minus those holding one (kv_tokens_stored); never below 0, sharing or not."""
+    return s.kv_blocks_used * block_size - s.kv_tokens_stored
+
+
 def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None) -> dict[str, Any]:
     """Everything `compare` prints, as one flat dict (times in seconds)."""
     steps = tl.steps
@@ -149,8 +167,8 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "mean_batch_size": float(np.mean(batch_sizes)) if batch_sizes else 0.0,
         "peak_kv_blocks": max((s.kv_blocks_used for s in steps), default=0),
         "kv_blocks_total": steps[0].kv_blocks_total if steps else 0,
-        "kv_unused_slots_mean": float(np.mean([s.kv_blocks_used * tl.meta.get("block_size", 1) - s.kv_tokens_stored
-                                               for s in steps])) if steps else 0.0,
+        "kv_unused_slots_mean": float(np.mean([kv_unused_slots(s, tl.meta.get("block_size", 1)) for s in steps]))
+        if steps else 0.0,
         "preemptions": sum(r.preemptions for r in tl.requests),
         # vLLM's prefix cache hit rate: prompt tokens found cached / prompt tokens
         "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt_tokens if prompt_tokens else 0.0,

@@ -40,7 +40,7 @@ class StepPlan:
     num_running: int
     num_waiting: int
     kv_blocks_used: int
-    kv_tokens_stored: int    # KV slots that hold a token once the step has run
+    kv_tokens_stored: int    # of their slots, those holding a token once the step has run (all drafts kept)
     block_tables: dict[str, list[int]] | None = None  # for the KV map: every request's blocks,
     cached_free_blocks: list[int] | None = None       # and those nobody holds that keep a cached prefix
 

@@ -38,10 +38,10 @@ class StepRecord:
     items: list[StepItem]
     num_running: int
     num_waiting: int
-    kv_blocks_used: int
+    kv_blocks_used: int  # blocks not free: held by some request, a block in several tables once
     kv_blocks_total: int
     num_preempted: int
-    kv_tokens_stored: int = 0  # KV slots holding a token; blocks_used*block_size minus this is unused
+    kv_tokens_stored: int = 0  # of their slots, those holding a token after the step (metrics.py: KV figures)
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
     model_time: float = 0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
     kv_cached_free: list[int] | None = None  # blocks nobody holds that keep a cached prefix (prefix caching)

@@ -392,13 +392,17 @@ def test_prefix_caching_hits_and_blocks():
         {"s2": [0, 4], "s3": [0, 1, 5], "s4": [0, 6, 7]},
     ]
     assert col(tl, "kv_blocks_used") == [4, 4, 3, 5, 6]  # a shared block counts once
-    assert col(tl, "kv_tokens_stored") == [19, 21, 12, 25, 28]
+    # tokens held, a shared block's once: the contexts' sum (10 + 9, 11 + 10, 12, 7 + 10 + 8, 8 + 11 + 9)
+    # less the full shared blocks' extra copies (0 and 1 twice in steps 0-1; 0 three times in 3-4)
+    assert col(tl, "kv_tokens_stored") == [19 - 8, 21 - 8, 12, 25 - 8, 28 - 8]
     # free blocks that keep a name, as each step ran (a step's finishers free theirs after it):
     # s1's block 3 never filled; s0's blocks 0, 1, 2 (2 filled with its outputs) are free from
     # step 3 on, where s2, s3, s4 take 0 and 1 back; 2 stays free and named
     assert col(tl, "kv_cached_free") == [[], [], [], [2], [2]]
     m = summarize(tl)
     assert m["prefix_cache_hit_rate"] == (8 + 4 + 8 + 4) / (10 + 9 + 7 + 10 + 8)
+    # unused slots, allocated - held: 16-11, 16-13, 12-12, 20-17, 24-20 -> 15 / 5
+    assert m["kv_unused_slots_mean"] == 3.0
     assert {rid: r.output_ids for rid, r in recs(tl).items()} == solo_outputs(reqs)
 
 

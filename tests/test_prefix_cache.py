@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from minilm import Engine, EngineConfig, RequestSpec, summarize
 from minilm.core.clock import SimulatedClock
+from minilm.sim import simulated_engine
 
 from helpers import MICRO, engine, micro_model
 from test_properties import CountingExecutor
@@ -119,3 +120,38 @@ def test_a_users_block_pool_cannot_cache():
         Engine(micro_model(), EngineConfig(enable_prefix_caching=True), block_pool=lambda n: None)
     with pytest.raises(ValueError, match="scheduling_policy='random'"):
         Engine(micro_model(), EngineConfig(scheduling_policy="random"))
+
+
+# ---- a block's key names its whole prefix, not only its parent block -------------------------
+BS = 4
+P, P2, Q, R = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]
+CHAIN = [("a", P + Q + R + [17]),   # caches P, Q, R (its 4th block holds its last token)
+         ("c", P2 + Q + [18]),      # caches P2, then Q after P2
+         ("b", P2 + Q + R + [19])]  # P2 and Q hit c's blocks; R follows the same block Q as in a, but after P2
+
+
+def run_chain(e: Engine) -> dict:
+    """a and c run first (their blocks cached), then b; each request's record."""
+    for rid, prompt in CHAIN[:2]:
+        e.add_request(rid, prompt, max_tokens=6, ignore_eos=True)
+    e.run()
+    e.add_request(*CHAIN[2], max_tokens=6, ignore_eos=True)
+    return {r.request_id: r for r in e.run().requests}
+
+
+@pytest.mark.parametrize("make", [
+    lambda caching: engine("continuous", model=micro_model(), max_model_len=64, block_size=BS,
+                           enable_prefix_caching=caching),
+    lambda caching: simulated_engine("tiny", "cpu", policy="continuous", block_size=BS, num_blocks=32,
+                                     enable_prefix_caching=caching),
+], ids=["model", "simulated"])
+def test_a_block_hits_only_after_the_same_whole_prefix(make):
+    """b's third block has the tokens of a's third block, after the same second block, but a
+    different first one: its K/V differ, so b must not reuse a's (its key chains every block
+    before it, vLLM's hash of the parent's hash and its own tokens, not only the parent's tokens)."""
+    e = make(True)
+    on, off = run_chain(e), run_chain(make(False))
+    assert {rid: r.output_ids for rid, r in on.items()} == {rid: r.output_ids for rid, r in off.items()}
+    assert on["c"].num_cached_tokens == 0 and on["b"].num_cached_tokens == 2 * BS, "b reuses c's P2 and Q, not a's R"
+    a, b, c = (next(s.kv_blocks[rid] for s in e.timeline.steps if rid in s.kv_blocks) for rid in "abc")
+    assert b[:2] == c[:2] and a[2] not in b

@@ -481,6 +481,25 @@ say(f"Up to **{holders.max()}** block tables hold the same block at once, and sh
     f"cached prefix (hit rate {summarize(kv_tl)['prefix_cache_hit_rate']:.0%}).")
 
 # %% [markdown]
+# The step records count a shared block once. `kv_blocks_used` is the blocks that some
+# request holds; `kv_tokens_stored` is the slots of those blocks that hold a token, a
+# shared block's tokens once; the rest of their slots are unused (`kv_unused_slots`:
+# the unfilled end of each sequence's last block). Summed request by request instead,
+# the tokens would outnumber the slots. The step with the most sharing:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from minilm.metrics import kv_unused_slots
+
+busiest = max(kv_tl.steps, key=lambda s: sum(map(len, s.kv_blocks.values())) - s.kv_blocks_used)
+contexts = {i.request_id: i.context_len for i in busiest.items}  # every running request decodes or prefills
+assert set(contexts) == set(busiest.kv_blocks)
+say(f"In step {busiest.step}, {len(busiest.kv_blocks)} block tables list {sum(map(len, busiest.kv_blocks.values()))} "
+    f"blocks, **{busiest.kv_blocks_used}** different ones: {busiest.kv_blocks_used * BLOCK} slots. They hold "
+    f"**{busiest.kv_tokens_stored}** tokens and leave {kv_unused_slots(busiest, BLOCK)} slots unused, while the "
+    f"requests' contexts add up to {sum(contexts.values())} tokens.")
+
+# %% [markdown]
 # Eviction takes the free queue's head, the least recently freed block. A finished
 # request frees its blocks last block first, so a sequence's first blocks, the ones
 # most likely to be shared, are the last to go: the hash table evicts from the leaves

@@ -213,9 +213,10 @@ def record_step(*, index: int, plan: StepPlan, output: ModelOutput, t_start: flo
             items.append(StepItem(rid, "padding", w.num_padding, w.end))
     return StepRecord(step=index, t_start=t_start, t_end=t_end, items=items, num_running=plan.num_running,
                       num_waiting=plan.num_waiting, kv_blocks_used=plan.kv_blocks_used,
-                      kv_blocks_total=kv_blocks_total, num_preempted=len(plan.preempted),
-                      kv_tokens_stored=plan.kv_tokens_stored, kv_blocks=plan.block_tables, model_time=model_time,
-                      kv_cached_free=plan.cached_free_blocks, draft_time=output.draft_time)
+                      kv_blocks_total=kv_blocks_total, num_preempted=len(plan.preempted), kv_blocks=plan.block_tables,
+                      # a draft the target rejected leaves no token of the sequence in its slot
+                      kv_tokens_stored=plan.kv_tokens_stored - sum(i.num_draft - i.num_accepted for i in items),
+                      model_time=model_time, kv_cached_free=plan.cached_free_blocks, draft_time=output.draft_time)
 
 
 def record_request(req: Request) -> RequestRecord:

@@ -43,6 +43,9 @@ class Policy(ABC):
     def on_finish(self, req: Request) -> list[Request]:
         return [req]  # whose KV blocks can be freed now that `req` has finished: its own
 
+    def kept_kv(self) -> dict[str, int]:
+        return {}  # finished requests whose KV blocks `on_finish` kept, and the tokens each has in them
+
 
 # ---- the two loops the in-flight policies share ------------------------------------
 def schedule_decodes(step: StepBuilder) -> None:
@@ -115,6 +118,10 @@ class StaticPolicy(Policy):
         for req in rows:
             step.admit(req, req.prompt_len, num_padding=prompt_len - req.prompt_len, reserve_tokens=reserve)
         return rows
+
+    def kept_kv(self) -> dict[str, int]:
+        """The dead rows: their tokens, then the padding computed over them."""
+        return {r.request_id: self.padded_end.get(r.request_id, r.num_computed_tokens) for r in self.batch if r.finished}
 
     def on_finish(self, req: Request) -> list[Request]:
         """A row's KV stays until the batch's last row ends; then the whole batch's goes."""

@@ -123,12 +123,19 @@ class StepBuilder:
     def plan(self) -> StepPlan:
         """The step as planned, with the state it leaves as it runs."""
         s, kv = self._scheduler, self._kv
-        # KV slots holding a token: the step's requests up to their new end, the others as they are
-        stored = sum(w.end for w in self.work)
-        stored += sum(r.num_computed_tokens for r in s.running if r.request_id not in self.scheduled)
         tables, cached_free = kv.snapshot() if self.config.record_kv_blocks else (None, None)
         return StepPlan(self.work, self.preempted, len(s.running), len(s.waiting),
-                        kv.num_used_blocks, stored, tables, cached_free)
+                        kv.num_used_blocks, self._stored_tokens(), tables, cached_free)
+
+    def _stored_tokens(self) -> int:
+        """KV slots holding a token once the step has run: each block table's up to its request's end,
+        a block in several tables (always a full one: prefix caching, lesson 8) counted once."""
+        ends = self._scheduler.policy.kept_kv()  # finished requests a policy keeps (a static batch's dead rows)
+        ends.update((r.request_id, r.num_computed_tokens) for r in self._scheduler.running)
+        ends.update((w.request.request_id, w.end) for w in self.work)  # the step's requests at their new end
+        kv, bs = self._kv, self._kv.block_size
+        repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
+        return sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items()) - repeats * bs
 
     # ---- bookkeeping ------------------------------------------------------------------
     def _admission(self, req: Request, num_tokens: int, num_padding: int,
