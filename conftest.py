@@ -11,8 +11,9 @@ def triton_installed() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without Triton (a Mac: Triton has wheels for Linux only), lesson 5's checked cells that run
-    the kernel print a one-line skip message instead of their stored output: nbval skips them."""
+    """Without Triton (a Mac: Triton has wheels for Linux only), lesson 5's checked cells that use
+    the kernel show a one-line skip message instead of their stored output: nbval skips them
+    (tests/test_without_triton.py checks that these are exactly the cells whose output differs)."""
     if triton_installed():
         return
     skip = pytest.mark.skip(reason="runs the Triton kernel; Triton is not installed here (Linux only)")

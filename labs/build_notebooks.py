@@ -20,11 +20,15 @@ takeaway: its source is hidden (`"jupyter": {"source_hidden": true}` in the cell
 metadata, which JupyterLab and Notebook 7 read: a collapsed input, one click to open),
 so the learner reads the rendered sentence once, not also as an f-string. Such a cell
 holds only the sentence and what computes its numbers (asserts included); a cell that
-runs an experiment or prints a table shows its code.
+runs an experiment or prints a table shows its code. A kernel displays only a cell's
+last statement, so a say() anywhere else (in an if/else, a loop, a function) would show
+nothing: the build refuses it. A cell whose sentence depends on a branch sets
+`sentence` in each branch and ends with `say(sentence)`.
 
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
-compares; everything else is stripped to keep the repository small.
+compares; everything else is stripped to keep the repository small. A marked cell that
+shows no text is an error: nbval would have nothing to compare.
 
     .venv/bin/python labs/build_notebooks.py --html     # previews: labs/preview/*.html
 
@@ -76,15 +80,34 @@ def split_cells(text: str) -> list[tuple[str, str]]:
     return [(k, s) for k, s in cells if s]
 
 
+def parse_cell(source: str) -> ast.Module | None:
+    """A code cell's syntax tree, top-level `await` allowed as in a kernel; None for IPython-only syntax."""
+    try:
+        return compile(source, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError:
+        return None
+
+
+def is_say(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "say"
+
+
 def states_a_takeaway(source: str) -> bool:
     """Whether a code cell's last statement is `say(...)`: a sentence whose source is hidden."""
-    try:
-        body = ast.parse(source).body
-    except SyntaxError:  # a notebook-only construct (top-level await): not a say() cell
-        return False
-    last = body[-1] if body else None
-    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-            and isinstance(last.value.func, ast.Name) and last.value.func.id == "say")
+    tree = parse_cell(source)
+    last = tree.body[-1] if tree and tree.body else None
+    return isinstance(last, ast.Expr) and is_say(last.value)
+
+
+def unshown_says(source: str) -> list[int]:
+    """Lines of the cell's say(...) calls whose sentence nothing displays. A kernel shows only the
+    value of a cell's last statement, so a say() inside an if/else, a loop or a function, or before
+    the last statement, renders nothing: compute the sentence, then end the cell with say(sentence)."""
+    tree = parse_cell(source)
+    if tree is None:
+        return [1] if "say(" in source else []  # IPython-only syntax: nothing can tell where say() stands
+    shown = tree.body[-1].value if states_a_takeaway(source) else None
+    return [node.lineno for node in ast.walk(tree) if is_say(node) and node is not shown]
 
 
 HIDDEN = {"jupyter": {"source_hidden": True}}
@@ -155,13 +178,18 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
             kept = []
             for o in cell.outputs:
                 if o.output_type == "stream" and o.name == "stdout":
-                    kept.append(o)
+                    if kept and kept[-1].output_type == "stream":  # one text, however the kernel chunked it
+                        kept[-1].text += o.text
+                    else:
+                        kept.append(o)
                 elif o.output_type == "execute_result" and "text/plain" in o.data:
                     # text, and the Markdown of a sentence rendered by say(): nbval compares every field
                     o.data = {k: v for k, v in o.data.items() if k in ("text/plain", "text/markdown")}
                     o.metadata = {}
                     kept.append(o)
             cell.outputs = kept
+            if not kept:
+                errors.append(f"cell {i}: marked NBVAL_CHECK_OUTPUT but shows no text, so nbval would compare nothing")
         else:
             cell.outputs = []
             cell.execution_count = None
@@ -180,6 +208,11 @@ def targets(src: Path) -> list[tuple[Path, str]]:
 
 def build(src: Path) -> None:
     cells = split_cells(src.read_text())
+    unshown = [f"line {line} of the cell that starts {source.splitlines()[0][:50]!r}"
+               for kind, source in cells if kind != "markdown" for line in unshown_says(source)]
+    if unshown:  # checked before the slow execution
+        raise SystemExit(f"{src.name}: a say() that is not its cell's last statement shows nothing "
+                         f"({'; '.join(unshown)}): compute the sentence, then end the cell with say(sentence)")
     for path, variant in targets(src):
         path.parent.mkdir(exist_ok=True)
         nb = make_notebook(cells, variant)

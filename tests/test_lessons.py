@@ -17,9 +17,10 @@ import pytest
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 sys.path.insert(0, str(LABS))
-from build_notebooks import markdown_text, split_cells  # noqa: E402
+from build_notebooks import markdown_text, split_cells, unshown_says  # noqa: E402
 
 SOURCES = sorted((LABS / "src").glob("*.py"))
+NOTEBOOKS = sorted([*LABS.glob("*.ipynb"), *LABS.glob("exercises/*.ipynb"), *LABS.glob("solutions/*.ipynb")])
 NUMBER = re.compile(r"(?<![\w.\-])\d[\d,.]*(?![A-Za-wyz\d])(?:\s?[%x×])?")
 ALLOWED = [
     (re.compile(r"`[^`]*`"), "code span"),
@@ -85,3 +86,41 @@ def test_takeaway_cells_are_hidden_in_the_built_notebooks():
                 if cell.cell_type == "code" and cell.source in takeaway_cells(src):
                     assert cell.metadata.get("jupyter", {}).get("source_hidden"), \
                         f"{path.name}: a say() cell whose source is not hidden: rebuild it"
+
+
+def test_the_rule_finds_a_say_that_shows_nothing():
+    assert unshown_says("x = 1\nsay(f'{x}')") == []
+    assert unshown_says("if a:\n    sentence = 'x'\nelse:\n    sentence = 'y'\nsay(sentence)") == []
+    assert unshown_says("say(check('000', 'claim', 'verdict'))") == []
+    assert unshown_says("await server.start()\nsay('up')") == []  # top-level await, as a kernel allows
+    assert unshown_says("if a:\n    say('x')\nelse:\n    say('y')") == [2, 4]
+    assert unshown_says("for i in r:\n    say('x')") == [2]
+    assert unshown_says("def f():\n    say('x')\nf()") == [2]
+    assert unshown_says("say('x')\nprint(1)") == [1]
+    assert unshown_says("sentence = say('x')") == [1]
+    assert unshown_says("%timeit f()\nsay('x')") == [1]  # IPython-only syntax: cannot tell, so refused
+
+
+
+def test_the_build_refuses_a_cell_that_would_show_nothing(tmp_path):
+    from build_notebooks import build, keep_checked_outputs, make_notebook
+
+    src = tmp_path / "99_unshown.py"
+    src.write_text("# %%\nif True:\n    say('x')\n")
+    with pytest.raises(SystemExit, match="shows nothing"):
+        build(src)  # refused before it runs
+    nb = make_notebook([("code", "# NBVAL_CHECK_OUTPUT\nx = 1")], "lesson")  # as executed: it prints nothing
+    assert any("shows no text" in e for e in keep_checked_outputs(nb, "lesson"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(LABS)))
+def test_every_say_and_every_checked_cell_shows_something(path):
+    """A say() shows its sentence only as its cell's last statement; a cell marked NBVAL_CHECK_OUTPUT
+    with no stored output checks nothing (nbval compares the empty output with the empty one)."""
+    import nbformat
+
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    unshown = [(c.source.splitlines()[0][:50], line) for c in cells for line in unshown_says(c.source)]
+    assert not unshown, f"{path.name}: say() calls that show nothing (end the cell with say(sentence)): {unshown}"
+    empty = [c.source.splitlines()[1][:50] for c in cells if "NBVAL_CHECK_OUTPUT" in c.source and not c.outputs]
+    assert not empty, f"{path.name}: cells marked NBVAL_CHECK_OUTPUT that store no output: {empty}"

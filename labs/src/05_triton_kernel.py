@@ -219,7 +219,7 @@ if triton_paged is not None:
 # What the kernel really computes for this step: each program takes BLOCK_Q tokens of one
 # sequence and walks its keys in tiles of TILE_N, masking what lies past a token's position.
 if triton_paged is None:
-    print("The kernel's tiles need Triton, which is not installed here: skipped.")
+    sentence = "The kernel's tiles need Triton, which is not installed here: skipped."
 else:
     cfg = triton_paged.launch_config(len(q), len(meta.context_lens), q_heads // kv_heads, dim, q.element_size())
     block_q, tile_n = cfg["BLOCK_Q"], cfg["TILE_N"]
@@ -229,17 +229,18 @@ else:
             last_position = ctx - num_new + min(first + block_q, num_new) - 1
             tiled += block_q * -(-(last_position + 1) // tile_n) * tile_n
     counts = widgets.mask_counts(step)
-    say(f"Ragged is not free of waste inside a sequence: the kernel works in tiles of {block_q} query tokens x "
-        f"{tile_n} keys here and masks what falls outside, so for this step it computes **{tiled:,}** scores per "
-        f"head ({tiled / counts['needed']:.1f}x the {counts['needed']:,} needed), still "
-        f"**{counts['padded'] / tiled:.1f}x** fewer than the padded layout. What ragged removes is the padding "
-        f"*between* sequences: no sequence computes, or reads, another one's length — and for decodes the read "
-        f"is what costs (lesson 1).")
+    sentence = (f"Ragged is not free of waste inside a sequence: the kernel works in tiles of {block_q} query "
+                f"tokens x {tile_n} keys here and masks what falls outside, so for this step it computes "
+                f"**{tiled:,}** scores per head ({tiled / counts['needed']:.1f}x the {counts['needed']:,} needed), "
+                f"still **{counts['padded'] / tiled:.1f}x** fewer than the padded layout. What ragged removes is "
+                f"the padding *between* sequences: no sequence computes, or reads, another one's length — and for "
+                f"decodes the read is what costs (lesson 1).")
+say(sentence)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if triton_paged is None:
-    print("Splitting needs the Triton kernel, which is not installed here: skipped.")
+    sentence = "Splitting needs the Triton kernel, which is not installed here: skipped."
 else:
     seqs, context, q_heads_8b, kv_heads_8b, dim_8b = 8, 4096, 32, 8, 128  # Llama-3-8B's attention shape
     few_long = AttentionMetadata(cu_seqlens_q=torch.arange(seqs + 1, dtype=torch.int32),
@@ -249,10 +250,12 @@ else:
     cache_shape_only = torch.empty(1, 16, kv_heads_8b, dim_8b, dtype=torch.float16)  # blocks of 16 slots
     segments = triton_paged.split_kv_segments(torch.empty(seqs, q_heads_8b, dim_8b, dtype=torch.float16),
                                               cache_shape_only, few_long)
-    say(f"{seqs} decodes with {context:,}-token contexts on a Llama-3-8B-shaped layer ({q_heads_8b} query heads, "
-        f"{kv_heads_8b} KV heads) make {seqs * kv_heads_8b} programs; for {triton_paged.NOMINAL_SM_COUNT} SMs (an "
-        f"H100's count, which the interpreter assumes) the kernel splits each context into **{segments}** segments "
-        f"of {context // segments:,} keys: {seqs * kv_heads_8b * segments} programs, then a merge.")
+    sentence = (f"{seqs} decodes with {context:,}-token contexts on a Llama-3-8B-shaped layer ({q_heads_8b} query "
+                f"heads, {kv_heads_8b} KV heads) make {seqs * kv_heads_8b} programs; for "
+                f"{triton_paged.NOMINAL_SM_COUNT} SMs (an H100's count, which the interpreter assumes) the kernel "
+                f"splits each context into **{segments}** segments of {context // segments:,} keys: "
+                f"{seqs * kv_heads_8b * segments} programs, then a merge.")
+say(sentence)
 
 # %% [markdown]
 # The whole engine runs with it too: `attention_backend="triton"`. A batch should compute

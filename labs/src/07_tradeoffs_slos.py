@@ -15,7 +15,6 @@
 # identical on every machine.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 import functools
 
 import pandas as pd
