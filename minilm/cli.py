@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -217,7 +218,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream-interval", type=int, default=1,
                    help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
                         "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams")
-    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops")
+    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops (token ids "
+                   "included: GET /timeline, the live Gantt's feed, has lengths and times only)")
+    p.add_argument("--api-key", default=os.environ.get("MINILM_API_KEY") or None,
+                   help="every route but /, /health, /metrics and /timeline asks for `Authorization: Bearer KEY` "
+                        "(vLLM's flag; default: $MINILM_API_KEY, which `ps` does not show the machine's other users)")
+    p.add_argument("--max-inflight-per-client", type=int, default=None, metavar="N",
+                   help="at most N requests (n choices count as n) in flight per client address; past it, HTTP 429 "
+                        "(default: no limit)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
 
@@ -227,14 +235,22 @@ def cmd_serve(args) -> None:
         raise InvalidValue("--stream-interval", args.stream_interval, "must be >= 1")
     if args.max_waiting < 1:
         raise InvalidValue("--max-waiting", args.max_waiting, "must be >= 1 (a new request waits until the next step)")
+    if args.max_inflight_per_client is not None and args.max_inflight_per_client < 1:
+        raise InvalidValue("--max-inflight-per-client", args.max_inflight_per_client,
+                           "must be >= 1 (leave it out for no limit)")
+    from .serve.auth import check_api_key
     from .serve.server import serve  # FastAPI and uvicorn only when serving
+
+    if args.api_key is not None:
+        check_api_key(args.api_key)
 
     config = engine_config(args, args.policy, args.enable_prefix_caching)
     check_knobs(args.model, config)
     serve(args.model, config,
           name=args.served_model_name, host=args.host, port=args.port, max_waiting=args.max_waiting,
           drain_timeout=args.drain_timeout, stream_interval=args.stream_interval, timeline_path=args.timeline,
-          engine_core=args.engine_core, log_level=args.log_level, access_log=args.access_log)
+          engine_core=args.engine_core, log_level=args.log_level, access_log=args.access_log, api_key=args.api_key,
+          max_inflight_per_client=args.max_inflight_per_client)
 
 
 def check_knobs(model: str, config: EngineConfig) -> None:

@@ -30,11 +30,14 @@ def docstrings_engine(**knobs) -> Engine:
 
 
 @contextmanager
-def serving(engine: Engine | None = None, **client_knobs):
-    """Yields (base_url, engine, app), the engine in a thread; the server stops (engine thread included) on exit."""
+def serving(engine: Engine | None = None, api_key: str | None = None, max_inflight_per_client: int | None = None,
+            **client_knobs):
+    """Yields (base_url, engine, client), the engine in a thread; the server stops (engine thread included) on
+    exit. `api_key`, `max_inflight_per_client`: the room's knobs (create_app); `client_knobs`: the engine loop's."""
     engine = engine or docstrings_engine()
     client = ThreadEngineClient(engine, ServerMetrics("docstrings", engine.config.speculative_config), **client_knobs)
-    with running(create_app(client, "docstrings", engine.tokenizer)) as url:
+    app = create_app(client, "docstrings", engine.tokenizer, api_key, max_inflight_per_client)
+    with running(app) as url:
         yield url, engine, client
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 import widgets
 from helpers import engine as micro_engine
+from minilm.serve.auth import bearer
 from serving import docstrings_engine, serving
 
 
@@ -14,11 +16,13 @@ def bar_rows(fig, name: str) -> set[str]:
     return {y for t in fig.data if t.name == name for y in t.y}
 
 
-def test_live_gantt_of_a_server_shows_requests_in_flight_then_finished():
-    with serving(docstrings_engine(max_num_seqs=4)) as (url, engine, _):
+@pytest.mark.parametrize("api_key", [None, "room-key"])
+def test_live_gantt_of_a_server_shows_requests_in_flight_then_finished(api_key):
+    """With a key set too: the chart reads /timeline, open (lengths and times only), while requests need the key."""
+    with serving(docstrings_engine(max_num_seqs=4), api_key=api_key) as (url, engine, _):
         async def scenario():
             live = widgets.live_gantt(url, interval=0.05)
-            async with httpx.AsyncClient(timeout=60) as client:
+            async with httpx.AsyncClient(timeout=60, headers=bearer(api_key)) as client:
                 body = {"prompt": "Return the", "max_tokens": 240, "ignore_eos": True}  # ~1 s of decodes
                 long = asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body,
                                                          headers={"X-Request-Id": "long"}))
@@ -42,6 +46,8 @@ def test_live_gantt_of_a_server_shows_requests_in_flight_then_finished():
         assert len(live.timeline.steps) == len(engine.timeline.steps)
         assert bar_rows(live.gantt, "decode") == {"long", "short0", "short1", "short2"}
         assert "4 finished" in live.status.value
+        assert all(r.output_ids == [] for r in live.timeline.requests)  # no token ids came with the feed
+        assert [r.output_len for r in live.timeline.requests] == [240, 3, 3, 3]
 
 
 def test_live_gantt_of_an_engine_stepped_in_the_same_loop():

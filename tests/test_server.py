@@ -238,7 +238,8 @@ def test_timeline_endpoint_returns_new_records_since_a_step(server):
                                               "user": "ada"})
     more = httpx.get(f"{url}/timeline", params={"since": first["next_step"],
                                                  "since_request": first["next_request"]}).json()
-    assert [r["request_id"] for r in more["requests"]] == ["ada-" + more["requests"][0]["request_id"].split("-")[1]]
+    assert [r["request_id"] for r in more["requests"]] == ["req-" + more["requests"][0]["request_id"].split("-")[1]]
+    assert "output_ids" not in more["requests"][0] and "kv_blocks" not in more["steps"][0]  # the public view
     assert [s["step"] for s in more["steps"]] == list(range(first["next_step"], more["next_step"]))
     tl = Timeline.from_dict({"meta": more["meta"], "steps": first["steps"] + more["steps"],
                              "requests": first["requests"] + more["requests"]})
@@ -349,9 +350,10 @@ def test_serve_and_bench_serve_command_lines(capsys):
     from minilm.cli import main
 
     for argv, flags in ((["serve", "--help"], ["--policy", "--max-num-batched-tokens", "--enable-prefix-caching",
-                                               "--timeline", "--max-waiting", "--drain-timeout", "--host"]),
+                                               "--timeline", "--max-waiting", "--drain-timeout", "--host",
+                                               "--api-key", "--max-inflight-per-client"]),
                         (["bench-serve", "--help"], ["--rate", "--max-concurrency", "--save", "--workload",
-                                                     "--random-input-len", "--tokenizer"])):
+                                                     "--random-input-len", "--tokenizer", "--api-key"])):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         out = capsys.readouterr().out

@@ -97,48 +97,66 @@ widgets.compare_figure(simulated)
 #
 # Start the lab's server from here (its own process, `minilm/serve/server.py`), on every
 # network interface so that the room can reach it. Everyone opens the printed address,
-# types the beginning of a docstring and a name, and presses Send: the model writes the
-# rest, streamed token by token, and their request appears as a row below, named after
-# them. Set `port=8000` for an address that is easy to read out.
+# enters the printed key once, types the beginning of a docstring and a name, and presses
+# Send: the model writes the rest, streamed token by token, and their request appears as a
+# row below, under the name they typed (or an anonymous `req-N`). Set `port=8000` for an
+# address that is easy to read out.
+#
+# A room shares this server, so it keeps each listener's text to them: the chart's feed
+# (`GET /timeline`) carries names, lengths and times, never tokens; the key (`--api-key`,
+# a fresh one each time) keeps out whoever is on the network but not in the room; and
+# `--max-inflight-per-client` lets no one address take the whole batch (past it: HTTP 429).
 
 # %%
+from minilm.serve.auth import room_key
 from minilm.serve.process import ServerProcess
 
-lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8)
-print("audience: open", lecture_server.public_url)
+lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8, api_key=room_key(),
+                               max_inflight_per_client=2)
+print(f"audience: open {lecture_server.public_url}  key: {lecture_server.api_key}")
 room = widgets.live_gantt(lecture_server.url, interval=0.5)
 room
 
 # %% [markdown]
 # No audience (or a quiet one)? Requests like the page's, sent from here: a few named
 # users, one after another a fixed gap apart, each asking the model to finish the same
-# docstring beginning with sampling on, so each gets a text of their own. Unlike the page,
-# they do not stream: each answer comes back whole, while the chart shows its tokens
-# arriving. `await` keeps the kernel, and so the chart, running meanwhile.
+# docstring beginning with sampling on, so each gets a text of their own. Like the page,
+# each sends the key and names its row (`X-Request-Id`: the name and a random suffix).
+# Unlike the page, they do not stream: each answer comes back whole, while the chart
+# shows its tokens arriving. They all come from this one machine, so the per-client limit
+# holds some back: a refused visitor (429) waits a moment and asks again, as the OpenAI
+# SDK does. `await` keeps the kernel, and so the chart, running meanwhile.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 import asyncio
+import itertools
+import secrets
 
 import httpx
 
 names = ["ada", "alan", "grace", "edsger", "barbara", "donald"]
 PROMPT, MAX_TOKENS, TEMPERATURE = "Return the number of", 32, 0.8
-GAP_S = 0.3  # seconds between two visitors' requests
+GAP_S, RETRY_S = 0.3, 0.2  # seconds between two visitors' requests; before a refused one asks again
 
 
 async def visitor(client, name, delay):
     await asyncio.sleep(delay)
-    body = {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": TEMPERATURE, "user": name}
-    return (await client.post(f"{lecture_server.url}/v1/completions", json=body)).json()["choices"][0]["text"]
+    body = {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": TEMPERATURE}
+    headers = {**lecture_server.headers, "X-Request-Id": f"{name}-{secrets.token_hex(3)}"}
+    for refused in itertools.count():
+        r = await client.post(f"{lecture_server.url}/v1/completions", json=body, headers=headers)
+        if r.status_code != 429:  # 429: this machine has its share in flight (--max-inflight-per-client)
+            return r.raise_for_status().json()["choices"][0]["text"], refused
+        await asyncio.sleep(RETRY_S)
 
 
 print(f"{len(names)} visitors, one every {GAP_S} s, each a POST /v1/completions (not streamed) for up to "
       f"{MAX_TOKENS} tokens at temperature {TEMPERATURE}:")
 async with httpx.AsyncClient(timeout=60) as client:
-    texts = await asyncio.gather(*(visitor(client, n, GAP_S * i) for i, n in enumerate(names)))
-for name, text in zip(names, texts):
-    print(f"{name:8} {PROMPT}{text!r}")
+    answers = await asyncio.gather(*(visitor(client, n, GAP_S * i) for i, n in enumerate(names)))
+for name, (text, refused) in zip(names, answers):
+    print(f"{name:8} {PROMPT}{text!r}" + (f"  (refused {refused}x: the per-client limit)" if refused else ""))
 await room.refresh()
 
 # %% [markdown]

@@ -1,6 +1,7 @@
 """Load a server from the client's side, as `vllm bench serve` does (lesson 9).
 
     python -m minilm bench-serve --base-url http://127.0.0.1:8000 --workload docstrings --rate 4 --save result.json
+    MINILM_API_KEY=KEY python -m minilm bench-serve ...     # a server started with --api-key (or: --api-key KEY)
 
 Works against any OpenAI-compatible server: this lab's, vLLM, SGLang, TGI. It sends a
 workload's requests at a Poisson rate (or all at once, or at a JSON trace's own times),
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .auth import bearer
 from .bench_result import RequestOutput, make_result, print_result, save_result
 from ..model.loader import resolve_model_path
 from ..model.tokenizer import load_tokenizer
@@ -150,18 +153,29 @@ async def send_request(client, url: str, payload: dict, request_id: str, prompt_
 
 
 # ---- a run ----------------------------------------------------------------------------------
-async def server_model(client, base_url: str) -> tuple[str, int | None]:
+async def server_model(base_url: str, api_key: str | None) -> tuple[str, int | None]:
     """The served model's name and max_model_len (vLLM's /v1/models reports it too)."""
-    data = (await client.get(f"{base_url}/v1/models")).json()["data"][0]
-    return data["id"], data.get("max_model_len")
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=30, headers=bearer(api_key)) as client:
+            response = await client.get(f"{base_url}/v1/models")
+        if response.status_code != 401:
+            data = response.json()["data"][0]
+            return data["id"], data.get("max_model_len")
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"cannot reach an OpenAI-compatible server at {base_url} (GET /v1/models: "
+                         f"{type(e).__name__}: {e})") from e
+    raise ValueError(f"the server at {base_url} asks for an API key that was {'wrong' if api_key else 'not given'} "
+                     f"(HTTP 401 on GET /v1/models): pass --api-key KEY or set MINILM_API_KEY")
 
 
 async def benchmark(base_url: str, requests: list[BenchRequest], model: str, *, max_concurrency: int | None = None,
                     endpoint: str = "/v1/completions", temperature: float = 0.0, ignore_eos: bool = False,
                     request_id_prefix: str | None = None, settings: dict | None = None,
-                    progress: bool = False) -> dict:
+                    progress: bool = False, api_key: str | None = None) -> dict:
     """Send every request at its arrival time (at most `max_concurrency` in flight), wait for all,
-    and return vLLM's result object."""
+    and return vLLM's result object. `api_key`: sent as `Authorization: Bearer KEY`."""
     import httpx
 
     prefix = request_id_prefix or f"bench-{uuid.uuid4().hex[:8]}-"
@@ -189,7 +203,7 @@ async def benchmark(base_url: str, requests: list[BenchRequest], model: str, *, 
         return out
 
     connections = httpx.Limits(max_connections=max_concurrency or len(requests) or 1, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=connections) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=connections, headers=bearer(api_key)) as client:
         t0 = time.perf_counter()
         tasks = []
         for i, r in enumerate(requests):
@@ -212,11 +226,10 @@ async def run(base_url: str = "http://127.0.0.1:8000", workload: str = "docstrin
               tokenizer: str = "docstrings", max_tokens: int | None = None, ignore_eos: bool = False,
               temperature: float = 0.0, endpoint: str = "/v1/completions", save: str | None = None,
               quiet: bool = False, token_id_prompts: bool = False, random_input_len: int = 32,
-              random_output_len: int = 64, random_range_ratio: float = 0.0, progress: bool = False) -> dict:
+              random_output_len: int = 64, random_range_ratio: float = 0.0, progress: bool = False,
+              api_key: str | None = None) -> dict:
     """The whole benchmark: `await bench_serve.run(url, ...)` in a notebook (the kernel keeps
     running, so a live Gantt updates meanwhile); `python -m minilm bench-serve` from a shell."""
-    import httpx
-
     base_url = base_url.rstrip("/")
     if rate is not None and rate <= 0:
         raise ValueError(f"rate={rate} requests/s: must be > 0 (or None / inf: all at once)")
@@ -224,12 +237,7 @@ async def run(base_url: str = "http://127.0.0.1:8000", workload: str = "docstrin
         rate = None
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency={max_concurrency}: must be >= 1")
-    try:
-        async with httpx.AsyncClient(timeout=30) as client:
-            served, max_model_len = await server_model(client, base_url)
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-        raise ValueError(f"cannot reach an OpenAI-compatible server at {base_url} (GET /v1/models: "
-                         f"{type(e).__name__}: {e})") from e
+    served, max_model_len = await server_model(base_url, api_key)
     requests = make_requests(workload, num_prompts, seed, rate, client_tokenizer(tokenizer), max_tokens,
                              max_model_len or 256, token_id_prompts, random_input_len, random_output_len,
                              random_range_ratio)
@@ -237,7 +245,8 @@ async def run(base_url: str = "http://127.0.0.1:8000", workload: str = "docstrin
                 "request_rate": rate if rate is not None else "inf", "burstiness": 1.0, "seed": seed,
                 "ignore_eos": ignore_eos, "temperature": temperature}
     result = await benchmark(base_url, requests, model or served, max_concurrency=max_concurrency, endpoint=endpoint,
-                             temperature=temperature, ignore_eos=ignore_eos, settings=settings, progress=progress)
+                             temperature=temperature, ignore_eos=ignore_eos, settings=settings, progress=progress,
+                             api_key=api_key)
     if not quiet:
         print_result(result)
     if save:
@@ -270,6 +279,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", "--result-filename", default=None,
                    help="write the result JSON here (vLLM's --save-result --save-detailed format)")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--api-key", default=os.environ.get("MINILM_API_KEY") or None,
+                   help="for a server started with --api-key: sent as `Authorization: Bearer KEY` (default: "
+                        "$MINILM_API_KEY; vLLM's bench reads OPENAI_API_KEY)")
 
 
 def cmd_bench_serve(args) -> None:
@@ -277,6 +289,6 @@ def cmd_bench_serve(args) -> None:
                     args.model, args.tokenizer, args.max_tokens, args.ignore_eos, args.temperature, args.endpoint,
                     args.save, token_id_prompts=args.token_id_prompts, random_input_len=args.random_input_len,
                     random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
-                    progress=args.progress))
+                    progress=args.progress, api_key=args.api_key))
     if args.save:
         print(f"saved {args.save}")

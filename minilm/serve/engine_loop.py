@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict
 
 from ..config import InvalidValue
 from ..core.engine import Engine, record_request
 from ..timeline import StepRecord
+from .public import public_view
 from .messages import (Abort, Accepted, Add, Command, Drain, Event, Rejected, Snapshot, SnapshotData, StepStats,
                        Tokens)
 
@@ -125,14 +125,14 @@ class EngineLoop:
                          engine.kv_usage, drafts)
 
     def snapshot(self, since_step: int, since_request: int) -> dict:
-        """New timeline records as JSON-ready dicts, and the unfinished requests as they are now
-        (the live Gantt). Block tables are left out: the whole run's are in `--timeline`."""
+        """New timeline records, and the unfinished requests as they are now (the live Gantt), in
+        their public view (public.py `public_view`): no token ids leave the engine this way.
+        The whole run, tokens and block tables included, is in `--timeline FILE`."""
         tl = self.engine.timeline
-        steps = [{k: v for k, v in asdict(s).items() if k not in ("kv_blocks", "kv_cached_free")}
-                 for s in tl.steps[since_step:]]
-        unfinished = [asdict(record_request(self.engine.requests[rid])) for rid in self.request_ids.values()]
-        return {"meta": tl.meta, "now": self.engine.clock.now, "steps": steps,
-                "requests": [asdict(r) for r in tl.requests[since_request:]], "unfinished": unfinished,
+        unfinished = [public_view(record_request(self.engine.requests[rid])) for rid in self.request_ids.values()]
+        return {"meta": tl.meta, "now": self.engine.clock.now,
+                "steps": [public_view(s) for s in tl.steps[since_step:]],
+                "requests": [public_view(r) for r in tl.requests[since_request:]], "unfinished": unfinished,
                 "next_step": len(tl.steps), "next_request": len(tl.requests)}
 
 

@@ -2,6 +2,8 @@
 
     server = ServerProcess(policy="static", timeline="static.json")   # waits until /health answers
     server.url                     # http://127.0.0.1:PORT (a free port unless one is given)
+    ServerProcess(api_key="k", max_inflight_per_client=2)   # a room's server: a key, a limit per client
+    server.headers                 # what a client sends: {"Authorization": "Bearer k"} with a key
     server.stop()                  # Ctrl-C by its pid: it drains, stops, writes the timeline
 
 The server gets a process of its own (not a thread of the notebook's kernel), as it
@@ -18,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .auth import bearer
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m minilm` must import from here
 
@@ -41,12 +45,15 @@ def lan_address() -> str:
 class ServerProcess:
     def __init__(self, model: str = "docstrings", policy: str = "continuous", port: int | None = None,
                  host: str = "127.0.0.1", timeline: str | Path | None = None, timeout: float | None = 120.0,
-                 **knobs):
+                 api_key: str | None = None, **knobs):
         """`knobs`: any `serve` flag, by its Python name (max_num_seqs=8 -> --max-num-seqs 8).
-        Waits until the server answers, at most `timeout` seconds (None: call `wait_ready` later,
-        e.g. to start several servers at once)."""
+        `api_key`: the key clients must send (`serve --api-key`, handed over as MINILM_API_KEY: a
+        command line is visible to the machine's other users); None: no key, even if this
+        process has MINILM_API_KEY set. Waits until the server answers, at most `timeout`
+        seconds (None: call `wait_ready` later, e.g. to start several servers at once)."""
         self.port = port or free_port()
-        self.host = host
+        self.host, self.api_key = host, api_key
+        self.headers = bearer(api_key)
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "minilm", "serve", "--model", model, "--policy", policy,
                 "--host", host, "--port", str(self.port)]
@@ -55,6 +62,9 @@ class ServerProcess:
         for name, value in knobs.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env.pop("MINILM_API_KEY", None)
+        if api_key is not None:
+            env["MINILM_API_KEY"] = api_key
         # its output goes to a file, not a pipe: a pipe nobody reads fills up and stalls the server
         self.log = tempfile.NamedTemporaryFile("w+", prefix="minilm-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)

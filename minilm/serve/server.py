@@ -13,13 +13,21 @@ detokenizes, cuts stop strings and formats; it never touches the engine itself.
     GET  /v1/models             the one model served
     GET  /health                200 while the engine runs, 503 when it stopped or is shutting down
     GET  /metrics               Prometheus text under vLLM's names (metrics.py)
-    GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt)
+    GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt): their
+                                public view only, lengths and times, no token ids (public.py `public_view`)
     GET  /                      a page with a prompt box that streams the answer
 
-Errors are OpenAI's JSON: 400 for a bad request (openai_api.py names the bad value), 413
-for a body larger than any prompt the model could take (refused before it is read, so
-no request can make the others wait), 429 when `--max-waiting` requests already wait,
-503 while shutting down or once the engine has stopped. A client that disconnects aborts
+A room shares one server, and nobody reads another's text: /timeline shows each request
+under its id, which is the client's X-Request-Id (a name it chose to show: the page's name
+box, bench-serve's ids) or an anonymous `req-N`, never the body's `user`. `--api-key`
+guards every route but /, /health, /metrics and /timeline (auth.py); `--max-inflight-per-
+client N` keeps one address from taking the whole batch.
+
+Errors are OpenAI's JSON: 400 for a bad request (openai_api.py names the bad value), 401
+without the key, 413 for a body larger than any prompt the model could take (refused
+before it is read, so no request can make the others wait), 429 when `--max-waiting`
+requests already wait or a client has `--max-inflight-per-client` in flight, 503 while
+shutting down or once the engine has stopped. A client that disconnects aborts
 its request: its KV blocks are freed before the next step and the timeline records it as
 "aborted". Ctrl-C stops taking requests, lets those in flight finish for
 `--drain-timeout` seconds, aborts the rest (their streams end with finish_reason
@@ -30,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -40,6 +47,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from ..config import EngineConfig
+from .auth import APIKeyMiddleware
 from .client import EngineClient, RequestStream
 from .messages import Rejected, Tokens
 from .openai_api import (CHAT, CHAT_TEMPLATE_DOC, COMPLETIONS, APIError, BadRequest, GenerateRequest, chunk,
@@ -78,8 +86,11 @@ class OpenAIServer:
     """The HTTP side of one engine: each route is a method; the engine is reached only
     through `client` (client.py)."""
 
-    def __init__(self, client: EngineClient, model_name: str, tokenizer):
+    def __init__(self, client: EngineClient, model_name: str, tokenizer, max_inflight_per_client: int | None = None):
+        """`max_inflight_per_client`: requests (n choices count as n) one client address may have
+        in the engine at once; past it, 429 (None: no limit)."""
         self.client, self.model_name, self.tokenizer = client, model_name, tokenizer
+        self.max_inflight_per_client = max_inflight_per_client
         self.ids = itertools.count()
         self.max_prompt_bytes = self.max_body_bytes = None  # from the model's context, once the engine is ready
 
@@ -113,8 +124,14 @@ class OpenAIServer:
         if not self.client.alive:
             return unavailable("the server is shutting down" if self.client.error is None
                                else f"the engine is not running ({self.client.error})")
-        rid = self.request_id(http, req)
-        streams = [self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival) for i in range(req.n)]
+        address = http.client.host if http.client else "unknown"
+        try:
+            self.check_client_limit(address, req.n)
+        except APIError as e:
+            return error_response(e)
+        rid = self.request_id(http)
+        streams = [self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival, address)
+                   for i in range(req.n)]
         try:
             firsts = [await s.queue.get() for s in streams]
         except asyncio.CancelledError:  # the server is going down before the engine answered
@@ -147,14 +164,23 @@ class OpenAIServer:
         except ValueError as e:
             raise BadRequest(f"the request body is not valid JSON: {e}")
 
-    def request_id(self, http: Request, req: GenerateRequest) -> str:
-        """The engine's id: the client's X-Request-Id (as vLLM), else the user's name (the Gantt's
-        row label) or "req", and a number."""
-        given = http.headers.get("x-request-id")
-        if given:
-            return given
-        name = re.sub(r"[^A-Za-z0-9_.-]", "", req.user or "")[:24] or "req"
-        return f"{name}-{next(self.ids)}"
+    def check_client_limit(self, address: str, n: int) -> None:
+        """429 when this address would have more than `max_inflight_per_client` requests in the
+        engine (counted by client.py until each one's last event: a stream that ends or whose
+        client leaves gives its place back)."""
+        limit, have = self.max_inflight_per_client, self.client.in_flight[address]
+        if limit is not None and have + n > limit:
+            raise APIError(429, f"client {address} has {have} request(s) in flight and asks for {n} more; this "
+                                f"server takes at most {limit} per client at once (--max-inflight-per-client "
+                                f"{limit}; n choices count as n): retry when one has finished",
+                           code="client_limit", type="rate_limit_exceeded")
+
+    def request_id(self, http: Request) -> str:
+        """The engine's id, which the room sees as the request's row label (GET /timeline): the
+        client's X-Request-Id (as vLLM; a name the client chose to show, like the page's name
+        box), else an anonymous `req-N`. Never the body's `user`: OpenAI's end-user id (an
+        account, an email) is not a name its owner chose to show a room."""
+        return http.headers.get("x-request-id") or f"req-{next(self.ids)}"
 
     async def stream_events(self, streams: list[RequestStream], req: GenerateRequest, prompt_len: int):
         """The SSE body: one chunk per token and choice (its text may be '' while a character is
@@ -298,10 +324,14 @@ async def disconnected(http: Request) -> None:
         pass
 
 
-def create_app(client: EngineClient, model_name: str, tokenizer) -> FastAPI:
-    """The FastAPI app over one engine client; the engine starts and stops with the app."""
-    server = OpenAIServer(client, model_name, tokenizer)
+def create_app(client: EngineClient, model_name: str, tokenizer, api_key: str | None = None,
+               max_inflight_per_client: int | None = None) -> FastAPI:
+    """The FastAPI app over one engine client; the engine starts and stops with the app.
+    `api_key`: every route but the public ones asks for it (auth.py)."""
+    server = OpenAIServer(client, model_name, tokenizer, max_inflight_per_client)
     app = FastAPI(title="minilm", lifespan=server.lifespan)
+    if api_key is not None:
+        app.add_middleware(APIKeyMiddleware, key=api_key)
     app.state.client = client
     app.post("/v1/completions")(server.completions)
     app.post("/v1/chat/completions")(server.chat_completions)
@@ -339,7 +369,7 @@ class DrainingServer:
 def serve(model: str, config: EngineConfig, *, name: str | None = None, host: str = "127.0.0.1",
           port: int = 8000, max_waiting: int = 1024, drain_timeout: float = 5.0, stream_interval: int = 1,
           timeline_path: str | None = None, engine_core: str = "process", log_level: str = "warning",
-          access_log: bool = False) -> None:
+          access_log: bool = False, api_key: str | None = None, max_inflight_per_client: int | None = None) -> None:
     """`python -m minilm serve ...` (its arguments: cli.py): one engine on the wall clock, until Ctrl-C."""
     from ..model.loader import resolve_model_path
     from ..model.tokenizer import load_tokenizer
@@ -359,11 +389,15 @@ def serve(model: str, config: EngineConfig, *, name: str | None = None, host: st
 
         engine = Engine(model, config, clock=WallClock(config.device))
         client, tokenizer = ThreadEngineClient(engine, metrics, **options), engine.tokenizer
-    app = create_app(client, name, tokenizer)
+    app = create_app(client, name, tokenizer, api_key, max_inflight_per_client)
     print(f"minilm serve: {name}, policy {config.policy}, engine core in a {engine_core}, max_num_seqs "
           f"{config.max_num_seqs}, prefix caching {'on' if config.enable_prefix_caching else 'off'}; chat template: "
           f"{CHAT_TEMPLATE_DOC}", file=sys.stderr)
-    print(f"minilm serve: page at http://{host}:{port}/ , OpenAI API at http://{host}:{port}/v1", file=sys.stderr)
+    room = [f"API key {'required (--api-key)' if api_key else 'not required'}",
+            f"at most {max_inflight_per_client} requests in flight per client" if max_inflight_per_client else
+            "no per-client limit"]
+    print(f"minilm serve: page at http://{host}:{port}/ , OpenAI API at http://{host}:{port}/v1 ({', '.join(room)})",
+          file=sys.stderr)
     try:
         DrainingServer(app, host, port, drain_timeout, log_level, access_log).run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
