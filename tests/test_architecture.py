@@ -18,7 +18,7 @@ import minilm
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "DESIGN.md"
-CORE_LIMIT = 2350  # lines: the contracts, core/ and model/ without the Triton kernel (docs/DESIGN.md, "Size")
+CORE_LIMIT = 2400  # lines: the contracts, core/ and model/ without the Triton kernel (docs/DESIGN.md, "Size")
 
 
 def core_files() -> list[Path]:
@@ -36,7 +36,7 @@ def test_import_contracts_hold():
     assert "0 broken" in result.stdout
 
 
-def test_the_engine_core_is_at_most_2350_lines():
+def test_the_engine_core_is_at_most_2400_lines():
     lines = sum(len(f.read_text().splitlines()) for f in core_files())
     assert lines <= CORE_LIMIT, f"the engine core has {lines} lines (limit {CORE_LIMIT})"
 
