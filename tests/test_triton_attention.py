@@ -355,7 +355,8 @@ def test_write_kv_matches_reference(cache_dtype):
     slots[[2, 7]] = -1  # -1: do not store (e.g. padding)
     caches = [torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(cache_dtype) for _ in range(2)]
     expected = [c.clone() for c in caches]
-    reference.write_kv(k, v, *expected, slots)
+    keep = slots >= 0  # the reference stores every token it is given: give it only the kept ones
+    reference.write_kv(k[keep], v[keep], *expected, slots[keep])
     triton_paged.write_kv(k, v, *caches, slots)
     assert torch.equal(caches[0], expected[0]) and torch.equal(caches[1], expected[1])
 

@@ -35,8 +35,20 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     block_tables: torch.Tensor
     slot_mapping: torch.Tensor
+    # The first two as lists, from the runner, for backends that plan on the host (reference.py,
+    # sdpa.py): reading a GPU tensor back would wait for every kernel queued before it.
+    cu_seqlens_q_host: list[int] | None = None
+    context_lens_host: list[int] | None = None
     # what a backend derives from the above for one step, kept for its other layers (sdpa.py)
     scratch: dict = field(default_factory=dict)
+
+    def host_layout(self) -> tuple[list[int], list[int]]:
+        """(cu_seqlens_q, context_lens) as lists: the runner's, or read back once (metadata built by hand)."""
+        if self.cu_seqlens_q_host is not None and self.context_lens_host is not None:
+            return self.cu_seqlens_q_host, self.context_lens_host
+        if "host" not in self.scratch:
+            self.scratch["host"] = self.cu_seqlens_q.tolist(), self.context_lens.tolist()
+        return self.scratch["host"]
 
 
 AttentionFn = Callable[..., torch.Tensor]  # attention(q, k_cache, v_cache, meta, scale): attention/__init__.py

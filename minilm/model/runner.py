@@ -57,21 +57,22 @@ class StepInputs:
 def ragged_batch(seqs: list[tuple[list[int], int, list[int]]], block_size: int,
                  device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """(input_ids, positions, metadata) of one flat batch, from (token ids, position of the first,
-    block table) of each sequence; each attends to its cache up to its last new token."""
+    block table) of each sequence; each attends to its cache up to its last new token. The
+    metadata keeps the layout's lists too, so no layer reads it back from the device."""
     lens = [len(ids) for ids, _, _ in seqs]
+    cu = [0, *accumulate(lens)]
+    context_lens = [start + n for (_, start, _), n in zip(seqs, lens)]
     width = max(len(table) for _, _, table in seqs)
     block_tables = torch.tensor([table + [0] * (width - len(table)) for _, _, table in seqs], dtype=torch.int32)
-    q_lens = torch.tensor(lens)
     # each token's row (sequence) and its position in that sequence
-    rows = torch.repeat_interleave(torch.arange(len(lens)), q_lens)
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int64)
-    torch.cumsum(q_lens, 0, out=cu[1:])
+    rows = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
     starts = torch.tensor([start for _, start, _ in seqs])
-    positions = starts[rows] + torch.arange(int(cu[-1])) - cu[rows]
-    meta = AttentionMetadata(cu_seqlens_q=cu.to(device, torch.int32),
-                             context_lens=(starts + q_lens).to(device, torch.int32),
+    positions = starts[rows] + torch.arange(cu[-1]) - torch.tensor(cu)[rows]
+    meta = AttentionMetadata(cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
+                             context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
                              block_tables=block_tables.to(device),
-                             slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device))
+                             slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device),
+                             cu_seqlens_q_host=cu, context_lens_host=context_lens)
     input_ids = torch.tensor([t for ids, _, _ in seqs for t in ids], device=device)
     return input_ids, positions.to(device), meta
 

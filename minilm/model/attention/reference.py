@@ -21,10 +21,9 @@ from ..llama import AttentionMetadata
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
-    """Store each new token's K/V at its slot. Slot -1 means "do not store" (engine steps never use it)."""
-    keep = slot_mapping >= 0
-    if not bool(keep.all()):
-        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    """Store each new token's K/V at its slot. Every slot must be a real one (>= 0), as the
+    runner's are: skipping slot -1, as Triton's write_kv can, would take a read of
+    `slot_mapping` on the host here, a GPU sync in every layer."""
     k_cache.view(-1, *k_cache.shape[2:])[slot_mapping] = k.to(k_cache.dtype)  # view: never a copy
     v_cache.view(-1, *v_cache.shape[2:])[slot_mapping] = v.to(v_cache.dtype)
 
@@ -55,7 +54,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens, one sequence at a time."""
     out = torch.empty_like(q)
-    cu, ctx = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
+    cu, ctx = meta.host_layout()  # Python ints: the loop and the slicing need no GPU sync
     for i in range(len(ctx)):
         start, end = cu[i], cu[i + 1]
         out[start:end] = attend_sequence(q[start:end], k_cache, v_cache, meta.block_tables[i], ctx[i],

@@ -71,7 +71,7 @@ def length_groups(lens: list[int]) -> list[tuple[int, int]]:
 
 
 def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
-    cu, lens, dev = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist(), meta.context_lens.device
+    (cu, lens), dev = meta.host_layout(), meta.context_lens.device
     n_new = [b - a for a, b in zip(cu, cu[1:])]
     decodes = []
     seqs = sorted((i for i, n in enumerate(n_new) if n == 1), key=lambda i: -lens[i])
