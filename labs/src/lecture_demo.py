@@ -105,7 +105,7 @@ widgets.compare_figure(simulated)
 # A room shares this server, so it keeps each listener's text to them: the chart's feed
 # (`GET /timeline`) carries names, lengths and times, never tokens; the key (`--api-key`,
 # a fresh one each time) keeps out whoever is on the network but not in the room; and
-# `--max-inflight-per-client` lets no one address take the whole batch (past it: HTTP 429).
+# `--max-inflight-per-client` lets no one address take the whole batch (past it, the server answers "Too Many Requests").
 
 # %%
 from minilm.serve.auth import room_key
@@ -124,7 +124,7 @@ room
 # each sends the key and names its row (`X-Request-Id`: the name and a random suffix).
 # Unlike the page, they do not stream: each answer comes back whole, while the chart
 # shows its tokens arriving. They all come from this one machine, so the per-client limit
-# holds some back: a refused visitor (429) waits a moment and asks again, as the OpenAI
+# holds some back: a refused visitor (Too Many Requests) waits a moment and asks again, as the OpenAI
 # SDK does. `await` keeps the kernel, and so the chart, running meanwhile.
 
 # %%
