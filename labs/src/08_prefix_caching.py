@@ -385,13 +385,12 @@ print(f"(a cache that evicts nothing: hit rate {big['prefix_cache_hit_rate']:.0%
 # %%
 first_token = {tuple(s.prompt_ids[:8]): None for s in burst}  # the first tokens name the system prompt
 prompt_of = {s.id: list(first_token).index(tuple(s.prompt_ids[:8])) for s in burst}
-fig = go.Figure()
-for row, (order, tl) in enumerate(orders.items()):
-    admitted = sorted(tl.requests, key=lambda r: (r.t_scheduled, r.request_id))
-    fig.add_heatmap(z=[[prompt_of[r.request_id] for r in admitted]], y=[order], colorscale="Turbo",
-                    showscale=row == 0, colorbar=dict(title="system prompt"),
-                    customdata=[[r.request_id for r in admitted]],
-                    hovertemplate="%{customdata}: system prompt %{z}<extra></extra>")
+admitted = {order: sorted(tl.requests, key=lambda r: (r.t_scheduled, r.request_id)) for order, tl in orders.items()}
+# one heatmap, one row per order (plotly.js draws nothing for two one-row heatmaps on a category axis)
+fig = go.Figure(go.Heatmap(z=[[prompt_of[r.request_id] for r in rows] for rows in admitted.values()],
+                           y=list(admitted), colorscale="Turbo", colorbar=dict(title="system prompt"),
+                           customdata=[[r.request_id for r in rows] for rows in admitted.values()],
+                           hovertemplate="%{customdata}: system prompt %{z}<extra></extra>"))
 fig.update_layout(xaxis_title="admission order", height=250,
                   title="which system prompt each admitted request carries (simulated)")
 fig
