@@ -1,5 +1,10 @@
 """For every test run, tests/ and labs/ alike (nbval's notebook cells are pytest items too)."""
+from pathlib import Path
+
 import pytest
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"  # what JupyterLab's plotly extension draws
+figure_page = None  # one Chromium page (tests/chromium.py) for every notebook's figures: plotly.js loads once
 
 
 def triton_installed() -> bool:
@@ -10,7 +15,96 @@ def triton_installed() -> bool:
     return True
 
 
+class FiguresDrawInChromium(pytest.Item):
+    """After a notebook's cells, one more item: every Plotly figure they showed draws in headless
+    Chromium as JupyterLab would draw it (tests/chromium.py), no page error, no trace left undrawn.
+
+    The figures are the cells' own outputs, as nbval received them, so the lessons run once.
+    A `FigureWidget` (the control panel, the live Gantt, the lecture demo's comparison) sends its
+    figure in widget messages, which nbval drops: tests/test_browser.py draws the panel in JupyterLab."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.figures: list[tuple[str, dict]] = []  # (label, figure JSON) in the order the cells showed them
+        self.cells_run = 0
+
+    def collect_figures(self, cell) -> None:
+        self.cells_run += 1
+        shown = [o["data"][PLOTLY_MIME] for o in cell.test_outputs or () if PLOTLY_MIME in o.get("data", {})]
+        for fig in shown:
+            title = (fig.get("layout", {}).get("title") or {}).get("text")
+            label = f"{cell.name} (id {cell.cell.get('id')})" + (f" {title!r}" if title else "")
+            self.figures.append((label, fig))
+
+    def runtest(self) -> None:
+        from tests.chromium import CHROMIUM, FigurePage
+
+        global figure_page
+
+        if not self.cells_run:
+            pytest.skip("none of this notebook's cells ran")
+        if not self.figures:
+            pytest.skip("the notebook shows no Plotly figure")
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")
+        figure_page = figure_page or FigurePage()
+        try:
+            problems, traces = figure_page.problems(self.figures)
+        except BaseException:
+            close_figure_page()  # the next notebook gets a fresh page
+            raise
+        print(f"{len(self.figures)} figures, {traces} traces drawn")  # shown by `pytest -rA`
+        if problems:
+            pytest.fail(f"of {len(self.figures)} figures ({traces} traces):\n" + "\n".join(problems), pytrace=False)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: {self.name}"
+
+
 def pytest_collection_modifyitems(config, items):
+    skip_triton_cells(items)
+    try:
+        from nbval.plugin import IPyNbCell
+    except ImportError:  # no notebooks collected
+        return
+    add_figure_checks(items, IPyNbCell)
+
+
+def add_figure_checks(items, cell_type) -> None:
+    """One FiguresDrawInChromium after the last cell of each notebook."""
+    last = {}
+    for i, item in enumerate(items):
+        if isinstance(item, cell_type):
+            last[item.parent] = i
+    for notebook, i in sorted(last.items(), key=lambda kv: -kv[1]):  # from the end: indices stay valid
+        notebook.figure_check = FiguresDrawInChromium.from_parent(notebook, name="figures draw in Chromium")
+        items.insert(i + 1, notebook.figure_check)
+
+
+def pytest_runtest_makereport(item, call):
+    check = getattr(item.parent, "figure_check", None)
+    if call.when == "call" and check is not None and item is not check:
+        check.collect_figures(item)
+
+
+def close_figure_page() -> None:
+    global figure_page
+    if figure_page is not None:
+        figure_page.close()
+        figure_page = None
+
+
+def pytest_runtest_setup(item):
+    """Playwright's sync API runs one instance at a time: free it for a test that starts its own."""
+    if getattr(item.parent, "figure_check", None) is None:
+        close_figure_page()
+
+
+def pytest_sessionfinish(session):
+    close_figure_page()
+
+
+def skip_triton_cells(items) -> None:
     """Without Triton (a Mac: Triton has wheels for Linux only), lesson 5's checked cells that use
     the kernel show a one-line skip message instead of their stored output: nbval skips them
     (tests/test_without_triton.py checks that these are exactly the cells whose output differs)."""

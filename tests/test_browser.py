@@ -1,4 +1,5 @@
-"""The control panel in a real browser: JupyterLab + headless Debian Chromium (Playwright).
+"""The control panel in a real browser: JupyterLab + headless Debian Chromium (Playwright), and
+the check (tests/chromium.py, run after each notebook by conftest.py) that the lessons' figures draw.
 
 Starts JupyterLab on a free port (no token, a temporary root dir, its own JUPYTER_* dirs),
 opens a copy of a notebook that builds the panel, runs all cells, and checks that the
@@ -16,13 +17,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pytest
 
+from chromium import CHROMIUM, CHROMIUM_ARGS, figure_problems
 from minilm.serve.process import free_port
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_MS = 60_000
 
@@ -204,3 +204,19 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
         finally:
             browser.close()
     assert (tmp_path / "panel.png").stat().st_size > 10_000
+
+
+def test_the_figure_check_reports_a_figure_that_draws_nothing():
+    """Two one-row heatmaps on a category axis: plotly.js 4.1 throws and draws neither (lesson 8
+    showed one); one heatmap with both rows draws, and so do a bar and a table. An empty scatter
+    (widgets.states_figure's placeholder) is no visible trace to Plotly: nothing to draw."""
+    split = go.Figure([go.Heatmap(z=[[0, 1, 2]], y=["a"]), go.Heatmap(z=[[2, 1, 0]], y=["b"])])
+    joined = go.Figure(go.Heatmap(z=[[0, 1, 2], [2, 1, 0]], y=["a", "b"]))
+    others = go.Figure([go.Scatter(x=[], y=[]), go.Bar(x=["a"], y=[1])])
+    table = go.Figure(go.Table(header=dict(values=["a"]), cells=dict(values=[[1, 2]])))
+    figures = [(name, json.loads(fig.to_json())) for name, fig in
+               (("split", split), ("joined", joined), ("others", others), ("table", table))]
+    problems, traces = figure_problems(figures)
+    assert traces == 2 + 1 + 1 + 1
+    assert problems == ["split: Plotly.react failed: TypeError: Cannot read properties of undefined (reading 'length')",
+                        "split: nothing drawn for trace 0 (heatmap), trace 1 (heatmap)"]

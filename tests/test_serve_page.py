@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from chromium import CHROMIUM, CHROMIUM_ARGS
 from serving import docstrings_engine, serving, wait_idle
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                 reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")

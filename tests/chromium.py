@@ -1,0 +1,130 @@
+"""Headless Debian Chromium for the tests, and the check that a lesson's Plotly figures draw in it.
+
+JupyterLab shows a figure a lesson displays (a `go.Figure` as a cell's value, `display(fig)`)
+through the `jupyterlab-plotly` extension: the kernel sends the figure's JSON as
+`application/vnd.plotly.v1+json` and the extension calls `Plotly.react` on it (its default
+height 360 px). `figure_problems` does the same with the plotly.js that plotly.py ships
+(`plotly.min.js`, also what `--html` previews and `fig.write_html` embed), after checking that it
+is the plotly.js version the extension bundles, and reports every figure that raised an error
+in the page or left a visible trace undrawn.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import plotly
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+LABEXTENSION = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-plotly" / "static"
+TIMEOUT_MS = 30_000
+
+# Plotly draws each trace as an SVG group bound (d3's __data__) to the trace's calcdata, whose
+# first point holds the trace: a visible trace with no such group drew nothing. The legend binds
+# its entries the same way, so it is left out. A table binds its own object, keyed by the trace's uid.
+DRAW = """async fig => {
+  const gd = document.createElement('div');
+  document.body.appendChild(gd);
+  const layout = {...fig.layout};
+  if (!layout.height) layout.height = 360;  // as jupyterlab-plotly's renderer
+  let error = null;
+  try {
+    await Plotly.react(gd, fig.data || [], layout, fig.config || {});
+    if (fig.frames) await Plotly.addFrames(gd, fig.frames);
+    await new Promise(done => requestAnimationFrame(() => setTimeout(done)));  // what Plotly left for the next frame
+  } catch (e) {
+    error = String((e && e.stack) || e);
+  }
+  const visible = (gd._fullData || []).filter(t => t.visible === true);
+  const drawn = new Set();
+  for (const g of gd.querySelectorAll('g')) {
+    const d = g.__data__;
+    if (!d || g.closest('.legend')) continue;
+    if (Array.isArray(d) && d[0] && d[0].trace) drawn.add(d[0].trace.uid);
+    if (g.classList.contains('table')) visible.filter(t => String(d.key).startsWith(t.uid)).forEach(t => drawn.add(t.uid));
+  }
+  const undrawn = visible.filter(t => !drawn.has(t.uid))
+    .map(t => `trace ${t.index} (${t.type}${t._input.name ? ' ' + JSON.stringify(t._input.name) : ''})`);
+  Plotly.purge(gd);
+  gd.remove();
+  return {error, undrawn, traces: visible.length};
+}"""
+
+
+def plotly_js_version(text: str) -> str:
+    """The version a plotly.js bundle declares (its `src/version.js` module, or its header)."""
+    m = re.search(r'src/version\.js"\S{0,40}?version\s*=\s*"([\d.]+)"', text) or re.search(r"plotly\.js v([\d.]+)", text)
+    if not m:
+        raise ValueError("no plotly.js version found in the bundle")
+    return m.group(1)
+
+
+def check_same_plotly_js() -> None:
+    """The figures are drawn with plotly.min.js as a stand-in for the JupyterLab extension's copy."""
+    ours = plotly_js_version(PLOTLY_JS.read_text()[:2000])
+    bundles = sorted(LABEXTENSION.glob("*.js"), key=lambda p: p.stat().st_size)
+    if not bundles:
+        raise FileNotFoundError(f"jupyterlab-plotly is not installed in {LABEXTENSION} (it comes with plotly)")
+    lab = plotly_js_version(bundles[-1].read_text())  # the largest chunk is the one with plotly.js in it
+    if lab != ours:
+        raise AssertionError(f"JupyterLab draws with plotly.js {lab}, this check with {ours} ({PLOTLY_JS})")
+
+
+class FigurePage:
+    """One headless Chromium page with plotly.js loaded, drawing figures one after another.
+    Loading plotly.js takes seconds (5 s on 2 busy cores): keep one page for many figures.
+    Playwright's sync API runs one instance at a time: `close` it before another test starts one."""
+
+    def __init__(self):
+        from playwright.sync_api import sync_playwright
+
+        check_same_plotly_js()
+        self.errors: list[str] = []  # console errors and uncaught page errors since the last figure
+        self.playwright = sync_playwright().start()
+        try:
+            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                                           headless=True, timeout=TIMEOUT_MS)
+            self.page = self.browser.new_page(viewport={"width": 1200, "height": 900})
+            self.page.set_default_timeout(TIMEOUT_MS)
+            self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+            self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console error: {m.text}"))
+            self.page.set_content("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body></body></html>")
+            self.page.add_script_tag(path=str(PLOTLY_JS))
+            if self.errors:
+                raise RuntimeError(f"loading {PLOTLY_JS}: {self.errors}")
+        except BaseException:
+            self.close()
+            raise
+
+    def problems(self, figures: list[tuple[str, dict]]) -> tuple[list[str], int]:
+        """Draw each (label, figure JSON); return the problems ("label: what went wrong") and the
+        number of visible traces checked. An error in the page is charged to the figure drawn."""
+        problems, traces = [], 0
+        for label, fig in figures:
+            self.errors.clear()
+            result = self.page.evaluate(DRAW, fig)
+            traces += result["traces"]
+            problems += [f"{label}: {e}" for e in self.errors]
+            if result["error"]:
+                problems.append(f"{label}: Plotly.react failed: {result['error'].splitlines()[0]}")
+            if result["undrawn"]:
+                problems.append(f"{label}: nothing drawn for {', '.join(result['undrawn'])}")
+        return problems, traces
+
+    def close(self) -> None:
+        if getattr(self, "browser", None):
+            self.browser.close()
+        self.playwright.stop()
+
+
+def figure_problems(figures: list[tuple[str, dict]]) -> tuple[list[str], int]:
+    """`FigurePage.problems` in a page of its own."""
+    page = FigurePage()
+    try:
+        return page.problems(figures)
+    finally:
+        page.close()
