@@ -1,10 +1,13 @@
 """For every test run, tests/ and labs/ alike (nbval's notebook cells are pytest items too)."""
+
 from pathlib import Path
 
 import pytest
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"  # what JupyterLab's plotly extension draws
-figure_page = None  # one Chromium page (tests/chromium.py) for every notebook's figures: plotly.js loads once
+figure_page = (
+    None  # one Chromium page (tests/chromium.py) for every notebook's figures: plotly.js loads once
+)
 
 
 def triton_installed() -> bool:
@@ -25,12 +28,18 @@ class FiguresDrawInChromium(pytest.Item):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.figures: list[tuple[str, dict]] = []  # (label, figure JSON) in the order the cells showed them
+        self.figures: list[
+            tuple[str, dict]
+        ] = []  # (label, figure JSON) in the order the cells showed them
         self.cells_run = 0
 
     def collect_figures(self, cell) -> None:
         self.cells_run += 1
-        shown = [o["data"][PLOTLY_MIME] for o in cell.test_outputs or () if PLOTLY_MIME in o.get("data", {})]
+        shown = [
+            o["data"][PLOTLY_MIME]
+            for o in cell.test_outputs or ()
+            if PLOTLY_MIME in o.get("data", {})
+        ]
         for fig in shown:
             title = (fig.get("layout", {}).get("title") or {}).get("text")
             label = f"{cell.name} (id {cell.cell.get('id')})" + (f" {title!r}" if title else "")
@@ -55,7 +64,10 @@ class FiguresDrawInChromium(pytest.Item):
             raise
         print(f"{len(self.figures)} figures, {traces} traces drawn")  # shown by `pytest -rA`
         if problems:
-            pytest.fail(f"of {len(self.figures)} figures ({traces} traces):\n" + "\n".join(problems), pytrace=False)
+            pytest.fail(
+                f"of {len(self.figures)} figures ({traces} traces):\n" + "\n".join(problems),
+                pytrace=False,
+            )
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}: {self.name}"
@@ -76,8 +88,12 @@ def add_figure_checks(items, cell_type) -> None:
     for i, item in enumerate(items):
         if isinstance(item, cell_type):
             last[item.parent] = i
-    for notebook, i in sorted(last.items(), key=lambda kv: -kv[1]):  # from the end: indices stay valid
-        notebook.figure_check = FiguresDrawInChromium.from_parent(notebook, name="figures draw in Chromium")
+    for notebook, i in sorted(
+        last.items(), key=lambda kv: -kv[1]
+    ):  # from the end: indices stay valid
+        notebook.figure_check = FiguresDrawInChromium.from_parent(
+            notebook, name="figures draw in Chromium"
+        )
         items.insert(i + 1, notebook.figure_check)
 
 
@@ -110,8 +126,14 @@ def skip_triton_cells(items) -> None:
     (tests/test_without_triton.py checks that these are exactly the cells whose output differs)."""
     if triton_installed():
         return
-    skip = pytest.mark.skip(reason="runs the Triton kernel; Triton is not installed here (Linux only)")
+    skip = pytest.mark.skip(
+        reason="runs the Triton kernel; Triton is not installed here (Linux only)"
+    )
     for item in items:
         source = getattr(item, "cell", {}).get("source", "")
-        if "triton_paged" in source and "NBVAL_CHECK_OUTPUT" in source and "triton_paged = None" not in source:
+        if (
+            "triton_paged" in source
+            and "NBVAL_CHECK_OUTPUT" in source
+            and "triton_paged = None" not in source
+        ):
             item.add_marker(skip)

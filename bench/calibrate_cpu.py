@@ -34,6 +34,7 @@ each other (steps measured 50-100x slower under load), which no cost model can f
 Prints a table and the check; writes bench/results/calibrate_cpu.json (--out), in
 bench/report.py's shape.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,11 +52,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import report  # noqa: E402
-from minilm.core.clock import MeasuredClock  # noqa: E402
 from minilm.config import MODEL_PRESETS, EngineConfig, ModelConfig  # noqa: E402
-from minilm.sim.costmodel import CostModel, DeviceSpec, items_shape, save_cpu_spec  # noqa: E402
+from minilm.core.clock import MeasuredClock  # noqa: E402
 from minilm.core.engine import Engine  # noqa: E402
 from minilm.model.llama import LlamaModel  # noqa: E402
+from minilm.sim.costmodel import CostModel, DeviceSpec, items_shape, save_cpu_spec  # noqa: E402
 from minilm.workload import make_workload  # noqa: E402
 
 THREADS = 1
@@ -63,8 +64,13 @@ REPEATS = 6
 MODELS = {
     "tiny": MODEL_PRESETS["tiny"],
     "small": MODEL_PRESETS["small"],
-    "wide-2l": ModelConfig(hidden_size=384, intermediate_size=1024, num_hidden_layers=2,
-                           num_attention_heads=6, num_key_value_heads=2),
+    "wide-2l": ModelConfig(
+        hidden_size=384,
+        intermediate_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    ),
 }
 # (model, workload preset, requests, seed, policy, token budget); all arrive at t=0
 FIT_RUNS = [
@@ -77,8 +83,16 @@ FIT_RUNS = [
 ]
 HELD_OUT = ("tiny", "mixed", 16, 1, "chunked", 256)
 MAX_MODEL_LEN = 512
-UNIT = DeviceSpec("unit", flops=1.0, mem_bw=1.0, memory=1.0, step_overhead=0.0,
-                  compute_efficiency=1.0, memory_efficiency=1.0, dtype="float32")
+UNIT = DeviceSpec(
+    "unit",
+    flops=1.0,
+    mem_bw=1.0,
+    memory=1.0,
+    step_overhead=0.0,
+    compute_efficiency=1.0,
+    memory_efficiency=1.0,
+    dtype="float32",
+)
 
 
 class ThreadTimeClock(MeasuredClock):
@@ -96,9 +110,19 @@ def measure_once(run) -> list:
     name, preset, n, seed, policy, budget = run
     cfg = MODELS[name]
     model = LlamaModel(cfg).init_random(0).eval()
-    specs = make_workload(preset, n, seed=seed, vocab_size=cfg.vocab_size, max_model_len=MAX_MODEL_LEN)
-    engine = Engine(model, EngineConfig(policy=policy, max_num_batched_tokens=budget, max_model_len=MAX_MODEL_LEN,
-                                        record_kv_blocks=False), clock=ThreadTimeClock())
+    specs = make_workload(
+        preset, n, seed=seed, vocab_size=cfg.vocab_size, max_model_len=MAX_MODEL_LEN
+    )
+    engine = Engine(
+        model,
+        EngineConfig(
+            policy=policy,
+            max_num_batched_tokens=budget,
+            max_model_len=MAX_MODEL_LEN,
+            record_kv_blocks=False,
+        ),
+        clock=ThreadTimeClock(),
+    )
     engine.add_workload(specs, ignore_eos=True)
     return [(s.items, s.duration) for s in engine.run().steps]
 
@@ -113,7 +137,9 @@ def measure(runs) -> dict:
             if run not in best:
                 best[run] = steps
                 continue
-            assert [i for i, _ in steps] == [i for i, _ in best[run]], "steps differ between repeats"
+            assert [i for i, _ in steps] == [i for i, _ in best[run]], (
+                "steps differ between repeats"
+            )
             best[run] = [(i, min(d, d0)) for (i, d), (_, d0) in zip(steps, best[run])]
     return best
 
@@ -124,14 +150,16 @@ def features(model: ModelConfig, steps) -> np.ndarray:
     rows = []
     for items, _ in steps:
         c = unit.cost(items_shape(items))
-        rows.append((c.compute_s, c.memory_s, model.num_hidden_layers, c.num_seqs * model.num_hidden_layers))
+        rows.append(
+            (c.compute_s, c.memory_s, model.num_hidden_layers, c.num_seqs * model.num_hidden_layers)
+        )
     return np.array(rows, dtype=float)
 
 
 def nnls_small(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares for a handful of columns: the best of all column subsets
     whose unconstrained fit has no negative coefficient."""
-    best, best_err = np.zeros(X.shape[1]), float(np.sum(y ** 2))
+    best, best_err = np.zeros(X.shape[1]), float(np.sum(y**2))
     for k in range(1, X.shape[1] + 1):
         for cols in itertools.combinations(range(X.shape[1]), k):
             coef, *_ = np.linalg.lstsq(X[:, cols], y, rcond=None)
@@ -156,10 +184,19 @@ def fit(F: np.ndarray, t: np.ndarray) -> DeviceSpec:
             best = (err, k, coef)
     _, k, (step, layer, seq, inv_rate) = best
     rate = 1.0 / inv_rate if inv_rate > 0 else 1e18
-    return DeviceSpec(f"CPU ({platform.processor() or platform.machine()}, {THREADS} thread)",
-                      flops=rate, mem_bw=rate / k, memory=ram_bytes(), step_overhead=step, compute_efficiency=1.0,
-                      memory_efficiency=1.0, layer_overhead=layer, seq_overhead=seq, dtype="float32",
-                      source="fitted by bench/calibrate_cpu.py")
+    return DeviceSpec(
+        f"CPU ({platform.processor() or platform.machine()}, {THREADS} thread)",
+        flops=rate,
+        mem_bw=rate / k,
+        memory=ram_bytes(),
+        step_overhead=step,
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        layer_overhead=layer,
+        seq_overhead=seq,
+        dtype="float32",
+        source="fitted by bench/calibrate_cpu.py",
+    )
 
 
 def ram_bytes() -> float:
@@ -174,15 +211,22 @@ def errors(spec: DeviceSpec, model: ModelConfig, steps) -> np.ndarray:
 def row(label: str, spec: DeviceSpec, model: ModelConfig, steps) -> dict:
     e = np.abs(errors(spec, model, steps))
     measured = np.array([d for _, d in steps])
-    return {"run": label, "steps": len(steps), "measured_ms_mean": 1e3 * measured.mean(),
-            "median_abs_err": float(np.median(e)), "p90_abs_err": float(np.percentile(e, 90)),
-            "max_abs_err": float(e.max())}
+    return {
+        "run": label,
+        "steps": len(steps),
+        "measured_ms_mean": 1e3 * measured.mean(),
+        "median_abs_err": float(np.median(e)),
+        "p90_abs_err": float(np.percentile(e, 90)),
+        "max_abs_err": float(e.max()),
+    }
 
 
 COLUMNS = [
-    report.Column("run", "run"), report.Column("steps (count)", "steps", "d"),
+    report.Column("run", "run"),
+    report.Column("steps (count)", "steps", "d"),
     report.Column("mean step (ms)", "measured_ms_mean", ".2f"),
-    report.Column("median |err| (%)", "median_abs_err", ".1%"), report.Column("p90 |err| (%)", "p90_abs_err", ".1%"),
+    report.Column("median |err| (%)", "median_abs_err", ".1%"),
+    report.Column("p90 |err| (%)", "p90_abs_err", ".1%"),
     report.Column("max |err| (%)", "max_abs_err", ".1%"),
 ]
 HELD_OUT_LIMIT = 0.10  # the held-out median absolute error must stay under this
@@ -191,10 +235,16 @@ HELD_OUT_LIMIT = 0.10  # the held-out median absolute error must stay under this
 def show(res: dict) -> None:
     c = res["conditions"]
     spec = c["spec"]
-    print(report.joined(f"{c['threads']} thread(s), fastest of {c['repeats']} runs per step", report.about(c)))
-    print(f"cpu spec: R = {spec['flops'] / 1e9:.1f} GFLOP/s, W = {spec['mem_bw'] / 1e9:.1f} GB/s, "
-          f"step = {spec['step_overhead'] * 1e3:.3f} ms, layer = {spec['layer_overhead'] * 1e3:.3f} ms, "
-          f"seq x layer = {spec['seq_overhead'] * 1e3:.3f} ms")
+    print(
+        report.joined(
+            f"{c['threads']} thread(s), fastest of {c['repeats']} runs per step", report.about(c)
+        )
+    )
+    print(
+        f"cpu spec: R = {spec['flops'] / 1e9:.1f} GFLOP/s, W = {spec['mem_bw'] / 1e9:.1f} GB/s, "
+        f"step = {spec['step_overhead'] * 1e3:.3f} ms, layer = {spec['layer_overhead'] * 1e3:.3f} ms, "
+        f"seq x layer = {spec['seq_overhead'] * 1e3:.3f} ms"
+    )
     report.print_table(res["rows"], COLUMNS)
     print()
     report.print_checks(res["checks"])
@@ -203,9 +253,15 @@ def show(res: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("raw", nargs="?", type=Path,
-                    help="save the measurements there, or refit from it when it exists (a pickle)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "calibrate_cpu.json")
+    ap.add_argument(
+        "raw",
+        nargs="?",
+        type=Path,
+        help="save the measurements there, or refit from it when it exists (a pickle)",
+    )
+    ap.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "calibrate_cpu.json"
+    )
     report.add_show_option(ap)
     args = ap.parse_args()
     if args.show:
@@ -224,13 +280,27 @@ def main() -> int:
     t = np.concatenate([[d for _, d in measured[r]] for r in FIT_RUNS])
     spec = fit(F, t)
     rows = [row("fit " + " ".join(map(str, r)), spec, MODELS[r[0]], measured[r]) for r in FIT_RUNS]
-    rows.append(row("HELD-OUT " + " ".join(map(str, HELD_OUT)), spec, MODELS[HELD_OUT[0]], held_out))
+    rows.append(
+        row("HELD-OUT " + " ".join(map(str, HELD_OUT)), spec, MODELS[HELD_OUT[0]], held_out)
+    )
     held_out_err = rows[-1]["median_abs_err"]
     seconds, date = time.perf_counter() - t0, time.strftime("%Y-%m-%d %H:%M")
-    conditions = report.machine() | {"spec": spec.__dict__, "threads": THREADS, "repeats": REPEATS,
-                                     "seconds": seconds, "date": date}
-    save_cpu_spec(spec, {"threads": THREADS, "repeats": REPEATS, "held_out_median_abs_err": held_out_err,
-                         "date": conditions["date"]})
+    conditions = report.machine() | {
+        "spec": spec.__dict__,
+        "threads": THREADS,
+        "repeats": REPEATS,
+        "seconds": seconds,
+        "date": date,
+    }
+    save_cpu_spec(
+        spec,
+        {
+            "threads": THREADS,
+            "repeats": REPEATS,
+            "held_out_median_abs_err": held_out_err,
+            "date": conditions["date"],
+        },
+    )
     checks = [report.check("held-out median |err| (fraction)", held_out_err, "<", HELD_OUT_LIMIT)]
     res = report.result("calibrate_cpu", report.command_line(), conditions, rows, checks)
     report.write(args.out, res)

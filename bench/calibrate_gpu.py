@@ -36,6 +36,7 @@ its citation and conditions. This script:
    to the model before this fit (max(compute, memory), 0.7 / 0.8, 1 ms a step, free
    all-reduces). Writes bench/results/calibrate_gpu.json in bench/report.py's shape.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -55,22 +56,51 @@ sys.path.insert(0, str(ROOT))
 from bench import report  # noqa: E402
 from bench.calibrate_cpu import nnls_small  # noqa: E402
 from minilm.sim import simulated_engine  # noqa: E402
-from minilm.sim.costmodel import (A100_FIT, DEVICE_SPECS, ENGINE_KINDS, H100_FIT, MODEL_SPECS, ROOFLINE_P,  # noqa: E402
-                                  CostModel, items_shape)
+from minilm.sim.costmodel import (  # noqa: E402
+    A100_FIT,
+    DEVICE_SPECS,
+    ENGINE_KINDS,
+    H100_FIT,
+    MODEL_SPECS,
+    ROOFLINE_P,
+    CostModel,
+    items_shape,
+)
 from minilm.workload import RequestSpec  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "gpu_measurements.json"
 HELD_OUT_SOURCES = ("lmdeploy", "torchao")
-HELD_OUT_LIMIT = 0.10          # the held-out median |error| must stay under this
+HELD_OUT_LIMIT = 0.10  # the held-out median |error| must stay under this
 FIT_DEVICES = ("a100", "h100")  # the devices with measurements; the other GPUs borrow their fit
 KINDS = tuple(ENGINE_KINDS)
 METRICS = ("output_tok_per_s", "ttft_s", "itl_median_s", "mean_latency_s")
-POINT_KEYS = ("id", "source", "engine", "engine_kind", "model", "device", "tp", "dtype", "batch", "input_len",
-              "output_len", "metric", "value", "unit", "policy", "citation", "note")
+POINT_KEYS = (
+    "id",
+    "source",
+    "engine",
+    "engine_kind",
+    "model",
+    "device",
+    "tp",
+    "dtype",
+    "batch",
+    "input_len",
+    "output_len",
+    "metric",
+    "value",
+    "unit",
+    "policy",
+    "citation",
+    "note",
+)
 # The model before this fit, for comparison: the datasheet roofline's max, assumed efficiencies,
 # 1 ms a step for every engine, no latency per all-reduce.
-BEFORE = {"p": math.inf, "a100": (0.7, 0.8, 0.0), "h100": (0.7, 0.8, 0.0),
-          "engines": {k: (1e-3, 0.0) for k in KINDS}}
+BEFORE = {
+    "p": math.inf,
+    "a100": (0.7, 0.8, 0.0),
+    "h100": (0.7, 0.8, 0.0),
+    "engines": {k: (1e-3, 0.0) for k in KINDS},
+}
 
 
 # ---- the data -----------------------------------------------------------------------------
@@ -97,12 +127,18 @@ def problems(data: dict) -> list[str]:
             out.append(f"{pid}: citation does not match its source's")
         if not p["citation"].startswith("https://"):
             out.append(f"{pid}: citation is not a URL")
-        checks = [(p["metric"] in METRICS, f"metric {p['metric']!r}"), (p["model"] in MODEL_SPECS, f"model {p['model']!r}"),
-                  (p["device"] in DEVICE_SPECS, f"device {p['device']!r}"),
-                  (p["engine_kind"] in ENGINE_KINDS, f"engine_kind {p['engine_kind']!r}"),
-                  (isinstance(p["value"], (int, float)) and p["value"] > 0, f"value {p['value']!r}"),
-                  (p["unit"] == ("tok/s" if p["metric"] == "output_tok_per_s" else "s"), f"unit {p['unit']!r}"),
-                  (p["policy"] in ("static", "continuous"), f"policy {p['policy']!r}")]
+        checks = [
+            (p["metric"] in METRICS, f"metric {p['metric']!r}"),
+            (p["model"] in MODEL_SPECS, f"model {p['model']!r}"),
+            (p["device"] in DEVICE_SPECS, f"device {p['device']!r}"),
+            (p["engine_kind"] in ENGINE_KINDS, f"engine_kind {p['engine_kind']!r}"),
+            (isinstance(p["value"], (int, float)) and p["value"] > 0, f"value {p['value']!r}"),
+            (
+                p["unit"] == ("tok/s" if p["metric"] == "output_tok_per_s" else "s"),
+                f"unit {p['unit']!r}",
+            ),
+            (p["policy"] in ("static", "continuous"), f"policy {p['policy']!r}"),
+        ]
         out += [f"{pid}: unknown {what}" for ok, what in checks if not ok]
     return out
 
@@ -122,9 +158,9 @@ class Trace:
     metric time = weights @ d, except the median gap, read from token_steps."""
 
     shapes: list[list[tuple[int, int]]]
-    weights: np.ndarray           # per step: how much of it the metric's time contains
+    weights: np.ndarray  # per step: how much of it the metric's time contains
     token_steps: list[list[int]]  # per request: the step that produced each token
-    tokens: int                   # output tokens of the run
+    tokens: int  # output tokens of the run
 
 
 def run_point(p: dict, device=None, engine=None):
@@ -134,24 +170,57 @@ def run_point(p: dict, device=None, engine=None):
     engine = engine or p["engine_kind"]
     if p["metric"] == "ttft_s" and p["batch"] == 1:  # one prompt alone: its prefill step
         shape = [(p["input_len"], p["input_len"])]
-        t = CostModel(p["model"], device, dtype=p["dtype"], tp=p["tp"], engine=engine).cost(shape).time
+        t = (
+            CostModel(p["model"], device, dtype=p["dtype"], tp=p["tp"], engine=engine)
+            .cost(shape)
+            .time
+        )
         return t, Trace([shape], np.ones(1), [[0]], 1)
-    tl = simulate(p["model"], device, p["tp"], p["dtype"], engine, p["policy"], p["batch"], p["input_len"],
-                  p["output_len"], p.get("gpu_memory_utilization", 0.9))
+    tl = simulate(
+        p["model"],
+        device,
+        p["tp"],
+        p["dtype"],
+        engine,
+        p["policy"],
+        p["batch"],
+        p["input_len"],
+        p["output_len"],
+        p.get("gpu_memory_utilization", 0.9),
+    )
     index = {s.t_end: i for i, s in enumerate(tl.steps)}
     token_steps = [[index[t] for t in r.token_times] for r in tl.requests]
     return metric_of_timeline(p["metric"], tl), trace_of(p["metric"], tl, token_steps)
 
 
-@lru_cache(maxsize=None)
-def simulate(model: str, device: str, tp: int, dtype: str, engine: str, policy: str, batch: int, input_len: int,
-             output_len: int, gpu_memory_utilization: float):
+@cache
+def simulate(
+    model: str,
+    device: str,
+    tp: int,
+    dtype: str,
+    engine: str,
+    policy: str,
+    batch: int,
+    input_len: int,
+    output_len: int,
+    gpu_memory_utilization: float,
+):
     """`batch` requests of `input_len` prompt tokens and `output_len` new ones, all at t = 0,
     on the simulated engine (several points read the same run)."""
-    e = simulated_engine(model, device, policy, dtype=dtype, tp=tp, engine=engine, max_num_seqs=batch,
-                         max_num_batched_tokens=max(batch * input_len, input_len + output_len),
-                         max_model_len=input_len + output_len, record_kv_blocks=False,
-                         gpu_memory_utilization=gpu_memory_utilization)
+    e = simulated_engine(
+        model,
+        device,
+        policy,
+        dtype=dtype,
+        tp=tp,
+        engine=engine,
+        max_num_seqs=batch,
+        max_num_batched_tokens=max(batch * input_len, input_len + output_len),
+        max_model_len=input_len + output_len,
+        record_kv_blocks=False,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
     e.add_workload([RequestSpec(f"r{i}", [7] * input_len, output_len) for i in range(batch)])
     return e.run()
 
@@ -182,8 +251,12 @@ def trace_of(metric: str, tl, token_steps: list[list[int]]) -> Trace:
         gaps = sorted((cum[b] - cum[a], a, b) for ts in token_steps for a, b in zip(ts, ts[1:]))
         _, a, b = gaps[len(gaps) // 2]
         w = ((steps > a) & (steps <= b)).astype(float)
-    return Trace([items_shape(s.items) for s in tl.steps], w, token_steps,
-                 sum(r.output_len for r in tl.requests))
+    return Trace(
+        [items_shape(s.items) for s in tl.steps],
+        w,
+        token_steps,
+        sum(r.output_len for r in tl.requests),
+    )
 
 
 # ---- 2. the fast path: step times from the parameters ------------------------------------------
@@ -191,21 +264,35 @@ def trace_of(metric: str, tl, token_steps: list[list[int]]) -> Trace:
 class Features:
     """Per step of a point, what the parameters multiply."""
 
-    flops: np.ndarray         # FLOPs per GPU / peak: compute seconds at efficiency 1
-    bytes: np.ndarray         # bytes per GPU / bandwidth: memory seconds at efficiency 1
-    comm_bw_s: np.ndarray     # all-reduce bytes over the link
-    allreduces: int           # per step
+    flops: np.ndarray  # FLOPs per GPU / peak: compute seconds at efficiency 1
+    bytes: np.ndarray  # bytes per GPU / bandwidth: memory seconds at efficiency 1
+    comm_bw_s: np.ndarray  # all-reduce bytes over the link
+    allreduces: int  # per step
     layers: int
 
 
 def features(p: dict, trace: Trace) -> Features:
     dev = DEVICE_SPECS[p["device"]]
-    unit = replace(dev, flops=1.0, mem_bw=1.0, compute_efficiency=1.0, memory_efficiency=1.0, step_overhead=0.0,
-                   layer_overhead=0.0, allreduce_latency=0.0, roofline_p=math.inf)
+    unit = replace(
+        dev,
+        flops=1.0,
+        mem_bw=1.0,
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        step_overhead=0.0,
+        layer_overhead=0.0,
+        allreduce_latency=0.0,
+        roofline_p=math.inf,
+    )
     cm = CostModel(p["model"], unit, dtype=p["dtype"], tp=p["tp"])
     costs = [cm.cost(shape) for shape in trace.shapes]
-    return Features(np.array([c.compute_s for c in costs]) / dev.flops, np.array([c.memory_s for c in costs]) / dev.mem_bw,
-                    np.array([c.comm_s for c in costs]), cm.allreduces, cm.model.num_hidden_layers)
+    return Features(
+        np.array([c.compute_s for c in costs]) / dev.flops,
+        np.array([c.memory_s for c in costs]) / dev.mem_bw,
+        np.array([c.comm_s for c in costs]),
+        cm.allreduces,
+        cm.model.num_hidden_layers,
+    )
 
 
 def roof(f: Features, p_norm: float, eff_c: float, eff_m: float) -> np.ndarray:
@@ -219,25 +306,38 @@ def roof(f: Features, p_norm: float, eff_c: float, eff_m: float) -> np.ndarray:
 # The parameters that enter a step's time linearly: each engine kind's overhead a step,
 # eager PyTorch's a layer (the other kinds run a step as one CUDA graph or from C++), each
 # fitted device's latency an all-reduce.
-LINEAR = [("step", k) for k in KINDS] + [("layer", "eager")] + [("allreduce", d) for d in FIT_DEVICES]
+LINEAR = (
+    [("step", k) for k in KINDS] + [("layer", "eager")] + [("allreduce", d) for d in FIT_DEVICES]
+)
 
 
 def linear_columns(p: dict, f: Features, n: int) -> np.ndarray:
     """Per step, the coefficient of each LINEAR parameter."""
-    per_step = {("step", p["engine_kind"]): 1.0, ("layer", p["engine_kind"]): f.layers,
-                ("allreduce", p["device"]): f.allreduces}
+    per_step = {
+        ("step", p["engine_kind"]): 1.0,
+        ("layer", p["engine_kind"]): f.layers,
+        ("allreduce", p["device"]): f.allreduces,
+    }
     return np.tile([per_step.get(name, 0.0) for name in LINEAR], (n, 1))
 
 
 def theta_of(params: dict) -> np.ndarray:
-    values = {("step", k): params["engines"][k][0] for k in KINDS} | {("layer", "eager"): params["engines"]["eager"][1]}
-    return np.array([values.get(name, params[name[1]][2] if name[0] == "allreduce" else 0.0) for name in LINEAR])
+    values = {("step", k): params["engines"][k][0] for k in KINDS} | {
+        ("layer", "eager"): params["engines"]["eager"][1]
+    }
+    return np.array(
+        [values.get(name, params[name[1]][2] if name[0] == "allreduce" else 0.0) for name in LINEAR]
+    )
 
 
 def step_times(p: dict, f: Features, params: dict) -> np.ndarray:
     eff_c, eff_m, _ = params[p["device"]]
     n = len(f.flops)
-    return roof(f, params["p"], eff_c, eff_m) + f.comm_bw_s + linear_columns(p, f, n) @ theta_of(params)
+    return (
+        roof(f, params["p"], eff_c, eff_m)
+        + f.comm_bw_s
+        + linear_columns(p, f, n) @ theta_of(params)
+    )
 
 
 def predict(p: dict, trace: Trace, f: Features, params: dict) -> float:
@@ -245,7 +345,11 @@ def predict(p: dict, trace: Trace, f: Features, params: dict) -> float:
     d = step_times(p, f, params)
     if p["metric"] == "itl_median_s":
         cum = np.concatenate([[0.0], np.cumsum(d)])
-        return float(np.median([cum[b + 1] - cum[a + 1] for ts in trace.token_steps for a, b in zip(ts, ts[1:])]))
+        return float(
+            np.median(
+                [cum[b + 1] - cum[a + 1] for ts in trace.token_steps for a, b in zip(ts, ts[1:])]
+            )
+        )
     t = float(trace.weights @ d)
     return trace.tokens / t if p["metric"] == "output_tok_per_s" else t
 
@@ -270,20 +374,29 @@ def fit(points: list[dict], traces: dict, feats: dict) -> dict:
     """Parameters minimizing a robust (soft-L1) loss of the points' relative time errors: a
     few published points have costs no roofline has (see the README), and must not pull the rest."""
     y = np.array([measured_time(p, traces[p["id"]]) for p in points])
-    lin = np.array([traces[p["id"]].weights @ linear_columns(p, feats[p["id"]], len(feats[p["id"]].flops))
-                    for p in points])
+    lin = np.array(
+        [
+            traces[p["id"]].weights @ linear_columns(p, feats[p["id"]], len(feats[p["id"]].flops))
+            for p in points
+        ]
+    )
     comm = np.array([traces[p["id"]].weights @ feats[p["id"]].comm_bw_s for p in points])
 
     def solve(x: np.ndarray) -> tuple[float, dict]:
         p_norm, effs = unpack(x)
-        r = np.array([traces[p["id"]].weights @ roof(feats[p["id"]], p_norm, *effs[p["device"]]) for p in points])
+        r = np.array(
+            [
+                traces[p["id"]].weights @ roof(feats[p["id"]], p_norm, *effs[p["device"]])
+                for p in points
+            ]
+        )
         weights = np.ones(len(points))
         for _ in range(4):  # iteratively reweighted least squares for the soft-L1 loss
             w = np.sqrt(weights)[:, None]
             theta = nnls_small(w * lin / y[:, None], w[:, 0] * (1 - (r + comm) / y))
             e = (r + comm + lin @ theta) / y - 1
             weights = 1 / np.sqrt(1 + (e / ROBUST_SCALE) ** 2)
-        loss = float(np.sum(2 * ROBUST_SCALE ** 2 * (np.sqrt(1 + (e / ROBUST_SCALE) ** 2) - 1)))
+        loss = float(np.sum(2 * ROBUST_SCALE**2 * (np.sqrt(1 + (e / ROBUST_SCALE) ** 2) - 1)))
         return loss, to_params(p_norm, effs, theta)
 
     x = nelder_mead(lambda x: solve(x)[0], np.array([0.0, 0.85, 1.4, 1.4]))
@@ -292,11 +405,16 @@ def fit(points: list[dict], traces: dict, feats: dict) -> dict:
 
 def to_params(p_norm: float, effs: dict, theta: np.ndarray) -> dict:
     value = dict(zip(LINEAR, map(float, theta)))
-    return {"p": p_norm, **{d: (*effs[d], value["allreduce", d]) for d in FIT_DEVICES},
-            "engines": {k: (value["step", k], value.get(("layer", k), 0.0)) for k in KINDS}}
+    return {
+        "p": p_norm,
+        **{d: (*effs[d], value["allreduce", d]) for d in FIT_DEVICES},
+        "engines": {k: (value["step", k], value.get(("layer", k), 0.0)) for k in KINDS},
+    }
 
 
-def nelder_mead(f, x0: np.ndarray, step: float = 0.5, iters: int = 400, tol: float = 1e-10) -> np.ndarray:
+def nelder_mead(
+    f, x0: np.ndarray, step: float = 0.5, iters: int = 400, tol: float = 1e-10
+) -> np.ndarray:
     """Minimize f from x0 (the textbook simplex: reflect, expand, contract, shrink)."""
     pts = [x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))]
     vals = [f(x) for x in pts]
@@ -328,17 +446,30 @@ def nelder_mead(f, x0: np.ndarray, step: float = 0.5, iters: int = 400, tol: flo
 def rounded(params: dict) -> dict:
     """3 significant digits: what costmodel.py commits."""
     r3 = lambda v: float(f"{v:.3g}")  # noqa: E731
-    return {"p": r3(params["p"]), **{d: tuple(r3(v) for v in params[d]) for d in FIT_DEVICES},
-            "engines": {k: tuple(r3(v) for v in params["engines"][k]) for k in KINDS}}
+    return {
+        "p": r3(params["p"]),
+        **{d: tuple(r3(v) for v in params[d]) for d in FIT_DEVICES},
+        "engines": {k: tuple(r3(v) for v in params["engines"][k]) for k in KINDS},
+    }
 
 
 def committed() -> dict:
     """The constants costmodel.py holds now."""
     fits = {"a100": A100_FIT, "h100": H100_FIT}
-    return {"p": ROOFLINE_P,
-            **{d: (fits[d]["compute_efficiency"], fits[d]["memory_efficiency"], fits[d]["allreduce_latency"])
-               for d in FIT_DEVICES},
-            "engines": {k: (ENGINE_KINDS[k].step_overhead, ENGINE_KINDS[k].layer_overhead) for k in KINDS}}
+    return {
+        "p": ROOFLINE_P,
+        **{
+            d: (
+                fits[d]["compute_efficiency"],
+                fits[d]["memory_efficiency"],
+                fits[d]["allreduce_latency"],
+            )
+            for d in FIT_DEVICES
+        },
+        "engines": {
+            k: (ENGINE_KINDS[k].step_overhead, ENGINE_KINDS[k].layer_overhead) for k in KINDS
+        },
+    }
 
 
 # ---- 3. the comparison --------------------------------------------------------------------------
@@ -359,10 +490,16 @@ def summarize(label: str, rows: list[dict]) -> dict:
     e = np.abs([r["error"] for r in rows])
     b = np.abs([r["error_before"] for r in rows])
     first = rows[0]
-    return {"split": first["split"], "group": label, "points": len(rows),
-            "devices": " ".join(sorted({r["device"] for r in rows})),
-            "median_abs_err": float(np.median(e)), "p90_abs_err": float(np.percentile(e, 90)),
-            "max_abs_err": float(e.max()), "median_abs_err_before": float(np.median(b))}
+    return {
+        "split": first["split"],
+        "group": label,
+        "points": len(rows),
+        "devices": " ".join(sorted({r["device"] for r in rows})),
+        "median_abs_err": float(np.median(e)),
+        "p90_abs_err": float(np.percentile(e, 90)),
+        "max_abs_err": float(e.max()),
+        "median_abs_err_before": float(np.median(b)),
+    }
 
 
 def summary_rows(rows: list[dict]) -> list[dict]:
@@ -378,22 +515,41 @@ def summary_rows(rows: list[dict]) -> list[dict]:
 
 
 def point_row(p: dict, value: float, before: float) -> dict:
-    return {"id": p["id"], "split": "held-out" if is_held_out(p) else "fit", "source": p["source"],
-            "engine_kind": p["engine_kind"], "device": p["device"], "tp": p["tp"], "metric": p["metric"],
-            "measured": p["value"], "predicted": value, "error": error(p, value), "predicted_before": before,
-            "error_before": None if before is None else error(p, before), "excluded": p.get("excluded", "")}
+    return {
+        "id": p["id"],
+        "split": "held-out" if is_held_out(p) else "fit",
+        "source": p["source"],
+        "engine_kind": p["engine_kind"],
+        "device": p["device"],
+        "tp": p["tp"],
+        "metric": p["metric"],
+        "measured": p["value"],
+        "predicted": value,
+        "error": error(p, value),
+        "predicted_before": before,
+        "error_before": None if before is None else error(p, before),
+        "excluded": p.get("excluded", ""),
+    }
 
 
 SUMMARY_COLUMNS = [
-    report.Column("split", "split"), report.Column("group", "group"), report.Column("devices", "devices"),
-    report.Column("points (count)", "points", "d"), report.Column("median |err| (%)", "median_abs_err", ".1%"),
-    report.Column("p90 |err| (%)", "p90_abs_err", ".1%"), report.Column("max |err| (%)", "max_abs_err", ".1%"),
+    report.Column("split", "split"),
+    report.Column("group", "group"),
+    report.Column("devices", "devices"),
+    report.Column("points (count)", "points", "d"),
+    report.Column("median |err| (%)", "median_abs_err", ".1%"),
+    report.Column("p90 |err| (%)", "p90_abs_err", ".1%"),
+    report.Column("max |err| (%)", "max_abs_err", ".1%"),
     report.Column("before: median |err| (%)", "median_abs_err_before", ".1%"),
 ]
 POINT_COLUMNS = [
-    report.Column("point", "id"), report.Column("split", "split"), report.Column("metric", "metric"),
-    report.Column("measured (tok/s or s)", "measured", ".4g"), report.Column("model (tok/s or s)", "predicted", ".4g"),
-    report.Column("error (%)", "error", "+.1%"), report.Column("before (%)", "error_before", "+.1%"),
+    report.Column("point", "id"),
+    report.Column("split", "split"),
+    report.Column("metric", "metric"),
+    report.Column("measured (tok/s or s)", "measured", ".4g"),
+    report.Column("model (tok/s or s)", "predicted", ".4g"),
+    report.Column("error (%)", "error", "+.1%"),
+    report.Column("before (%)", "error_before", "+.1%"),
     report.Column("excluded", "excluded"),
 ]
 
@@ -402,18 +558,27 @@ def params_text(params: dict) -> list[str]:
     lines = [f"roofline p = {params['p']:.3g} (every GPU)"]
     for d in FIT_DEVICES:
         c, m, ar = params[d]
-        lines.append(f"{d}: compute efficiency {c:.3g}, memory efficiency {m:.3g}, all-reduce latency {ar * 1e6:.3g} us")
+        lines.append(
+            f"{d}: compute efficiency {c:.3g}, memory efficiency {m:.3g}, all-reduce latency {ar * 1e6:.3g} us"
+        )
     for k in KINDS:
         s, layer = params["engines"][k]
-        lines.append(f"engine {k}: {s * 1e3:.3g} ms a step" + (f" + {layer * 1e3:.3g} ms a layer" if layer else ""))
+        lines.append(
+            f"engine {k}: {s * 1e3:.3g} ms a step"
+            + (f" + {layer * 1e3:.3g} ms a layer" if layer else "")
+        )
     return lines
 
 
 def show(res: dict, points: bool = False) -> None:
     c = res["conditions"]
-    print(report.joined(f"{c['points_used']} published measurements ({c['points_excluded']} more excluded) from "
-                        f"{len(c['sources'])} sources; held out: {', '.join(c['held_out_sources'])}",
-                        report.about(c)))
+    print(
+        report.joined(
+            f"{c['points_used']} published measurements ({c['points_excluded']} more excluded) from "
+            f"{len(c['sources'])} sources; held out: {', '.join(c['held_out_sources'])}",
+            report.about(c),
+        )
+    )
     print("fitted on the fit sources, committed in minilm/sim/costmodel.py:")
     for line in params_text(c["committed"]):
         print("  " + line)
@@ -428,14 +593,19 @@ def show(res: dict, points: bool = False) -> None:
 
 
 def jsonable(params: dict) -> dict:
-    return {"p": params["p"], **{d: list(params[d]) for d in FIT_DEVICES},
-            "engines": {k: list(v) for k, v in params["engines"].items()}}
+    return {
+        "p": params["p"],
+        **{d: list(params[d]) for d in FIT_DEVICES},
+        "engines": {k: list(v) for k, v in params["engines"].items()},
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "calibrate_gpu.json")
+    ap.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "calibrate_gpu.json"
+    )
     ap.add_argument("--points", action="store_true", help="with --show: every point's row too")
     report.add_show_option(ap)
     args = ap.parse_args()
@@ -462,19 +632,31 @@ def main() -> int:
     held = summary[[r["group"] for r in summary].index("all held-out")]
     fit_all = summary[0]
     checks = [
-        report.check("held-out median |err| (fraction)", held["median_abs_err"], "<", HELD_OUT_LIMIT),
+        report.check(
+            "held-out median |err| (fraction)", held["median_abs_err"], "<", HELD_OUT_LIMIT
+        ),
         report.check("held-out p90 |err| (fraction)", held["p90_abs_err"]),
         report.check("fit median |err| (fraction)", fit_all["median_abs_err"]),
-        report.check("held-out median |err| before this fit (fraction)", held["median_abs_err_before"]),
-        report.check("costmodel.py holds this fit (3 digits)", rounded(fitted) == rounded(now), "==", True),
+        report.check(
+            "held-out median |err| before this fit (fraction)", held["median_abs_err_before"]
+        ),
+        report.check(
+            "costmodel.py holds this fit (3 digits)", rounded(fitted) == rounded(now), "==", True
+        ),
         report.check("fast path = simulator, max relative difference", agreement, "<", 1e-9),
     ]
     conditions = report.machine() | {
         "data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
         "sources": {k: v["citation"] for k, v in data["sources"].items()},
-        "held_out_sources": list(HELD_OUT_SOURCES), "points_used": len(points), "points_excluded": len(excluded),
-        "fitted": jsonable(fitted), "committed": jsonable(now), "before": jsonable(BEFORE),
-        "seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M")}
+        "held_out_sources": list(HELD_OUT_SOURCES),
+        "points_used": len(points),
+        "points_excluded": len(excluded),
+        "fitted": jsonable(fitted),
+        "committed": jsonable(now),
+        "before": jsonable(BEFORE),
+        "seconds": time.perf_counter() - t0,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     res = report.result("calibrate_gpu", report.command_line(), conditions, summary + rows, checks)
     report.write(args.out, res)
     show(res)

@@ -40,6 +40,7 @@ Why these knobs:
       median gain: the machine is shared, and a pair run back to back sees about the same
       load; every pair's gain is in the JSON, to show the spread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,10 @@ from minilm.sim import simulated_engine  # noqa: E402
 
 WORKLOAD = "shared-prefix"
 LLAMA3_VOCAB = 128256
-TARGETS = {"output tok/s, on / off (all queued at t=0)": 1.5, "TTFT p50, off / on (Poisson arrivals)": 3.0}
+TARGETS = {
+    "output tok/s, on / off (all queued at t=0)": 1.5,
+    "TTFT p50, off / on (Poisson arrivals)": 3.0,
+}
 
 
 def workload(n: int, seed: int, vocab_size: int, rate: float | None) -> list:
@@ -64,8 +68,13 @@ def workload(n: int, seed: int, vocab_size: int, rate: float | None) -> list:
 
 
 def run_cpu(specs: list, caching: bool, args) -> dict:
-    cfg = EngineConfig(policy=args.policy, max_num_seqs=args.max_num_seqs, enable_prefix_caching=caching,
-                       cpu_threads=args.threads, record_kv_blocks=False)
+    cfg = EngineConfig(
+        policy=args.policy,
+        max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=caching,
+        cpu_threads=args.threads,
+        record_kv_blocks=False,
+    )
     engine = Engine("tiny", cfg)
     engine.add_workload(specs, ignore_eos=True)
     t0 = time.perf_counter()
@@ -91,17 +100,27 @@ def median_pair(pairs: list[tuple[dict, dict]], phase: str) -> dict:
 def measured(specs: list, phase: str, args) -> dict:
     """`args.repeats` pairs of runs, caching off then on right after it: each pair shares the
     machine's load of the moment, and the pair with the median gain is kept."""
-    return median_pair([(run_cpu(specs, False, args), run_cpu(specs, True, args)) for _ in range(args.repeats)],
-                       phase)
+    return median_pair(
+        [(run_cpu(specs, False, args), run_cpu(specs, True, args)) for _ in range(args.repeats)],
+        phase,
+    )
 
 
 def simulated(specs: list, phase: str, args) -> dict:
-    return median_pair([(run_simulated(specs, False, args), run_simulated(specs, True, args))], phase)
+    return median_pair(
+        [(run_simulated(specs, False, args), run_simulated(specs, True, args))], phase
+    )
 
 
 def run_simulated(specs: list, caching: bool, args) -> dict:
-    engine = simulated_engine("llama-3-8b", "h100", policy=args.policy, max_num_seqs=args.max_num_seqs,
-                              enable_prefix_caching=caching, record_kv_blocks=False)
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=args.policy,
+        max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=caching,
+        record_kv_blocks=False,
+    )
     engine.add_workload(specs)
     return summarize(engine.run())
 
@@ -110,24 +129,38 @@ def measure(run, vocab_size: int, args) -> dict:
     """Both measurements on one clock: {"throughput" | "latency": {caching: metrics}, ...}.
     `run(specs, phase, args)` runs a workload off and on (`measured` or `simulated`)."""
     offline = run(workload(args.num_requests, args.seed, vocab_size, None), "throughput", args)
-    capacity = offline[False]["requests"] / offline[False]["wall_s"]  # req/s the uncached engine sustains
+    capacity = (
+        offline[False]["requests"] / offline[False]["wall_s"]
+    )  # req/s the uncached engine sustains
     rate = args.load * capacity
     online = run(workload(args.num_requests, args.seed, vocab_size, rate), "latency", args)
     return {"throughput": offline, "latency": online, "rate": rate, "capacity": capacity}
 
 
 def row(name: str, clock: str, rate: float | None, m: dict) -> dict:
-    return {"run": name, "clock": clock, "arrivals": "all at t=0" if rate is None else f"{rate:.1f} req/s",
-            "hit rate (%)": 100 * m["prefix_cache_hit_rate"], "out tok/s": m["output_tok_per_s"],
-            "TTFT p50 (ms)": 1e3 * m["ttft_p50"], "TTFT p99 (ms)": 1e3 * m["ttft_p99"],
-            "ITL p50 (ms)": 1e3 * m["itl_p50"], "span (s)": m["wall_s"]}
+    return {
+        "run": name,
+        "clock": clock,
+        "arrivals": "all at t=0" if rate is None else f"{rate:.1f} req/s",
+        "hit rate (%)": 100 * m["prefix_cache_hit_rate"],
+        "out tok/s": m["output_tok_per_s"],
+        "TTFT p50 (ms)": 1e3 * m["ttft_p50"],
+        "TTFT p99 (ms)": 1e3 * m["ttft_p99"],
+        "ITL p50 (ms)": 1e3 * m["itl_p50"],
+        "span (s)": m["wall_s"],
+    }
 
 
 COLUMNS = [
-    report.Column("run", "run"), report.Column("clock", "clock"), report.Column("arrivals", "arrivals"),
-    report.Column("hit rate (%)", "hit rate (%)", ".1f"), report.Column("out (tok/s)", "out tok/s", ".0f"),
-    report.Column("TTFT p50 (ms)", "TTFT p50 (ms)", ".1f"), report.Column("TTFT p99 (ms)", "TTFT p99 (ms)", ".1f"),
-    report.Column("ITL p50 (ms)", "ITL p50 (ms)", ".1f"), report.Column("span (s)", "span (s)", ".2f"),
+    report.Column("run", "run"),
+    report.Column("clock", "clock"),
+    report.Column("arrivals", "arrivals"),
+    report.Column("hit rate (%)", "hit rate (%)", ".1f"),
+    report.Column("out (tok/s)", "out tok/s", ".0f"),
+    report.Column("TTFT p50 (ms)", "TTFT p50 (ms)", ".1f"),
+    report.Column("TTFT p99 (ms)", "TTFT p99 (ms)", ".1f"),
+    report.Column("ITL p50 (ms)", "ITL p50 (ms)", ".1f"),
+    report.Column("span (s)", "span (s)", ".2f"),
 ]
 
 
@@ -146,19 +179,28 @@ def ratios(res: dict) -> dict[str, float]:
 
 def checks(cpu: dict, sim: dict) -> list[dict]:
     """The issue's targets are for the CPU run; the simulated gains are for reference (no target)."""
-    out = [report.check(f"tiny/CPU: {what}", value, ">=", TARGETS[what], pairs=res["gains"])
-           for (what, value), res in zip(ratios(cpu).items(), (cpu["throughput"], cpu["latency"]))]
-    return out + [report.check(f"llama-3-8b/H100 (simulated): {what}", value) for what, value in ratios(sim).items()]
+    out = [
+        report.check(f"tiny/CPU: {what}", value, ">=", TARGETS[what], pairs=res["gains"])
+        for (what, value), res in zip(ratios(cpu).items(), (cpu["throughput"], cpu["latency"]))
+    ]
+    return out + [
+        report.check(f"llama-3-8b/H100 (simulated): {what}", value)
+        for what, value in ratios(sim).items()
+    ]
 
 
 def show(res: dict) -> None:
     c = res["conditions"]
-    print(report.joined(
-        f"{c['workload']}, {c['num_requests']} requests, seed {c['seed']}, policy {c['policy']}, max_num_seqs "
-        f"{c['max_num_seqs']}; latency runs at {c['load']:g} x the uncached capacity; CPU: tiny model, "
-        f"{c['threads']} thread(s), median of {c['repeats']} pairs",
-        f"load average {c['loadavg_5min']:.1f} over the last 5 min at the end (other work on the machine slows "
-        f"every run)", report.about(c)))
+    print(
+        report.joined(
+            f"{c['workload']}, {c['num_requests']} requests, seed {c['seed']}, policy {c['policy']}, max_num_seqs "
+            f"{c['max_num_seqs']}; latency runs at {c['load']:g} x the uncached capacity; CPU: tiny model, "
+            f"{c['threads']} thread(s), median of {c['repeats']} pairs",
+            f"load average {c['loadavg_5min']:.1f} over the last 5 min at the end (other work on the machine slows "
+            f"every run)",
+            report.about(c),
+        )
+    )
     report.print_table(res["rows"], COLUMNS)
     print()
     report.print_checks(res["checks"])
@@ -170,9 +212,15 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--policy", default="continuous")
-    ap.add_argument("--load", type=float, default=0.5, help="arrival rate as a share of the uncached capacity")
-    ap.add_argument("--repeats", type=int, default=3, help="pairs of runs (off, on); the median pair is kept")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (EngineConfig.cpu_threads)")
+    ap.add_argument(
+        "--load", type=float, default=0.5, help="arrival rate as a share of the uncached capacity"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="pairs of runs (off, on); the median pair is kept"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (EngineConfig.cpu_threads)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     report.add_show_option(ap)
     args = ap.parse_args()
@@ -187,12 +235,19 @@ def main() -> None:
 
     rows = table_rows("measured", "tiny/CPU", cpu) + table_rows("simulated", "llama-3-8b/H100", sim)
     conditions = report.machine() | {
-        "workload": WORKLOAD, "num_requests": n, "seed": seed, "policy": args.policy,
-        "max_num_seqs": args.max_num_seqs, "load": args.load, "repeats": args.repeats, "threads": args.threads,
+        "workload": WORKLOAD,
+        "num_requests": n,
+        "seed": seed,
+        "policy": args.policy,
+        "max_num_seqs": args.max_num_seqs,
+        "load": args.load,
+        "repeats": args.repeats,
+        "threads": args.threads,
         "loadavg_5min": os.getloadavg()[1],
         "cpu": {"capacity_req_per_s": cpu["capacity"], "rate": cpu["rate"]},
         "simulated": {"capacity_req_per_s": sim["capacity"], "rate": sim["rate"]},
-        "bench_s": time.perf_counter() - t_start}
+        "bench_s": time.perf_counter() - t_start,
+    }
     res = report.result("prefix_cache", report.command_line(), conditions, rows, checks(cpu, sim))
     report.write(args.out, res)
     show(res)

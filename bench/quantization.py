@@ -29,6 +29,7 @@ A simulated table beside it: Llama-3-8B decode on an H100 and an A100 from the c
 (minilm/sim/costmodel.py), the same knobs, labelled simulated, and the one published
 8-bit measurement the model can be held against (torchao's int8 weight-only on an A100).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,20 +88,34 @@ def timed_steps(engine: Engine) -> list[tuple[StepRecord, float]]:
 
 def decode_speed(method: str | None, batch: int, threads: int, steps: int = 48) -> dict:
     """Tokens/s of the median full-batch decode step (no prefill in it) of one run, by CPU and wall time."""
-    engine = Engine(MODEL, max_num_seqs=batch, cpu_threads=threads, record_kv_blocks=False, quantization=method)
+    engine = Engine(
+        MODEL, max_num_seqs=batch, cpu_threads=threads, record_kv_blocks=False, quantization=method
+    )
     prompt = engine.tokenizer.encode("Return the number of items in the")
     for i in range(batch):
         engine.add_request(f"b{i}", prompt_ids=prompt, max_tokens=steps, ignore_eos=True)
-    decode = [(s, cpu) for s, cpu in timed_steps(engine) if s.tokens("decode") == batch and s.tokens("prefill") == 0]
-    return {"cpu": batch / statistics.median(cpu for _, cpu in decode),
-            "wall": batch / statistics.median(s.duration for s, _ in decode),
-            "weight_bytes": engine.timeline.meta["weight_bytes"]}
+    decode = [
+        (s, cpu)
+        for s, cpu in timed_steps(engine)
+        if s.tokens("decode") == batch and s.tokens("prefill") == 0
+    ]
+    return {
+        "cpu": batch / statistics.median(cpu for _, cpu in decode),
+        "wall": batch / statistics.median(s.duration for s, _ in decode),
+        "weight_bytes": engine.timeline.meta["weight_bytes"],
+    }
 
 
 def prefill_speed(method: str | None, prompts: list[list[int]], threads: int) -> dict:
     """Tokens/s of one step that prefills every prompt (and nothing else), by CPU and wall time."""
-    engine = Engine(MODEL, max_num_seqs=len(prompts), max_num_batched_tokens=sum(map(len, prompts)),
-                    cpu_threads=threads, record_kv_blocks=False, quantization=method)
+    engine = Engine(
+        MODEL,
+        max_num_seqs=len(prompts),
+        max_num_batched_tokens=sum(map(len, prompts)),
+        cpu_threads=threads,
+        record_kv_blocks=False,
+        quantization=method,
+    )
     for i, p in enumerate(prompts):
         engine.add_request(f"p{i}", prompt_ids=p, max_tokens=1)
     step, cpu = timed_steps(engine)[0]
@@ -135,13 +150,21 @@ def measure_speed(prompts: list[list[int]], threads: int, repeats: int) -> dict:
 
 
 # ---- quality ------------------------------------------------------------------------
-def greedy_outputs(method: str | None, n: int, seed: int, threads: int) -> dict[str, tuple[list[int], list[int]]]:
+def greedy_outputs(
+    method: str | None, n: int, seed: int, threads: int
+) -> dict[str, tuple[list[int], list[int]]]:
     """(prompt ids, greedy output ids) of every request of the `docstrings` workload, by id."""
-    engine = Engine(MODEL, max_num_seqs=16, cpu_threads=threads, record_kv_blocks=False, quantization=method)
-    specs = make_workload("docstrings", num_requests=n, seed=seed, max_model_len=engine.config.max_model_len)
+    engine = Engine(
+        MODEL, max_num_seqs=16, cpu_threads=threads, record_kv_blocks=False, quantization=method
+    )
+    specs = make_workload(
+        "docstrings", num_requests=n, seed=seed, max_model_len=engine.config.max_model_len
+    )
     engine.add_workload(specs)
     engine.run()
-    return {s.id: (engine.requests[s.id].prompt_ids, engine.requests[s.id].output_ids) for s in specs}
+    return {
+        s.id: (engine.requests[s.id].prompt_ids, engine.requests[s.id].output_ids) for s in specs
+    }
 
 
 def measure_quality(n: int, seed: int, threads: int) -> dict:
@@ -156,14 +179,22 @@ def measure_quality(n: int, seed: int, threads: int) -> dict:
     out = {}
     for m in METHODS:
         model = quantize(base, m)
-        agree = sum(int((argmaxes(model, *fp32[rid]) == ref).sum()) for rid, ref in reference.items())
+        agree = sum(
+            int((argmaxes(model, *fp32[rid]) == ref).sum()) for rid, ref in reference.items()
+        )
         positions = sum(len(output) for _, output in fp32.values())
         outputs = fp32 if m is None else greedy_outputs(m, n, seed, threads)
         same = sum(outputs[rid][1] == fp32[rid][1] for rid in fp32)
         ev = evaluate(model, held, seq_len, token_byte_lengths(tok), "cpu")
-        out[m] = {"agreement": agree / positions, "positions": positions, "identical": same / len(fp32),
-                  "loss": ev.loss, "bits_per_byte": ev.bits_per_byte, "perplexity": math.exp(ev.loss),
-                  "heldout_tokens": ev.tokens}
+        out[m] = {
+            "agreement": agree / positions,
+            "positions": positions,
+            "identical": same / len(fp32),
+            "loss": ev.loss,
+            "bits_per_byte": ev.bits_per_byte,
+            "perplexity": math.exp(ev.loss),
+            "heldout_tokens": ev.tokens,
+        }
     return out
 
 
@@ -175,9 +206,14 @@ def simulated_rows() -> list[dict]:
         base = CostModel(SIM_MODEL, device)
         for q, kv in SIM_KNOBS:
             cm = CostModel(SIM_MODEL, device, quantization=q, kv_cache_dtype=kv)
-            row = {"kind": "simulated", "device": cm.device.name, "quantization": name(q) if q else "bf16",
-                   "kv_cache_dtype": kv, "weight_gb": cm.weight_memory / 1e9,
-                   "kv_blocks": cm.kv_num_blocks()}
+            row = {
+                "kind": "simulated",
+                "device": cm.device.name,
+                "quantization": name(q) if q else "bf16",
+                "kv_cache_dtype": kv,
+                "weight_gb": cm.weight_memory / 1e9,
+                "kv_blocks": cm.kv_num_blocks(),
+            }
             for b in SIM_BATCHES:
                 t = cm.cost([(1, SIM_CONTEXT)] * b).time
                 row[f"decode_{b}"] = b / t
@@ -189,40 +225,66 @@ def simulated_rows() -> list[dict]:
 def torchao_speedup_simulated() -> float:
     """The cost model's int8 weight-only / bf16 tokens/s for torchao's run: Llama-2-7B, one A100,
     a compiled engine (no scheduler), a 5-token prompt and 200 new tokens at batch 1."""
+
     def tok_s(q):
         cm = CostModel("llama-2-7b", "a100", engine="compiled", quantization=q)
-        return 200 / (cm.cost([(5, 5)]).time + sum(cm.cost([(1, 5 + i)]).time for i in range(1, 200)))
+        return 200 / (
+            cm.cost([(5, 5)]).time + sum(cm.cost([(1, 5 + i)]).time for i in range(1, 200))
+        )
+
     return tok_s("int8") / tok_s(None)
 
 
 # ---- the table ----------------------------------------------------------------------
 WALL_COLUMNS = [report.Column("linear layers", "method")] + [
-    report.Column(f"{k.replace('_', ' b=')}, wall (tok/s)", f"{k}_wall", ".0f") for k in SPEEDS]
-COLUMNS = [report.Column("linear layers", "method"), report.Column("weights (MB)", "weight_bytes", ".2f", 1e-6),
-           report.Column("decode b=1 (tok/s)", "decode_1", ".0f"), report.Column("decode b=16 (tok/s)", "decode_16", ".0f"),
-           report.Column("prefill (tok/s)", "prefill", ".0f"),
-           report.Column("argmax agrees (%)", "agreement", ".1%"),
-           report.Column("same output (%)", "identical", ".1%"),
-           report.Column("perplexity (per token)", "perplexity", ".2f"),
-           report.Column("bits per byte (bits)", "bits_per_byte", ".4f")]
-SIM_COLUMNS = [report.Column("device", "device"), report.Column("linear layers", "quantization"),
-               report.Column("KV", "kv_cache_dtype"), report.Column("weights (GB)", "weight_gb", ".2f"),
-               report.Column("KV blocks (count)", "kv_blocks", "d")] + [
-    c for b in SIM_BATCHES for c in (report.Column(f"decode b={b} (tok/s)", f"decode_{b}", ".0f"),
-                                     report.Column(f"vs bf16 b={b} (x)", f"speedup_{b}", ".2f"))]
+    report.Column(f"{k.replace('_', ' b=')}, wall (tok/s)", f"{k}_wall", ".0f") for k in SPEEDS
+]
+COLUMNS = [
+    report.Column("linear layers", "method"),
+    report.Column("weights (MB)", "weight_bytes", ".2f", 1e-6),
+    report.Column("decode b=1 (tok/s)", "decode_1", ".0f"),
+    report.Column("decode b=16 (tok/s)", "decode_16", ".0f"),
+    report.Column("prefill (tok/s)", "prefill", ".0f"),
+    report.Column("argmax agrees (%)", "agreement", ".1%"),
+    report.Column("same output (%)", "identical", ".1%"),
+    report.Column("perplexity (per token)", "perplexity", ".2f"),
+    report.Column("bits per byte (bits)", "bits_per_byte", ".4f"),
+]
+SIM_COLUMNS = [
+    report.Column("device", "device"),
+    report.Column("linear layers", "quantization"),
+    report.Column("KV", "kv_cache_dtype"),
+    report.Column("weights (GB)", "weight_gb", ".2f"),
+    report.Column("KV blocks (count)", "kv_blocks", "d"),
+] + [
+    c
+    for b in SIM_BATCHES
+    for c in (
+        report.Column(f"decode b={b} (tok/s)", f"decode_{b}", ".0f"),
+        report.Column(f"vs bf16 b={b} (x)", f"speedup_{b}", ".2f"),
+    )
+]
 
 
 def show(res: dict) -> None:
     c = res["conditions"]
-    print(report.joined(
-        f"{c['model']} ({c['params'] / 1e6:.2f} M params), torchao {c['torchao']}, {c['threads']} thread(s); speed: "
-        f"CPU time of each step, median of {c['repeats']} runs on a shared machine (load average "
-        f"{c['loadavg_5min']:.1f} over the last 5 min at the end); quality: {c['num_requests']} held-out prompts, {c['positions']} positions of the fp32 "
-        f"model's greedy text, perplexity over {c['heldout_tokens']} held-out tokens", report.about(c)))
+    print(
+        report.joined(
+            f"{c['model']} ({c['params'] / 1e6:.2f} M params), torchao {c['torchao']}, {c['threads']} thread(s); speed: "
+            f"CPU time of each step, median of {c['repeats']} runs on a shared machine (load average "
+            f"{c['loadavg_5min']:.1f} over the last 5 min at the end); quality: {c['num_requests']} held-out prompts, {c['positions']} positions of the fp32 "
+            f"model's greedy text, perplexity over {c['heldout_tokens']} held-out tokens",
+            report.about(c),
+        )
+    )
     report.print_table([r for r in res["rows"] if r["kind"] == "measured"], COLUMNS)
-    print("\nthe same steps by wall time (what a client waits for; it includes waiting for a core):")
+    print(
+        "\nthe same steps by wall time (what a client waits for; it includes waiting for a core):"
+    )
     report.print_table([r for r in res["rows"] if r["kind"] == "measured"], WALL_COLUMNS)
-    print(f"\nSIMULATED (cost model, not measured): {c['sim_model']} decode steps at context {c['sim_context']}")
+    print(
+        f"\nSIMULATED (cost model, not measured): {c['sim_model']} decode steps at context {c['sim_context']}"
+    )
     report.print_table([r for r in res["rows"] if r["kind"] == "simulated"], SIM_COLUMNS)
     print()
     report.print_checks(res["checks"])
@@ -232,20 +294,47 @@ def checks(measured: dict, torchao_sim: float) -> list[dict]:
     fp32, out = measured[None], []
     for m in METHODS[1:]:
         q = measured[m]
-        out += [report.check(f"{m}: weights / fp32 weights", q["weight_bytes"] / fp32["weight_bytes"], "<", 0.5),
-                report.check(f"{m}: argmax agrees with fp32 (share of positions)", q["agreement"], ">=", 0.95),
-                report.check(f"{m}: perplexity / fp32 perplexity", q["perplexity"] / fp32["perplexity"], "<=", 1.02)]
-        out += [report.check(f"{m}: {k.replace('_', ' b=')} speed / fp32's, CPU time (median repeat)",
-                             statistics.median(q[f"{k}_ratios"]), repeats=q[f"{k}_ratios"]) for k in SPEEDS]
-    out.append(report.check("simulated / published A100 int8 weight-only decode speed-up", torchao_sim
-                            / TORCHAO_A100_INT8_SPEEDUP, published=TORCHAO_A100_INT8_SPEEDUP, simulated=torchao_sim))
+        out += [
+            report.check(
+                f"{m}: weights / fp32 weights", q["weight_bytes"] / fp32["weight_bytes"], "<", 0.5
+            ),
+            report.check(
+                f"{m}: argmax agrees with fp32 (share of positions)", q["agreement"], ">=", 0.95
+            ),
+            report.check(
+                f"{m}: perplexity / fp32 perplexity",
+                q["perplexity"] / fp32["perplexity"],
+                "<=",
+                1.02,
+            ),
+        ]
+        out += [
+            report.check(
+                f"{m}: {k.replace('_', ' b=')} speed / fp32's, CPU time (median repeat)",
+                statistics.median(q[f"{k}_ratios"]),
+                repeats=q[f"{k}_ratios"],
+            )
+            for k in SPEEDS
+        ]
+    out.append(
+        report.check(
+            "simulated / published A100 int8 weight-only decode speed-up",
+            torchao_sim / TORCHAO_A100_INT8_SPEEDUP,
+            published=TORCHAO_A100_INT8_SPEEDUP,
+            simulated=torchao_sim,
+        )
+    )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=5, help="speed runs per method (the median is kept)")
-    ap.add_argument("--num-requests", type=int, default=None, help="default: one per held-out docstring (340)")
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="speed runs per method (the median is kept)"
+    )
+    ap.add_argument(
+        "--num-requests", type=int, default=None, help="default: one per held-out docstring (340)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "quantization.json"))
@@ -257,7 +346,11 @@ def main() -> None:
     t_start = time.time()
     n = args.num_requests or len(json.loads(DOCSTRINGS_HELDOUT.read_text()))
     tok = Tokenizer.from_file(str(resolve_model_path(MODEL) / "tokenizer.json"))
-    docs = [d for d in json.loads(DOCSTRINGS_HELDOUT.read_text()) if len(tok.encode(d).ids) >= PREFILL_LEN]
+    docs = [
+        d
+        for d in json.loads(DOCSTRINGS_HELDOUT.read_text())
+        if len(tok.encode(d).ids) >= PREFILL_LEN
+    ]
     prompts = [tok.encode(d).ids[:PREFILL_LEN] for d in docs[:PREFILL_PROMPTS]]
 
     quality = measure_quality(n, args.seed, args.threads)
@@ -269,21 +362,35 @@ def main() -> None:
     import torchao  # noqa: PLC0415 (its version, for the conditions)
 
     conditions = report.machine() | {
-        "model": MODEL, "params": load_model(MODEL).config.num_params, "torchao": torchao.__version__,
-        "threads": args.threads, "repeats": args.repeats, "num_requests": n, "seed": args.seed,
-        "positions": quality[None]["positions"], "heldout_tokens": quality[None]["heldout_tokens"],
+        "model": MODEL,
+        "params": load_model(MODEL).config.num_params,
+        "torchao": torchao.__version__,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "num_requests": n,
+        "seed": args.seed,
+        "positions": quality[None]["positions"],
+        "heldout_tokens": quality[None]["heldout_tokens"],
         "prefill": f"{PREFILL_PROMPTS} prompts x {PREFILL_LEN} tokens in one step",
         "note": "speed measured on a shared 2-core machine with other work running: each step timed by the "
-                "thread's CPU time (wall time too), medians of the repeats",
-        "loadavg_5min": os.getloadavg()[1], "sim_model": SIM_MODEL, "sim_context": SIM_CONTEXT,
-        "bench_s": time.time() - t_start}
-    res = report.result("quantization", report.command_line(), conditions, rows, checks(measured, torchao_sim))
+        "thread's CPU time (wall time too), medians of the repeats",
+        "loadavg_5min": os.getloadavg()[1],
+        "sim_model": SIM_MODEL,
+        "sim_context": SIM_CONTEXT,
+        "bench_s": time.time() - t_start,
+    }
+    res = report.result(
+        "quantization", report.command_line(), conditions, rows, checks(measured, torchao_sim)
+    )
     out = report.write(args.out, res)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         show(res)
     out.with_suffix(".txt").write_text(printed.getvalue())  # what --show prints, for the README
-    print(printed.getvalue() + f"\nJSON: {out} and {out.with_suffix('.txt')}  ({conditions['bench_s']:.0f} s)")
+    print(
+        printed.getvalue()
+        + f"\nJSON: {out} and {out.with_suffix('.txt')}  ({conditions['bench_s']:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ A check's `target` is a string "<op> <number>" (or null when a number is reporte
 reference only) so that `pass` can be recomputed from `value` and `target` alone: `load`
 does, and refuses a file where they disagree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,20 @@ import platform
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 KEYS = ("bench", "command", "conditions", "rows", "checks")
 CHECK_KEYS = ("name", "value", "target", "pass")
 OPS: dict[str, Callable[[Any, Any], bool]] = {
-    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+}
 
 
 class ShapeError(ValueError):
@@ -71,8 +78,13 @@ def passes(value: float | bool, target: str | None) -> bool | None:
     return bool(OPS[op](value, bound))
 
 
-def check(name: str, value: float | bool, op: str | None = None, target: float | bool | None = None,
-          **detail: Any) -> dict:
+def check(
+    name: str,
+    value: float | bool,
+    op: str | None = None,
+    target: float | bool | None = None,
+    **detail: Any,
+) -> dict:
     """One check as the JSON stores it; `pass` is computed here, never by hand. Without `op`
     the value is reported with no target ("pass": null). `detail` (e.g. every repeat's value)
     is printed after the verdict and kept under "detail"."""
@@ -99,8 +111,8 @@ class Column:
     converts the row's unit to the header's (1e3: seconds stored, milliseconds shown)."""
 
     header: str
-    key: str          # the row's key; "a.b" reads row["a"]["b"]
-    fmt: str = ""     # a format spec for numbers (".3f", ".0f", ".1%", "d"); "" for text
+    key: str  # the row's key; "a.b" reads row["a"]["b"]
+    fmt: str = ""  # a format spec for numbers (".3f", ".0f", ".1%", "d"); "" for text
     scale: float = 1.0
 
     def __post_init__(self) -> None:
@@ -109,12 +121,16 @@ class Column:
                 raise ValueError(f"column {self.header!r}: a text column cannot be scaled")
             return
         if not re.search(r"\([^()]+\)$", self.header):
-            raise ValueError(f"column {self.header!r}: a numeric column's header ends with its unit, "
-                             f"e.g. 'TTFT p50 (ms)' or 'steps (count)'")
+            raise ValueError(
+                f"column {self.header!r}: a numeric column's header ends with its unit, "
+                f"e.g. 'TTFT p50 (ms)' or 'steps (count)'"
+            )
         try:
             format(0, self.fmt)
         except ValueError:
-            raise ValueError(f"column {self.header!r}: {self.fmt!r} is not a number format") from None
+            raise ValueError(
+                f"column {self.header!r}: {self.fmt!r} is not a number format"
+            ) from None
 
     @property
     def numeric(self) -> bool:
@@ -154,8 +170,9 @@ def table(rows: list[dict], columns: list[Column]) -> str:
     widths = [max([len(c.header)] + [len(x[i]) for x in cells]) for i, c in enumerate(columns)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if c.numeric else v.ljust(w)
-                         for v, w, c in zip(values, widths, columns)).rstrip()
+        return "  ".join(
+            v.rjust(w) if c.numeric else v.ljust(w) for v, w, c in zip(values, widths, columns)
+        ).rstrip()
 
     return "\n".join([line([c.header for c in columns])] + [line(x) for x in cells])
 
@@ -181,11 +198,18 @@ def checks_text(checks: list[dict]) -> str:
     twidth = max(len(c["target"] or "") for c in checks)
     lines = []
     for c, v in zip(checks, values):
-        verdict = "(no target)" if c["target"] is None else \
-            f"target {c['target']:{twidth}}  {'PASS' if c['pass'] else 'FAIL'}"
-        detail = "; ".join(f"{k} " + (" ".join(map(value_text, d)) if isinstance(d, list) else value_text(d))
-                           for k, d in c.get("detail", {}).items())
-        lines.append(f"{c['name']:{width}}  {v:>{vwidth}}  {verdict}" + (f"  [{detail}]" if detail else ""))
+        verdict = (
+            "(no target)"
+            if c["target"] is None
+            else f"target {c['target']:{twidth}}  {'PASS' if c['pass'] else 'FAIL'}"
+        )
+        detail = "; ".join(
+            f"{k} " + (" ".join(map(value_text, d)) if isinstance(d, list) else value_text(d))
+            for k, d in c.get("detail", {}).items()
+        )
+        lines.append(
+            f"{c['name']:{width}}  {v:>{vwidth}}  {verdict}" + (f"  [{detail}]" if detail else "")
+        )
     return "\n".join(lines)
 
 
@@ -196,8 +220,11 @@ def print_checks(checks: list[dict]) -> None:
 # ---- conditions -------------------------------------------------------------------------
 def machine() -> dict:
     """What every result says about where it ran: the machine, its cores, the versions."""
-    out = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-           "python": platform.python_version()}
+    out = {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     for package in ("torch", "triton", "transformers"):
         try:
             out[package] = importlib.metadata.version(package)
@@ -211,7 +238,11 @@ def about(conditions: dict) -> str:
     torch 2.13.0+cpu"); only what the file has (older results recorded less)."""
     c = conditions
     parts = [c.get("machine"), c.get("cpus") and f"{c['cpus']} CPUs"]
-    parts += [f"{k} {c[k]}" for k in ("python", "torch", "triton", "transformers") if isinstance(c.get(k), str)]
+    parts += [
+        f"{k} {c[k]}"
+        for k in ("python", "torch", "triton", "transformers")
+        if isinstance(c.get(k), str)
+    ]
     return joined(*parts, sep=", ")
 
 
@@ -230,9 +261,17 @@ def command_line() -> str:
 
 
 # ---- files ------------------------------------------------------------------------------
-def result(bench: str, command: str, conditions: dict, rows: list[dict], checks: list[dict]) -> dict:
+def result(
+    bench: str, command: str, conditions: dict, rows: list[dict], checks: list[dict]
+) -> dict:
     """The JSON object, checked for shape before anything is written."""
-    out = {"bench": bench, "command": command, "conditions": conditions, "rows": rows, "checks": checks}
+    out = {
+        "bench": bench,
+        "command": command,
+        "conditions": conditions,
+        "rows": rows,
+        "checks": checks,
+    }
     validate(out, f"result of {bench}")
     return out
 
@@ -258,6 +297,7 @@ def load(path: str | Path) -> dict:
 
 def validate(res: Any, where: str) -> None:
     """The shape of the module docstring; `where` (a file name) starts every message."""
+
     def fail(msg: str) -> None:
         raise ShapeError(f"{where}: {msg}")
 
@@ -269,7 +309,13 @@ def validate(res: Any, where: str) -> None:
     extra = sorted(set(res) - set(KEYS))
     if extra:
         fail(f"unexpected top-level keys {extra}: put them under conditions")
-    for key, kind in (("bench", str), ("command", str), ("conditions", dict), ("rows", list), ("checks", list)):
+    for key, kind in (
+        ("bench", str),
+        ("command", str),
+        ("conditions", dict),
+        ("rows", list),
+        ("checks", list),
+    ):
         if not isinstance(res[key], kind):
             fail(f"{key} is a {kind.__name__}, not {type(res[key]).__name__}")
     if not all(isinstance(r, dict) for r in res["rows"]):
@@ -284,12 +330,18 @@ def validate(res: Any, where: str) -> None:
         except (ValueError, TypeError) as e:
             fail(f"check {c['name']!r}: {e}")
         if c["pass"] is not expected:
-            fail(f"check {c['name']!r}: pass is {c['pass']!r} but {c['value']!r} {c['target']} gives {expected!r}")
+            fail(
+                f"check {c['name']!r}: pass is {c['pass']!r} but {c['value']!r} {c['target']} gives {expected!r}"
+            )
 
 
 # ---- the --show option ------------------------------------------------------------------
 def add_show_option(parser: argparse.ArgumentParser) -> None:
     """--show FILE: every script prints a saved result with the code that prints a new one."""
-    parser.add_argument("--show", metavar="FILE", type=Path,
-                        help="print a saved result (e.g. bench/results/<name>.json) as the script prints it; "
-                             "runs nothing")
+    parser.add_argument(
+        "--show",
+        metavar="FILE",
+        type=Path,
+        help="print a saved result (e.g. bench/results/<name>.json) as the script prints it; "
+        "runs nothing",
+    )

@@ -25,6 +25,7 @@ repeat, with the engine's time split (its steps, its loop between steps, the cli
 share) and each process's CPU seconds (on 2 cores the client, the HTTP side and the
 engine compete).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from minilm import Engine, EngineConfig, Timeline  # noqa: E402
-from minilm.serve.bench_serve import client_tokenizer, make_requests  # noqa: E402
-from minilm.serve.process import free_port  # noqa: E402
+from minilm.client.bench_serve import client_tokenizer, make_requests  # noqa: E402
+from minilm.client.process import free_port  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -57,7 +58,9 @@ def cpu_seconds(pid: int) -> float:
 
 def machine_busy_seconds() -> float:
     """CPU seconds every core of this machine has spent busy since boot (/proc/stat)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    user, nice, system, idle, iowait, irq, softirq, steal = map(
+        int, Path("/proc/stat").read_text().split()[1:9]
+    )
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
@@ -114,7 +117,10 @@ def child_pids(pid: int) -> list[int]:
 
 
 def offline(prompts, max_num_seqs: int, policy: str) -> dict:
-    engine = Engine("docstrings", EngineConfig(policy=policy, max_num_seqs=max_num_seqs, enable_prefix_caching=True))
+    engine = Engine(
+        "docstrings",
+        EngineConfig(policy=policy, max_num_seqs=max_num_seqs, enable_prefix_caching=True),
+    )
     for i, r in enumerate(prompts):
         engine.add_request(f"o{i}", prompt=r.prompt, max_tokens=r.max_tokens, temperature=0.0)
     sampler = CpuSampler({"engine": os.getpid()})
@@ -126,17 +132,38 @@ def offline(prompts, max_num_seqs: int, policy: str) -> dict:
     sampler.close()
     out = sum(r.output_len for r in tl.requests)
     busy = sum(s.duration for s in tl.steps)
-    return {"output_tokens": out, "time_s": wall, "out_tok_per_s": out / wall, "steps": len(tl.steps),
-            "busy_s": busy, "between_steps_s": wall - busy, "mean_step_ms": busy / len(tl.steps) * 1e3,
-            "cpu_s": cpu, "cpu_window": sampler.window(t0, t1),
-            "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))}}
+    return {
+        "output_tokens": out,
+        "time_s": wall,
+        "out_tok_per_s": out / wall,
+        "steps": len(tl.steps),
+        "busy_s": busy,
+        "between_steps_s": wall - busy,
+        "mean_step_ms": busy / len(tl.steps) * 1e3,
+        "cpu_s": cpu,
+        "cpu_window": sampler.window(t0, t1),
+        "texts": {f"o{i}": engine.text(f"o{i}") for i in range(len(prompts))},
+    }
 
 
 def bench_serve(url: str, out: Path, server_pids: dict[str, int], *extra: str) -> tuple[dict, dict]:
     """Run bench-serve in its own process; its result and the CPU seconds used while it sent
     requests (its own import time excluded: the window is its first send to its last token)."""
-    client = subprocess.Popen([sys.executable, "-m", "minilm", "bench-serve", "--base-url", url, "--save", str(out),
-                               *extra], cwd=ROOT, stdout=subprocess.DEVNULL)
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "minilm",
+            "bench-serve",
+            "--base-url",
+            url,
+            "--save",
+            str(out),
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
     sampler = CpuSampler(server_pids | {"client": client.pid, "bench": os.getpid()})
     if client.wait() != 0:
         raise RuntimeError("bench-serve failed")
@@ -144,15 +171,37 @@ def bench_serve(url: str, out: Path, server_pids: dict[str, int], *extra: str) -
     sampler.close()
     result = json.loads(out.read_text())
     start = min(result["start_times"])
-    end = max(t + ttft + sum(gaps) for t, ttft, gaps in zip(result["start_times"], result["ttfts"], result["itls"]))
+    end = max(
+        t + ttft + sum(gaps)
+        for t, ttft, gaps in zip(result["start_times"], result["ttfts"], result["itls"])
+    )
     return result, sampler.window(start, end)
 
 
 def start_server(args, port: int, timeline: Path, design: str, policy: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "minilm", "serve", "--port", str(port), "--max-num-seqs",
-                             str(args.max_num_seqs), "--stream-interval", str(args.stream_interval),
-                             "--engine-core", design, "--policy", policy, "--timeline", str(timeline)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "minilm",
+            "serve",
+            "--port",
+            str(port),
+            "--max-num-seqs",
+            str(args.max_num_seqs),
+            "--stream-interval",
+            str(args.stream_interval),
+            "--engine-core",
+            design,
+            "--policy",
+            policy,
+            "--timeline",
+            str(timeline),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import httpx
 
     deadline = time.monotonic() + 120
@@ -180,12 +229,32 @@ def served(args, tmp: Path, k: int, design: str, policy: str) -> dict:
     try:
         import httpx
 
-        httpx.post(f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 4}, timeout=60)
-        pids = {"server": proc.pid} | {"engine_core": pid for pid in child_pids(proc.pid)}
-        result, cpu = bench_serve(url, tmp / f"load{k}.json", pids, "--num-prompts", str(args.num_prompts),
-                                  "--seed", str(args.seed))
-        low, _ = bench_serve(url, tmp / f"low{k}.json", pids, "--num-prompts", str(args.low_load_requests),
-                             "--max-concurrency", "1", "--max-tokens", "8", "--seed", str(args.seed + 1))
+        httpx.post(
+            f"{url}/v1/completions", json={"prompt": "Return the", "max_tokens": 4}, timeout=60
+        )
+        pids = {"server": proc.pid} | dict(zip(["engine_core"], child_pids(proc.pid)))
+        result, cpu = bench_serve(
+            url,
+            tmp / f"load{k}.json",
+            pids,
+            "--num-prompts",
+            str(args.num_prompts),
+            "--seed",
+            str(args.seed),
+        )
+        low, _ = bench_serve(
+            url,
+            tmp / f"low{k}.json",
+            pids,
+            "--num-prompts",
+            str(args.low_load_requests),
+            "--max-concurrency",
+            "1",
+            "--max-tokens",
+            "8",
+            "--seed",
+            str(args.seed + 1),
+        )
     finally:
         stop_server(proc)
     tl = Timeline.from_json(tl_path)
@@ -199,8 +268,14 @@ def engine_side(tl: Timeline, ids: list[str]) -> dict:
     start, end = min(r.arrival for r in reqs), max(r.t_finished for r in reqs)
     steps = [s for s in tl.steps if s.t_start >= start and s.t_end <= end]
     busy = sum(s.duration for s in steps)
-    return {"span_s": end - start, "steps": len(steps), "busy_s": busy, "between_steps_s": end - start - busy,
-            "mean_step_ms": busy / len(steps) * 1e3, "output_tokens": sum(r.output_len for r in reqs)}
+    return {
+        "span_s": end - start,
+        "steps": len(steps),
+        "busy_s": busy,
+        "between_steps_s": end - start - busy,
+        "mean_step_ms": busy / len(steps) * 1e3,
+        "output_tokens": sum(r.output_len for r in reqs),
+    }
 
 
 def low_load(run: dict) -> dict:
@@ -210,9 +285,14 @@ def low_load(run: dict) -> dict:
     client = np.array(low["ttfts"])
     engine = np.array([engine_ttft[rid] for rid in low["request_ids"]])
     added = (client - engine) * 1e3
-    return {"client_ttft_p50_ms": float(np.median(client) * 1e3), "engine_ttft_p50_ms": float(np.median(engine) * 1e3),
-            "added_p50_ms": float(np.median(added)), "added_p90_ms": float(np.percentile(added, 90)),
-            "added_max_ms": float(added.max()), "requests": len(added)}
+    return {
+        "client_ttft_p50_ms": float(np.median(client) * 1e3),
+        "engine_ttft_p50_ms": float(np.median(engine) * 1e3),
+        "added_p50_ms": float(np.median(added)),
+        "added_p90_ms": float(np.percentile(added, 90)),
+        "added_max_ms": float(added.max()),
+        "requests": len(added),
+    }
 
 
 DESIGNS, POLICIES = ("process", "thread"), ("continuous", "chunked")
@@ -231,11 +311,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.show:
         return show(report.load(args.show))
-    prompts = make_requests("docstrings", args.num_prompts, args.seed, tokenizer=client_tokenizer("docstrings"))
+    prompts = make_requests(
+        "docstrings", args.num_prompts, args.seed, tokenizer=client_tokenizer("docstrings")
+    )
     command = report.command_line()
     conditions = report.machine() | {
-        "torch_threads": 1, "loadavg_before": os.getloadavg(), "model": "docstrings", "prefix_caching": True,
-        "max_num_seqs": args.max_num_seqs, "num_prompts": args.num_prompts, "stream_interval": args.stream_interval}
+        "torch_threads": 1,
+        "loadavg_before": os.getloadavg(),
+        "model": "docstrings",
+        "prefix_caching": True,
+        "max_num_seqs": args.max_num_seqs,
+        "num_prompts": args.num_prompts,
+        "stream_interval": args.stream_interval,
+    }
     offline(prompts[:4], 4, "continuous")  # warm up
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -245,18 +333,34 @@ def main() -> None:
                     off = offline(prompts, args.max_num_seqs, policy)
                     run = served(args, Path(tmp), k, design, policy)
                     r = run["result"]
-                    same = all(off["texts"][f"o{i}"] == text for i, text in enumerate(r["generated_texts"]))
-                    rows.append({"design": design, "policy": policy, "repeat": k,
-                                 "offline": {k2: v for k2, v in off.items() if k2 != "texts"},
-                                 "server": {"output_tokens": r["total_output_tokens"], "time_s": r["duration"],
-                                            "out_tok_per_s": r["output_throughput"], "failed": r["failed"],
-                                            "cpu_window": run["cpu_window"]},
-                                 "engine_side": engine_side(run["timeline"], r["request_ids"]),
-                                 "low_load": low_load(run), "same_texts": same,
-                                 "ratio": r["output_throughput"] / off["out_tok_per_s"]})
-                    print(f"repeat {k} {design} {policy}: offline {off['out_tok_per_s']:.0f} tok/s, server "
-                          f"{r['output_throughput']:.0f} tok/s ({rows[-1]['ratio']:.0%}), HTTP adds "
-                          f"{rows[-1]['low_load']['added_p50_ms']:.2f} ms TTFT p50", file=sys.stderr)
+                    same = all(
+                        off["texts"][f"o{i}"] == text for i, text in enumerate(r["generated_texts"])
+                    )
+                    rows.append(
+                        {
+                            "design": design,
+                            "policy": policy,
+                            "repeat": k,
+                            "offline": {k2: v for k2, v in off.items() if k2 != "texts"},
+                            "server": {
+                                "output_tokens": r["total_output_tokens"],
+                                "time_s": r["duration"],
+                                "out_tok_per_s": r["output_throughput"],
+                                "failed": r["failed"],
+                                "cpu_window": run["cpu_window"],
+                            },
+                            "engine_side": engine_side(run["timeline"], r["request_ids"]),
+                            "low_load": low_load(run),
+                            "same_texts": same,
+                            "ratio": r["output_throughput"] / off["out_tok_per_s"],
+                        }
+                    )
+                    print(
+                        f"repeat {k} {design} {policy}: offline {off['out_tok_per_s']:.0f} tok/s, server "
+                        f"{r['output_throughput']:.0f} tok/s ({rows[-1]['ratio']:.0%}), HTTP adds "
+                        f"{rows[-1]['low_load']['added_p50_ms']:.2f} ms TTFT p50",
+                        file=sys.stderr,
+                    )
     conditions["loadavg_after"] = os.getloadavg()
     res = report.result("serve_overhead", command, conditions, rows, checks(rows))
     report.write(args.out, res)
@@ -269,7 +373,10 @@ def medians(rows: list[dict]) -> dict[tuple[str, str], dict]:
     out = {}
     for design in DESIGNS:
         for policy in POLICIES:
-            mine = sorted((r for r in rows if (r["design"], r["policy"]) == (design, policy)), key=lambda r: r["ratio"])
+            mine = sorted(
+                (r for r in rows if (r["design"], r["policy"]) == (design, policy)),
+                key=lambda r: r["ratio"],
+            )
             if mine:
                 out[design, policy] = mine[len(mine) // 2]
     return out
@@ -282,52 +389,118 @@ def checks(rows: list[dict]) -> list[dict]:
     for (design, policy), med in medians(rows).items():
         same = [r for r in rows if (r["design"], r["policy"]) == (design, policy)]
         target = (">=", 0.9) if design == "process" else (None, None)
-        out.append(report.check(f"{design}, {policy}: server / offline output tok/s", med["ratio"], *target,
-                                repeats=[r["ratio"] for r in same]))
+        out.append(
+            report.check(
+                f"{design}, {policy}: server / offline output tok/s",
+                med["ratio"],
+                *target,
+                repeats=[r["ratio"] for r in same],
+            )
+        )
         if design == "process":
-            out.append(report.check(f"{design}, {policy}: TTFT the HTTP layer adds, p50 (ms)",
-                                    med["low_load"]["added_p50_ms"], "<", 5,
-                                    repeats=[r["low_load"]["added_p50_ms"] for r in same]))
-    out.append(report.check("same texts through the server as offline, every run", all(r["same_texts"] for r in rows),
-                            "==", True))
+            out.append(
+                report.check(
+                    f"{design}, {policy}: TTFT the HTTP layer adds, p50 (ms)",
+                    med["low_load"]["added_p50_ms"],
+                    "<",
+                    5,
+                    repeats=[r["low_load"]["added_p50_ms"] for r in same],
+                )
+            )
+    out.append(
+        report.check(
+            "same texts through the server as offline, every run",
+            all(r["same_texts"] for r in rows),
+            "==",
+            True,
+        )
+    )
     return out
 
 
-RUNS = [report.Column("run", "run"), report.Column("out (tokens)", "output_tokens", "d"),
-        report.Column("time (s)", "time_s", ".2f"), report.Column("out (tok/s)", "out_tok_per_s", ".0f"),
-        report.Column("vs offline (%)", "vs_offline", ".0%")]
-TIME = [report.Column("run", "run"), report.Column("engine steps (s)", "busy_s", ".2f"),
-        report.Column("engine loop between steps (s)", "between_steps_s", ".2f"),
-        report.Column("client beyond the engine (s)", "client_s", ".2f"), report.Column("total (s)", "time_s", ".2f"),
-        report.Column("steps (count)", "steps", "d"), report.Column("mean step (ms)", "mean_step_ms", ".2f")]
-CPU = [report.Column("run", "run"), report.Column("CPU server, both processes (s)", "engine", ".2f"),
-       report.Column("CPU bench-serve client (s)", "client", ".2f"),
-       report.Column("CPU other processes (s)", "other_processes", ".2f"),
-       report.Column("CPU idle, all cores (s)", "idle", ".2f")]
-LOW = [report.Column("run", "run"), report.Column("client TTFT p50 (ms)", "client_ttft_p50_ms", ".2f"),
-       report.Column("engine TTFT p50 (ms)", "engine_ttft_p50_ms", ".2f"),
-       report.Column("HTTP adds p50 (ms)", "added_p50_ms", ".2f"), report.Column("HTTP adds p90 (ms)", "added_p90_ms", ".2f")]
+RUNS = [
+    report.Column("run", "run"),
+    report.Column("out (tokens)", "output_tokens", "d"),
+    report.Column("time (s)", "time_s", ".2f"),
+    report.Column("out (tok/s)", "out_tok_per_s", ".0f"),
+    report.Column("vs offline (%)", "vs_offline", ".0%"),
+]
+TIME = [
+    report.Column("run", "run"),
+    report.Column("engine steps (s)", "busy_s", ".2f"),
+    report.Column("engine loop between steps (s)", "between_steps_s", ".2f"),
+    report.Column("client beyond the engine (s)", "client_s", ".2f"),
+    report.Column("total (s)", "time_s", ".2f"),
+    report.Column("steps (count)", "steps", "d"),
+    report.Column("mean step (ms)", "mean_step_ms", ".2f"),
+]
+CPU = [
+    report.Column("run", "run"),
+    report.Column("CPU server, both processes (s)", "engine", ".2f"),
+    report.Column("CPU bench-serve client (s)", "client", ".2f"),
+    report.Column("CPU other processes (s)", "other_processes", ".2f"),
+    report.Column("CPU idle, all cores (s)", "idle", ".2f"),
+]
+LOW = [
+    report.Column("run", "run"),
+    report.Column("client TTFT p50 (ms)", "client_ttft_p50_ms", ".2f"),
+    report.Column("engine TTFT p50 (ms)", "engine_ttft_p50_ms", ".2f"),
+    report.Column("HTTP adds p50 (ms)", "added_p50_ms", ".2f"),
+    report.Column("HTTP adds p90 (ms)", "added_p90_ms", ".2f"),
+]
 
 
 def show(res: dict) -> None:
     c, rows = res["conditions"], res["rows"]
-    print(f"docstrings model, max_num_seqs {c['max_num_seqs']}, prefix caching on, {c['num_prompts']} prompts all at "
-          f"once, greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch "
-          f"{c['torch']} with 1 thread; load average {c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} "
-          f"after; each configuration's median of {len(rows) // 4} repeats")
+    print(
+        f"docstrings model, max_num_seqs {c['max_num_seqs']}, prefix caching on, {c['num_prompts']} prompts all at "
+        f"once, greedy, stream interval {c['stream_interval']}; {c['cpus']} CPUs ({c['machine']}), torch "
+        f"{c['torch']} with 1 thread; load average {c['loadavg_before'][0]:.1f} before, {c['loadavg_after'][0]:.1f} "
+        f"after; each configuration's median of {len(rows) // 4} repeats"
+    )
     meds = medians(rows)
     print()
-    report.print_table([{"run": f"{d} {p}: offline engine", **m["offline"], "vs_offline": 1.0} for (d, p), m in
-                        meds.items() if d == "process"] +
-                       [{"run": f"{d} {p}: server, client side", **m["server"], "vs_offline": m["ratio"]}
-                        for (d, p), m in meds.items()], RUNS)
+    report.print_table(
+        [
+            {"run": f"{d} {p}: offline engine", **m["offline"], "vs_offline": 1.0}
+            for (d, p), m in meds.items()
+            if d == "process"
+        ]
+        + [
+            {"run": f"{d} {p}: server, client side", **m["server"], "vs_offline": m["ratio"]}
+            for (d, p), m in meds.items()
+        ],
+        RUNS,
+    )
     print("\nwhere the time goes (server runs)")
-    report.print_table([{"run": f"{d} {p}", **m["engine_side"], "client_s": m["server"]["time_s"] -
-                         m["engine_side"]["span_s"], "time_s": m["server"]["time_s"]} for (d, p), m in meds.items()], TIME)
+    report.print_table(
+        [
+            {
+                "run": f"{d} {p}",
+                **m["engine_side"],
+                "client_s": m["server"]["time_s"] - m["engine_side"]["span_s"],
+                "time_s": m["server"]["time_s"],
+            }
+            for (d, p), m in meds.items()
+        ],
+        TIME,
+    )
     print()
-    report.print_table([{"run": f"{d} {p}", **m["server"]["cpu_window"], "engine": m["server"]["cpu_window"]["server"]
-                         + m["server"]["cpu_window"].get("engine_core", 0.0)} for (d, p), m in meds.items()], CPU)
-    print("\nlow load (one request at a time, 8 tokens): TTFT p50 at the client, at the engine, and what HTTP adds")
+    report.print_table(
+        [
+            {
+                "run": f"{d} {p}",
+                **m["server"]["cpu_window"],
+                "engine": m["server"]["cpu_window"]["server"]
+                + m["server"]["cpu_window"].get("engine_core", 0.0),
+            }
+            for (d, p), m in meds.items()
+        ],
+        CPU,
+    )
+    print(
+        "\nlow load (one request at a time, 8 tokens): TTFT p50 at the client, at the engine, and what HTTP adds"
+    )
     report.print_table([{"run": f"{d} {p}", **m["low_load"]} for (d, p), m in meds.items()], LOW)
     print("\nchecks on each configuration's median repeat, every repeat's value in brackets")
     report.print_checks(res["checks"])

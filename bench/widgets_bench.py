@@ -16,13 +16,13 @@ Measured:
   step move       move the selected-step highlight in every row (set_compare_step)
   json            len(fig.to_json()): what travels to the browser
 """
+
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
@@ -41,8 +41,13 @@ KNOBS = dict(max_num_seqs=32, max_model_len=2048)
 
 def make_timeline(policy: str, num_requests: int, seed: int) -> Timeline:
     engine = simulated_engine(model="llama-3-8b", device="h100", policy=policy, **KNOBS)
-    specs = make_workload("mixed", num_requests, seed, engine.model_config.vocab_size,
-                          max_model_len=KNOBS["max_model_len"])
+    specs = make_workload(
+        "mixed",
+        num_requests,
+        seed,
+        engine.model_config.vocab_size,
+        max_model_len=KNOBS["max_model_len"],
+    )
     engine.add_workload(specs, ignore_eos=True)
     return engine.run()
 
@@ -71,15 +76,23 @@ def timed(fn, repeat: int = 3) -> tuple[float, float]:
     return round(wall, 3), round(cpu, 3)
 
 
-COLUMNS = [report.Column("what", "what"), report.Column("wall (s)", "wall_s", ".3f"),
-           report.Column("cpu (s)", "cpu_s", ".3f")]
+COLUMNS = [
+    report.Column("what", "what"),
+    report.Column("wall (s)", "wall_s", ".3f"),
+    report.Column("cpu (s)", "cpu_s", ".3f"),
+]
 UPDATE_LIMIT_S = 1.0  # issue 5
 
 
 def show(res: dict) -> None:
     c, f = res["conditions"], res["conditions"]["figure"]
-    print(report.joined(f"{c['requests']} requests x {len(c['policies'])} policies, {'/'.join(c['clock'])} timelines",
-                        "repeats" in c and f"best of {c['repeats']}", report.about(c)))
+    print(
+        report.joined(
+            f"{c['requests']} requests x {len(c['policies'])} policies, {'/'.join(c['clock'])} timelines",
+            "repeats" in c and f"best of {c['repeats']}",
+            report.about(c),
+        )
+    )
     report.print_table(res["rows"], COLUMNS)
     print(f"{f['items']} step items -> {f['bars']} bars; figure JSON {f['json_bytes']:,} bytes")
     print()
@@ -91,13 +104,19 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/minilm_widgets_bench"))
-    ap.add_argument("--out", type=Path, help="also write the JSON result here (e.g. bench/results/widgets_bench.json)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="also write the JSON result here (e.g. bench/results/widgets_bench.json)",
+    )
     report.add_show_option(ap)
     args = ap.parse_args()
     if args.show:
         return show(report.load(args.show))
     tls = load_timelines(args.num_requests, args.seed, args.cache)
-    rotated = dict(zip(POLICIES, [tls[p] for p in POLICIES[1:] + POLICIES[:1]]))  # new data in every row
+    rotated = dict(
+        zip(POLICIES, [tls[p] for p in POLICIES[1:] + POLICIES[:1]])
+    )  # new data in every row
 
     segments_s = timed(lambda: [gantt_segments(tl) for tl in tls.values()])
     build_s = timed(lambda: compare_figure(tls))
@@ -107,18 +126,34 @@ def main() -> None:
     update_s = timed(lambda: update_figure(widget, compare_figure(next(flip))))
     middle = iter([{p: len(tl.steps) // d for p, tl in tls.items()} for d in (2, 3, 4)])
     highlight_s = timed(lambda: set_compare_step(widget, tls, next(middle)))
-    segs = {k: sum(int((gantt_segments(tl)["kind"] == k).sum()) for tl in tls.values()) for k in SEGMENT_KINDS}
+    segs = {
+        k: sum(int((gantt_segments(tl)["kind"] == k).sum()) for tl in tls.values())
+        for k in SEGMENT_KINDS
+    }
     figure = {  # what was timed: the size of the figure
         "steps": {p: len(tl.steps) for p, tl in tls.items()},
         "items": sum(len(s.items) for tl in tls.values() for s in tl.steps),
-        "bars": sum(segs.values()), "bars_by_kind": segs, "json_bytes": len(fig.to_json()),
+        "bars": sum(segs.values()),
+        "bars_by_kind": segs,
+        "json_bytes": len(fig.to_json()),
     }
     conditions = report.machine() | {
-        "requests": args.num_requests, "seed": args.seed, "policies": list(POLICIES),
-        "clock": sorted({tl.meta.get("clock") for tl in tls.values()}), "repeats": 3, "figure": figure}
-    rows = [{"what": what, "wall_s": t[0], "cpu_s": t[1]}
-            for what, t in (("segments", segments_s), ("build", build_s), ("update", update_s),
-                            ("step move", highlight_s))]
+        "requests": args.num_requests,
+        "seed": args.seed,
+        "policies": list(POLICIES),
+        "clock": sorted({tl.meta.get("clock") for tl in tls.values()}),
+        "repeats": 3,
+        "figure": figure,
+    }
+    rows = [
+        {"what": what, "wall_s": t[0], "cpu_s": t[1]}
+        for what, t in (
+            ("segments", segments_s),
+            ("build", build_s),
+            ("update", update_s),
+            ("step move", highlight_s),
+        )
+    ]
     checks = [report.check("update in place, wall (s)", update_s[0], "<", UPDATE_LIMIT_S)]
     res = report.result("widgets_bench", report.command_line(), conditions, rows, checks)
     show(res)

@@ -38,6 +38,7 @@ ignores it), so an instructor can skim a lesson in a browser without running it.
 notebooks in git are left as they are. (Live widgets — the control panel, live views —
 need a kernel and are not in the pages.)
 """
+
 from __future__ import annotations
 
 import ast
@@ -52,13 +53,13 @@ from nbclient import NotebookClient
 LABS = Path(__file__).resolve().parent
 SRC = LABS / "src"
 
-SETUP = '''\
+SETUP = """\
 # Setup: put the repository root on the path, so that `import minilm` and the
 # exercises' `from labs import checks` work from any folder.
 import pathlib, sys
 ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "minilm").is_dir())
 sys.path.insert(0, str(ROOT))
-import torch'''
+import torch"""
 
 SOLUTION = re.compile(r"^([ \t]*)# BEGIN SOLUTION\n.*?^[ \t]*# END SOLUTION\n", re.M | re.S)
 CHECK_MARK = "# exercise check"
@@ -71,7 +72,13 @@ def split_cells(text: str) -> list[tuple[str, str]]:
         if line.startswith("# %%"):
             if kind is not None:
                 cells.append((kind, "\n".join(lines).strip("\n")))
-            kind = "markdown" if "[markdown]" in line else "setup+code" if "[with setup]" in line else "code"
+            kind = (
+                "markdown"
+                if "[markdown]" in line
+                else "setup+code"
+                if "[with setup]" in line
+                else "code"
+            )
             lines = []
         elif kind is not None:
             lines.append(line)
@@ -83,7 +90,9 @@ def split_cells(text: str) -> list[tuple[str, str]]:
 def parse_cell(source: str) -> ast.Module | None:
     """A code cell's syntax tree, top-level `await` allowed as in a kernel; None for IPython-only syntax."""
     try:
-        return compile(source, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return compile(
+            source, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        )
     except SyntaxError:
         return None
 
@@ -105,7 +114,9 @@ def unshown_says(source: str) -> list[int]:
     the last statement, renders nothing: compute the sentence, then end the cell with say(sentence)."""
     tree = parse_cell(source)
     if tree is None:
-        return [1] if "say(" in source else []  # IPython-only syntax: nothing can tell where say() stands
+        return (
+            [1] if "say(" in source else []
+        )  # IPython-only syntax: nothing can tell where say() stands
     shown = tree.body[-1].value if states_a_takeaway(source) else None
     return [node.lineno for node in ast.walk(tree) if is_say(node) and node is not shown]
 
@@ -114,23 +125,34 @@ HIDDEN = {"jupyter": {"source_hidden": True}}
 
 
 def markdown_text(source: str) -> str:
-    return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines())
+    return "\n".join(
+        line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines()
+    )
 
 
 def stub(source: str) -> str:
     """Replace each solution region by a NotImplementedError at the same indentation."""
-    return SOLUTION.sub(lambda m: f'{m.group(1)}raise NotImplementedError("exercise: write this part")\n',
-                        source + "\n").rstrip("\n")
+    return SOLUTION.sub(
+        lambda m: f'{m.group(1)}raise NotImplementedError("exercise: write this part")\n',
+        source + "\n",
+    ).rstrip("\n")
 
 
 def solution(source: str) -> str:
-    return "\n".join(line for line in source.splitlines()
-                     if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
+    return "\n".join(
+        line
+        for line in source.splitlines()
+        if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION")
+    )
 
 
 def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     inline = any(kind == "setup+code" for kind, _ in cells)
     out = [] if inline else [nbformat.v4.new_code_cell(SETUP)]
@@ -160,8 +182,13 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
 
 def execute(nb: nbformat.NotebookNode, cwd: Path) -> float:
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(cwd)}},
+    ).execute()
     return time.perf_counter() - t0
 
 
@@ -178,23 +205,33 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
             kept = []
             for o in cell.outputs:
                 if o.output_type == "stream" and o.name == "stdout":
-                    if kept and kept[-1].output_type == "stream":  # one text, however the kernel chunked it
+                    if (
+                        kept and kept[-1].output_type == "stream"
+                    ):  # one text, however the kernel chunked it
                         kept[-1].text += o.text
                     else:
                         kept.append(o)
                 elif o.output_type == "execute_result" and "text/plain" in o.data:
                     # text, and the Markdown of a sentence rendered by say(): nbval compares every field
-                    o.data = {k: v for k, v in o.data.items() if k in ("text/plain", "text/markdown")}
+                    o.data = {
+                        k: v for k, v in o.data.items() if k in ("text/plain", "text/markdown")
+                    }
                     o.metadata = {}
                     kept.append(o)
             cell.outputs = kept
             if not kept:
-                errors.append(f"cell {i}: marked NBVAL_CHECK_OUTPUT but shows no text, so nbval would compare nothing")
+                errors.append(
+                    f"cell {i}: marked NBVAL_CHECK_OUTPUT but shows no text, so nbval would compare nothing"
+                )
         else:
             cell.outputs = []
             cell.execution_count = None
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k in HIDDEN}  # not nbclient's timings
-    nb.metadata.pop("widgets", None)  # the saved state of every widget shown: megabytes of figure JSON
+        cell.metadata = {
+            k: v for k, v in cell.metadata.items() if k in HIDDEN
+        }  # not nbclient's timings
+    nb.metadata.pop(
+        "widgets", None
+    )  # the saved state of every widget shown: megabytes of figure JSON
     return errors
 
 
@@ -208,11 +245,17 @@ def targets(src: Path) -> list[tuple[Path, str]]:
 
 def build(src: Path) -> None:
     cells = split_cells(src.read_text())
-    unshown = [f"line {line} of the cell that starts {source.splitlines()[0][:50]!r}"
-               for kind, source in cells if kind != "markdown" for line in unshown_says(source)]
+    unshown = [
+        f"line {line} of the cell that starts {source.splitlines()[0][:50]!r}"
+        for kind, source in cells
+        if kind != "markdown"
+        for line in unshown_says(source)
+    ]
     if unshown:  # checked before the slow execution
-        raise SystemExit(f"{src.name}: a say() that is not its cell's last statement shows nothing "
-                         f"({'; '.join(unshown)}): compute the sentence, then end the cell with say(sentence)")
+        raise SystemExit(
+            f"{src.name}: a say() that is not its cell's last statement shows nothing "
+            f"({'; '.join(unshown)}): compute the sentence, then end the cell with say(sentence)"
+        )
     for path, variant in targets(src):
         path.parent.mkdir(exist_ok=True)
         nb = make_notebook(cells, variant)
@@ -240,7 +283,9 @@ def preview(src: Path) -> None:
         if cell.metadata.get("jupyter", {}).get("source_hidden"):
             cell.metadata["transient"] = {"remove_source": True}
     seconds = execute(nb, path.parent)
-    body, _ = HTMLExporter(exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(nb)
+    body, _ = HTMLExporter(
+        exclude_input_prompt=True, exclude_output_prompt=True
+    ).from_notebook_node(nb)
     PREVIEW.mkdir(exist_ok=True)
     out = PREVIEW / (("solution_" if variant == "solution" else "") + path.stem + ".html")
     out.write_text(body)
@@ -253,7 +298,9 @@ def main(args: list[str]) -> None:
     sources = sorted(SRC.glob("*.py"))
     chosen = [s for s in sources if not prefixes or any(s.stem.startswith(p) for p in prefixes)]
     if not chosen:
-        raise SystemExit(f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}")
+        raise SystemExit(
+            f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}"
+        )
     for src in chosen:
         preview(src) if html else build(src)
 

@@ -10,6 +10,7 @@ likely cause (or only what differs, where the cause cannot be told), and prints 
 line when all is well. Every check is tested against known-wrong answers it must
 reject and right answers written another way it must accept (tests/test_exercise_NN.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,7 +79,9 @@ def time_limit(seconds: float, what: str):
     try:
         yield
     except TookTooLong:
-        raise AssertionError(f"{what} ran for more than {seconds:g} s: does a loop in it never end?") from None
+        raise AssertionError(
+            f"{what} ran for more than {seconds:g} s: does a loop in it never end?"
+        ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -87,9 +90,19 @@ def time_limit(seconds: float, what: str):
 def tiny_model(vocab_size: int = 97) -> LlamaModel:
     """A small model with large random weights: its greedy choices are far from ties, so a
     different batching (which changes the float rounding) cannot flip a token."""
-    return LlamaModel(ModelConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                  eos_token_id=None, bos_token_id=None)).init_random(3, std=0.5)
+    return LlamaModel(
+        ModelConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            eos_token_id=None,
+            bos_token_id=None,
+        )
+    ).init_random(3, std=0.5)
 
 
 # ---- exercise 0: reading a timeline ---------------------------------------------------
@@ -110,23 +123,37 @@ def check_kind_dict(got, want: dict[str, int], what: str) -> None:
         try:
             value = got[k]  # a Counter or defaultdict gives 0 for a kind the run never had
         except KeyError:
-            raise AssertionError(f"{what}: no {k!r} key; the keys are {list(KINDS)} (0 for a kind the run "
-                                 f"did not compute)") from None
+            raise AssertionError(
+                f"{what}: no {k!r} key; the keys are {list(KINDS)} (0 for a kind the run "
+                f"did not compute)"
+            ) from None
         assert value == want[k], f"{what}: {k}: you have {value}, the engine computed {want[k]}"
 
 
 def small_workload(n: int, seed: int, max_prompt: int = 24) -> list[RequestSpec]:
     """`n` requests with short random prompts (2 to `max_prompt` tokens) and outputs (1-12): quick to run."""
     rng = random.Random(seed)
-    return [RequestSpec(f"r{i}", [rng.randrange(256) for _ in range(rng.randrange(2, max_prompt + 1))],
-                        rng.randrange(1, 13)) for i in range(n)]
+    return [
+        RequestSpec(
+            f"r{i}",
+            [rng.randrange(256) for _ in range(rng.randrange(2, max_prompt + 1))],
+            rng.randrange(1, 13),
+        )
+        for i in range(n)
+    ]
 
 
 def preempting_run():
     """A continuous run whose KV cache (10 blocks of 4 slots) is too small for its requests:
     some are preempted and computed again, prompt and output so far."""
-    tl = run_workload(small_workload(8, seed=2), policy="continuous", max_num_seqs=4, num_blocks=10, block_size=4,
-                      sampling={"ignore_eos": True})
+    tl = run_workload(
+        small_workload(8, seed=2),
+        policy="continuous",
+        max_num_seqs=4,
+        num_blocks=10,
+        block_size=4,
+        sampling={"ignore_eos": True},
+    )
     assert summarize(tl)["preemptions"] > 0, "the check's own run should preempt"
     return tl
 
@@ -135,60 +162,93 @@ def check_tokens_by_kind(tokens_by_kind) -> None:
     # a static run has all three kinds; prompts of many lengths make "count the items" differ
     # from "count the tokens", and finished rows make padding. A run with preemptions computes
     # prompts (and outputs) again: there the steps and the requests' lengths disagree.
-    runs = {"a static run": run_workload(small_workload(7, seed=1), policy="static", max_num_seqs=3,
-                                         sampling={"ignore_eos": True}),
-            "a continuous run with preemptions": preempting_run()}
+    runs = {
+        "a static run": run_workload(
+            small_workload(7, seed=1),
+            policy="static",
+            max_num_seqs=3,
+            sampling={"ignore_eos": True},
+        ),
+        "a continuous run with preemptions": preempting_run(),
+    }
     for what, tl in runs.items():
         want = engine_counts(tl)
         got = call(tokens_by_kind, tl, what="tokens_by_kind(timeline)")
         prompts = sum(r.prompt_len for r in tl.requests)
         if isinstance(got, Mapping) and got.get("prefill") == prompts != want["prefill"]:
-            raise AssertionError(f"{what}: prefill: you have {prompts}, the prompts' lengths; the engine computed "
-                                 f"{want['prefill']}: a preempted request computes its prompt (and its output so "
-                                 f"far) again. Count the steps' items, not the requests")
+            raise AssertionError(
+                f"{what}: prefill: you have {prompts}, the prompts' lengths; the engine computed "
+                f"{want['prefill']}: a preempted request computes its prompt (and its output so "
+                f"far) again. Count the steps' items, not the requests"
+            )
         check_kind_dict(got, want, what)
     preempted = summarize(runs["a continuous run with preemptions"])["preemptions"]
     ok(f"tokens by kind on a static run and on a continuous run with {preempted} preemptions")
 
 
 def check_predict_tokens(predict_tokens) -> None:
-    cases = [[RequestSpec("one", [1] * 5, max_tokens=1)],  # a single output token: no decode step at all
-             small_workload(5, seed=10), small_workload(9, seed=11)]
+    cases = [
+        [RequestSpec("one", [1] * 5, max_tokens=1)],  # a single output token: no decode step at all
+        small_workload(5, seed=10),
+        small_workload(9, seed=11),
+    ]
     for specs in cases:
-        got = call(predict_tokens, specs, what="predict_tokens(specs)")  # before the run: no peeking
+        got = call(
+            predict_tokens, specs, what="predict_tokens(specs)"
+        )  # before the run: no peeking
         tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
-        assert summarize(tl)["preemptions"] == 0, "the check's run was preempted: its prediction would differ"
-        lens = f"{len(specs)} request(s), prompts {[len(s.prompt_ids) for s in specs]}, " \
-               f"max_tokens {[s.max_tokens for s in specs]}"
+        assert summarize(tl)["preemptions"] == 0, (
+            "the check's run was preempted: its prediction would differ"
+        )
+        lens = (
+            f"{len(specs)} request(s), prompts {[len(s.prompt_ids) for s in specs]}, "
+            f"max_tokens {[s.max_tokens for s in specs]}"
+        )
         check_kind_dict(got, engine_counts(tl), lens)
     ok("token counts of three continuous runs predicted from their workloads alone")
 
 
 # (max_tokens of each request, max_num_seqs): what each case has that a wrong rule misses
 STEP_CASES = [
-    ([1], 4),                       # one output token: its prefill step is its whole life
-    ([3, 7, 2], 4),                 # fewer requests than seats: all start at once
-    ([3, 3, 3, 3, 3, 3], 2),        # equal lengths: seats free together
-    ([5, 1, 1, 1, 4], 2),           # a seat frees three times while the other is busy
+    ([1], 4),  # one output token: its prefill step is its whole life
+    ([3, 7, 2], 4),  # fewer requests than seats: all start at once
+    ([3, 3, 3, 3, 3, 3], 2),  # equal lengths: seats free together
+    ([5, 1, 1, 1, 4], 2),  # a seat frees three times while the other is busy
     ([2, 9, 1, 6, 3, 8, 2, 5], 3),  # the next request takes whichever seat frees first
 ]
 
 
 def check_predict_steps(predict_steps) -> None:
     rng = random.Random(12)
-    cases = STEP_CASES + [([rng.randrange(1, 13) for _ in range(n)], seats) for n, seats in ((9, 4), (11, 3))]
+    cases = STEP_CASES + [
+        ([rng.randrange(1, 13) for _ in range(n)], seats) for n, seats in ((9, 4), (11, 3))
+    ]
     for lengths, seats in cases:
-        specs = [RequestSpec(f"r{j}", [7] * (2 + (3 * j) % 11), max_tokens=m) for j, m in enumerate(lengths)]
-        got = call(predict_steps, [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs], seats,
-                   what="predict_steps(specs, max_num_seqs)")
-        tl = run_workload(specs, policy="continuous", max_num_seqs=seats, sampling={"ignore_eos": True})
-        assert summarize(tl)["preemptions"] == 0, "the check's run was preempted: its prediction would differ"
+        specs = [
+            RequestSpec(f"r{j}", [7] * (2 + (3 * j) % 11), max_tokens=m)
+            for j, m in enumerate(lengths)
+        ]
+        got = call(
+            predict_steps,
+            [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs],
+            seats,
+            what="predict_steps(specs, max_num_seqs)",
+        )
+        tl = run_workload(
+            specs, policy="continuous", max_num_seqs=seats, sampling={"ignore_eos": True}
+        )
+        assert summarize(tl)["preemptions"] == 0, (
+            "the check's run was preempted: its prediction would differ"
+        )
         want = len(tl.steps)
         assert is_real(got) and got == want, (
             f"max_tokens {lengths}, max_num_seqs={seats}: you predict {got} steps, the engine ran {want}. "
             f"Follow one seat: in which step does a request get its first token, its last, and in which "
-            f"step does the next request take its seat?")
-    ok(f"the number of steps of {len(cases)} continuous runs predicted from max_tokens and max_num_seqs")
+            f"step does the next request take its seat?"
+        )
+    ok(
+        f"the number of steps of {len(cases)} continuous runs predicted from max_tokens and max_num_seqs"
+    )
 
 
 # ---- exercise 1: the roofline -----------------------------------------------------------
@@ -196,8 +256,9 @@ def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
     # expected values are written out by hand (not with your functions)
     for params, tokens in ((8.0e9, 512), (1.0e6, 1), (3.0e3, 7)):
         got = call(linear_flops, params, tokens)
-        assert close(got, 2.0 * params * tokens), \
+        assert close(got, 2.0 * params * tokens), (
             f"linear_flops({params:g}, {tokens}) = {got}: how many operations does one weight do per token?"
+        )
     # 16 GB of weights, 128 KiB of KV per token, sequences with 1000 and 3000 cached tokens, ...
     W, kv = 16e9, 131072
     match = None
@@ -206,19 +267,28 @@ def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
         # three honest definitions, differing only in the step's own new token per sequence:
         # the cached K/V read (+0), plus its K/V written (+1), plus read back by attention
         # (+2: the cost model's count, minilm/sim/costmodel.py)
-        match = next((extra for extra in (0, 1, 2) if close(got, W + kv * (sum(ctx) + extra * B))), None)
-        assert match is not None, \
-            f"decode_bytes({W:g}, {kv}, {ctx}) = {got}: what does every step read whatever the batch, " \
+        match = next(
+            (extra for extra in (0, 1, 2) if close(got, W + kv * (sum(ctx) + extra * B))), None
+        )
+        assert match is not None, (
+            f"decode_bytes({W:g}, {kv}, {ctx}) = {got}: what does every step read whatever the batch, "
             f"and what does each sequence add?"
-    assert close(call(decode_bytes, W, kv, []), W), "decode_bytes of an empty batch: it still reads... the weights"
+        )
+    assert close(call(decode_bytes, W, kv, []), W), (
+        "decode_bytes of an empty batch: it still reads... the weights"
+    )
     # memory-bound: 16 GB at 3.35 TB/s takes longer than 2 GFLOP at 989 TFLOP/s, and the other way round
     for flops, num_bytes in ((2e9, 16e9), (8.192e12, 16e9), (1e15, 1e9), (1e6, 1e12)):
         got = call(roofline_time, flops, num_bytes, 989e12, 3.35e12)
-        assert close(got, max(flops / 989e12, num_bytes / 3.35e12)), \
-            f"roofline_time({flops:g}, {num_bytes:g}, 989e12, 3.35e12) = {got} s; a chip that overlaps " \
+        assert close(got, max(flops / 989e12, num_bytes / 3.35e12)), (
+            f"roofline_time({flops:g}, {num_bytes:g}, 989e12, 3.35e12) = {got} s; a chip that overlaps "
             f"compute and memory traffic waits for ... ?"
-    definition = {0: "reads of the cached K/V", 1: "cached K/V read + new K/V written",
-                  2: "new K/V written and read back, as the cost model counts"}[match]
+        )
+    definition = {
+        0: "reads of the cached K/V",
+        1: "cached K/V read + new K/V written",
+        2: "new K/V written and read back, as the cost model counts",
+    }[match]
     ok(f"roofline estimate (your decode bytes: {definition})")
 
 
@@ -239,13 +309,22 @@ def first_compute_bound_batch(params, b, kv, ctx, peak, bw) -> int | None:
 
 # (params, bytes per weight, KV bytes per token, context, peak FLOP/s, bandwidth), and what it tests
 BATCH_CASES = [
-    ((8e9, 2, 131072, 0, 989e12, 3.35e12), "an 8B model in bf16 on an H100's datasheet, no KV cache"),
-    ((8.03e9, 2, 131072, 128, 989e12, 3.35e12), "Llama-3-8B on an H100, every sequence with 128 cached tokens"),
-    ((8.03e9, 1, 65536, 512, 989e12, 3.35e12), "the same in fp8 (weights and KV), 512 cached tokens each"),
-    ((2 ** 33, 2, 2 ** 17, 0, 2 ** 50, 2 ** 42), "a chip whose numbers are powers of two, no KV cache"),
-    ((2 ** 33, 2, 2 ** 17, 2 ** 8, 2 ** 50, 2 ** 42), "the same chip, 256 cached tokens each"),
+    (
+        (8e9, 2, 131072, 0, 989e12, 3.35e12),
+        "an 8B model in bf16 on an H100's datasheet, no KV cache",
+    ),
+    (
+        (8.03e9, 2, 131072, 128, 989e12, 3.35e12),
+        "Llama-3-8B on an H100, every sequence with 128 cached tokens",
+    ),
+    (
+        (8.03e9, 1, 65536, 512, 989e12, 3.35e12),
+        "the same in fp8 (weights and KV), 512 cached tokens each",
+    ),
+    ((2**33, 2, 2**17, 0, 2**50, 2**42), "a chip whose numbers are powers of two, no KV cache"),
+    ((2**33, 2, 2**17, 2**8, 2**50, 2**42), "the same chip, 256 cached tokens each"),
     ((1e9, 2, 1e4, 10, 1e11, 1e12), "a made-up chip with more bandwidth than FLOP/s"),
-    ((2 ** 33, 2, 2 ** 17, 2 ** 9, 2 ** 50, 2 ** 42), "the powers-of-two chip, 512 cached tokens each"),
+    ((2**33, 2, 2**17, 2**9, 2**50, 2**42), "the powers-of-two chip, 512 cached tokens each"),
     ((8.03e9, 2, 131072, 1024, 989e12, 3.35e12), "Llama-3-8B on an H100, 1024 cached tokens each"),
 ]
 
@@ -254,10 +333,12 @@ def check_compute_bound_batch(compute_bound_batch) -> None:
     answers = []
     for args, what in BATCH_CASES:
         want = first_compute_bound_batch(*args)
-        if want is not None and args[0] != 2 ** 33:  # decimal inputs: no crossing so near a whole batch
+        if (
+            want is not None and args[0] != 2**33
+        ):  # decimal inputs: no crossing so near a whole batch
             P, b, kv, c, peak, bw = map(Fraction, args)  # that float rounding could decide it
             exact = P * b / bw / (2 * P / peak - c * kv / bw)
-            assert exact < 1 or abs(exact - round(exact)) > Fraction(1, 10 ** 6)
+            assert exact < 1 or abs(exact - round(exact)) > Fraction(1, 10**6)
         name = f"compute_bound_batch{args}"
         try:
             with time_limit(1, name):
@@ -265,20 +346,36 @@ def check_compute_bound_batch(compute_bound_batch) -> None:
         except (AssertionError, NotImplementedError):
             raise
         except Exception as e:  # noqa: BLE001
-            tie = want is None and first_compute_bound_batch(*args[:3], args[3] / 2, *args[4:]) is not None
-            why = (": here each sequence adds exactly as much KV reading as compute, so compute never catches up "
-                   "(return None)" if tie and isinstance(e, ZeroDivisionError) else "")
+            tie = (
+                want is None
+                and first_compute_bound_batch(*args[:3], args[3] / 2, *args[4:]) is not None
+            )
+            why = (
+                ": here each sequence adds exactly as much KV reading as compute, so compute never catches up "
+                "(return None)"
+                if tie and isinstance(e, ZeroDivisionError)
+                else ""
+            )
             raise AssertionError(f"{name} ({what}) raised {type(e).__name__}: {e}{why}") from e
         answers.append(want)
         if want is None:
             if got is None:
                 continue
-            per_seq = {k: float(v) for k, v in zip(("compute", "memory"), (
-                Fraction(2 * args[0]) / Fraction(args[4]), Fraction(args[3]) * Fraction(args[2]) / Fraction(args[5])))}
+            per_seq = {
+                k: float(v)
+                for k, v in zip(
+                    ("compute", "memory"),
+                    (
+                        Fraction(2 * args[0]) / Fraction(args[4]),
+                        Fraction(args[3]) * Fraction(args[2]) / Fraction(args[5]),
+                    ),
+                )
+            }
             raise AssertionError(
                 f"{name} = {got} ({what}): no batch is compute-bound here, return None. Each sequence adds "
                 f"{per_seq['compute']:.3g} s of compute and {per_seq['memory']:.3g} s of KV reading, so compute "
-                f"never catches up with memory, however big the batch")
+                f"never catches up with memory, however big the batch"
+            )
         if got is None:
             raise AssertionError(f"{name} = None ({what}), but a batch of {want} is compute-bound")
         assert is_real(got), f"{name}: return a number (or None), got {type(got).__name__}"
@@ -290,46 +387,67 @@ def check_compute_bound_batch(compute_bound_batch) -> None:
             raise AssertionError(f"{name} = {got} ({what}): a batch holds at least one sequence")
         compute, memory = decode_times(*args, got)
         if compute < memory:
-            raise AssertionError(f"{name} = {got} ({what}): at that batch the step is still memory-bound "
-                                 f"(compute {float(compute):.4g} s < memory {float(memory):.4g} s)")
+            raise AssertionError(
+                f"{name} = {got} ({what}): at that batch the step is still memory-bound "
+                f"(compute {float(compute):.4g} s < memory {float(memory):.4g} s)"
+            )
         below = decode_times(*args, got - 1)
         tie = below[0] == below[1]
-        raise AssertionError(f"{name} = {got} ({what}): compute-bound, but not the smallest such batch: at "
-                             f"{got - 1} compute takes {float(below[0]):.6g} s and memory {float(below[1]):.6g} s"
-                             + (", exactly equal: 'at least as long' counts that batch" if tie else ""))
-    ok(f"decode of an 8B model on an H100 turns compute-bound at B = {answers[0]} without a KV cache, at "
-       f"{answers[1]} with 128 cached tokens per sequence, never with 1024: there each added sequence adds "
-       f"more K/V reading than compute")
+        raise AssertionError(
+            f"{name} = {got} ({what}): compute-bound, but not the smallest such batch: at "
+            f"{got - 1} compute takes {float(below[0]):.6g} s and memory {float(below[1]):.6g} s"
+            + (", exactly equal: 'at least as long' counts that batch" if tie else "")
+        )
+    ok(
+        f"decode of an 8B model on an H100 turns compute-bound at B = {answers[0]} without a KV cache, at "
+        f"{answers[1]} with 128 cached tokens per sequence, never with 1024: there each added sequence adds "
+        f"more K/V reading than compute"
+    )
 
 
 # ---- exercise 2: static batching's padding ----------------------------------------------
-@functools.lru_cache(maxsize=None)
-def engine_padding(prompt_lens: tuple[int, ...], output_lens: tuple[int, ...], max_num_seqs: int) -> tuple[int, int]:
+@functools.cache
+def engine_padding(
+    prompt_lens: tuple[int, ...], output_lens: tuple[int, ...], max_num_seqs: int
+) -> tuple[int, int]:
     """(prompt padding, padding of finished rows) the engine computes for this workload under
     static batching, the requests queued in the order given. (The simulator runs the engine's
     own scheduler and policy: the same steps as on the CPU, in a fraction of the time.)"""
     from minilm.sim import simulated_engine
 
     engine = simulated_engine("llama-3-8b", "h100", policy="static", max_num_seqs=max_num_seqs)
-    engine.add_workload([RequestSpec(f"r{i}", [1] * p, max_tokens=o)
-                         for i, (p, o) in enumerate(zip(prompt_lens, output_lens))], ignore_eos=True)
+    engine.add_workload(
+        [
+            RequestSpec(f"r{i}", [1] * p, max_tokens=o)
+            for i, (p, o) in enumerate(zip(prompt_lens, output_lens))
+        ],
+        ignore_eos=True,
+    )
     tl = engine.run()
-    prompt = sum(i.num_tokens for s in tl.steps for i in s.items
-                 if i.kind == "padding" and any(j.kind == "prefill" for j in s.items))
+    prompt = sum(
+        i.num_tokens
+        for s in tl.steps
+        for i in s.items
+        if i.kind == "padding" and any(j.kind == "prefill" for j in s.items)
+    )
     return prompt, sum(s.tokens("padding") for s in tl.steps) - prompt
 
 
 def padding_cases(seed: int) -> list[tuple[list[int], list[int], int]]:
     rng = random.Random(seed)
-    cases = [([5, 5], [3, 3], 2),          # equal lengths: nothing to pad
-             ([9], [6], 1),                # a batch of one: nothing to pad
-             ([3, 5], [5, 3], 2),          # the longest prompt and the longest output are different rows
-             ([4, 4, 4], [1, 6, 2], 3),    # a row whose only token comes out of the prefill step
-             ([5, 8, 3], [4, 1, 6], 8),    # fewer requests than max_num_seqs
-             ([7, 2, 5, 3, 6], [2, 9, 4, 4, 1], 2),  # three batches, the last one of a single row
-             ([6, 2, 9, 4, 3], [2, 7, 3, 5, 8], 3)]  # a last batch of two uneven rows
-    return cases + [([rng.randrange(1, 40) for _ in range(n)], [rng.randrange(1, 30) for _ in range(n)], b)
-                    for n, b in ((7, 3), (8, 4), (6, 6), (10, 4))]
+    cases = [
+        ([5, 5], [3, 3], 2),  # equal lengths: nothing to pad
+        ([9], [6], 1),  # a batch of one: nothing to pad
+        ([3, 5], [5, 3], 2),  # the longest prompt and the longest output are different rows
+        ([4, 4, 4], [1, 6, 2], 3),  # a row whose only token comes out of the prefill step
+        ([5, 8, 3], [4, 1, 6], 8),  # fewer requests than max_num_seqs
+        ([7, 2, 5, 3, 6], [2, 9, 4, 4, 1], 2),  # three batches, the last one of a single row
+        ([6, 2, 9, 4, 3], [2, 7, 3, 5, 8], 3),
+    ]  # a last batch of two uneven rows
+    return cases + [
+        ([rng.randrange(1, 40) for _ in range(n)], [rng.randrange(1, 30) for _ in range(n)], b)
+        for n, b in ((7, 3), (8, 4), (6, 6), (10, 4))
+    ]
 
 
 def check_static_padding(static_padding) -> None:
@@ -339,21 +457,28 @@ def check_static_padding(static_padding) -> None:
         prompt, rows = engine_padding(tuple(prompts), tuple(outputs), batch)
         assert is_real(got) and got == prompt + rows, (
             f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens, the "
-            f"engine computed {prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)")
-    ok(f"padding predicted for {len(cases)} static workloads, from one batch of one row to three batches")
+            f"engine computed {prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)"
+        )
+    ok(
+        f"padding predicted for {len(cases)} static workloads, from one batch of one row to three batches"
+    )
 
 
-def by_prompt_length(prompt_lens: list[int], output_lens: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def by_prompt_length(
+    prompt_lens: list[int], output_lens: list[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The queue sorted by prompt length, shortest first; equal prompts keep their order."""
     order = sorted(range(len(prompt_lens)), key=lambda i: prompt_lens[i])  # sorted() is stable
     return tuple(prompt_lens[i] for i in order), tuple(output_lens[i] for i in order)
 
 
 def check_sorted_padding(sorted_padding) -> None:
-    cases = [([9, 2, 8, 3], [4, 4, 4, 4], 2),        # sorting pairs the short prompts and the long ones
-             ([4, 4, 4, 2], [9, 1, 5, 3], 2),        # equal prompts, different outputs: their order is kept
-             ([3, 9, 5, 7, 1], [2, 6, 3, 8, 4], 2),  # a batch of one at the end: the longest prompt's
-             ([2, 2, 2], [5, 1, 3], 4)]              # one batch: sorting changes nothing
+    cases = [
+        ([9, 2, 8, 3], [4, 4, 4, 4], 2),  # sorting pairs the short prompts and the long ones
+        ([4, 4, 4, 2], [9, 1, 5, 3], 2),  # equal prompts, different outputs: their order is kept
+        ([3, 9, 5, 7, 1], [2, 6, 3, 8, 4], 2),  # a batch of one at the end: the longest prompt's
+        ([2, 2, 2], [5, 1, 3], 4),
+    ]  # one batch: sorting changes nothing
     cases += padding_cases(seed=3)[-4:]
     saved = total = 0
     for prompts, outputs, batch in cases:
@@ -362,16 +487,21 @@ def check_sorted_padding(sorted_padding) -> None:
         unsorted = sum(engine_padding(tuple(prompts), tuple(outputs), batch))
         if not (is_real(got) and got == prompt + rows):
             if is_real(got) and got == unsorted:
-                raise AssertionError(f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict "
-                                     f"{got}, the padding of the queue in arrival order; sorted, the engine "
-                                     f"computes {prompt + rows}")
+                raise AssertionError(
+                    f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict "
+                    f"{got}, the padding of the queue in arrival order; sorted, the engine "
+                    f"computes {prompt + rows}"
+                )
             raise AssertionError(
                 f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens; "
                 f"the engine, given the queue sorted by prompt length (equal prompts in arrival order), computed "
-                f"{prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)")
+                f"{prompt + rows} ({prompt} in the padded prompts, {rows} in rows that had finished)"
+            )
         saved, total = saved + unsorted - got, total + unsorted
-    ok(f"sorted batching's padding predicted for {len(cases)} workloads: sorting saved {saved} of their "
-       f"{total} padding tokens")
+    ok(
+        f"sorted batching's padding predicted for {len(cases)} workloads: sorting saved {saved} of their "
+        f"{total} padding tokens"
+    )
 
 
 # ---- exercise 3: a policy of your own ----------------------------------------------------
@@ -392,7 +522,10 @@ class WatermarkReference(Policy):
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark:
+            if (
+                not s.can_admit(req, n)
+                or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark
+            ):
                 break
             s.admit(req, n)
 
@@ -408,11 +541,20 @@ def run_policy(run, what: str):
         if str(e).startswith("policy "):
             hint = ""
             if "scheduled nothing" in str(e):
-                hint = (": nothing runs, so the head of the queue fits; admit it" if str(e).endswith(" and 0 run")
-                        else ": every running request gets its next token in every step")
+                hint = (
+                    ": nothing runs, so the head of the queue fits; admit it"
+                    if str(e).endswith(" and 0 run")
+                    else ": every running request gets its next token in every step"
+                )
             raise AssertionError(f"{what}: the scheduler refused your policy: {e}{hint}") from e
-        hint = (" (admit() takes the head of s.waiting, which changes the queue under a loop over it: loop "
-                "`while s.waiting`, reading `s.waiting[0]`)") if "mutated during iteration" in str(e) else ""
+        hint = (
+            (
+                " (admit() takes the head of s.waiting, which changes the queue under a loop over it: loop "
+                "`while s.waiting`, reading `s.waiting[0]`)"
+            )
+            if "mutated during iteration" in str(e)
+            else ""
+        )
         raise AssertionError(f"{what}: your policy's code raised RuntimeError: {e}{hint}") from e
     except Exception as e:  # noqa: BLE001
         raise AssertionError(f"{what}: your policy's code raised {type(e).__name__}: {e}") from e
@@ -430,17 +572,27 @@ def compare_steps(mine, ref, what: str, ref_name: str, watermark: int = 0) -> No
             continue
         missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
         why = ""
-        if any(kind == "prefill" for _, kind, _ in missing) and b.kv_blocks_total - b.kv_blocks_used == watermark:
-            why = (f". Admitting it leaves exactly {watermark} KV blocks free: at least the watermark, so it is "
-                   f"admitted")
+        if (
+            any(kind == "prefill" for _, kind, _ in missing)
+            and b.kv_blocks_total - b.kv_blocks_used == watermark
+        ):
+            why = (
+                f". Admitting it leaves exactly {watermark} KV blocks free: at least the watermark, so it is "
+                f"admitted"
+            )
         elif a.num_preempted or b.num_preempted:
-            why = (f". The step preempted ({b.num_preempted} in {ref_name}'s): schedule_running preempts the "
-                   f"newest running request not yet scheduled, so the order in which you schedule the running "
-                   f"ones decides who goes")
-        raise AssertionError(f"{what}, step {a.step}: your policy ran {got}, {ref_name} runs {want} (missing "
-                             f"{missing}, extra {extra}){why}")
-    assert len(mine.steps) == len(ref.steps), \
+            why = (
+                f". The step preempted ({b.num_preempted} in {ref_name}'s): schedule_running preempts the "
+                f"newest running request not yet scheduled, so the order in which you schedule the running "
+                f"ones decides who goes"
+            )
+        raise AssertionError(
+            f"{what}, step {a.step}: your policy ran {got}, {ref_name} runs {want} (missing "
+            f"{missing}, extra {extra}){why}"
+        )
+    assert len(mine.steps) == len(ref.steps), (
         f"{what}: your policy took {len(mine.steps)} steps, {ref_name} {len(ref.steps)}"
+    )
 
 
 def check_watermark_kept(tl, watermark: int, what: str) -> None:
@@ -452,7 +604,8 @@ def check_watermark_kept(tl, watermark: int, what: str) -> None:
         assert not admitted or free >= watermark, (
             f"{what}, step {s.step}: admitted {admitted} and left {free} KV blocks free, fewer than the "
             f"watermark {watermark}: once the step's decodes have taken their blocks and a prompt its own, at "
-            f"least the watermark must stay free")
+            f"least the watermark must stay free"
+        )
 
 
 def check_policy(make_policy) -> None:
@@ -465,12 +618,24 @@ def check_policy(make_policy) -> None:
     # that need up to 12 each: the engine preempts, and who is preempted depends on the
     # order in which the policy schedules the running requests.
     budget = 96
-    tight_budget = make_workload("mixed", num_requests=24, seed=3, rate=400.0, max_model_len=128, vocab_size=128256)
+    tight_budget = make_workload(
+        "mixed", num_requests=24, seed=3, rate=400.0, max_model_len=128, vocab_size=128256
+    )
     for spec in tight_budget[5::6]:
         spec.prompt_ids, spec.max_tokens = spec.prompt_ids[:1] * (budget - 1), 2
-    tight_kv = make_workload("mixed", num_requests=24, seed=3, rate=200.0, max_model_len=256, vocab_size=128256)
-    runs = {"a run with a tight token budget": (tight_budget, dict(max_num_seqs=4, max_num_batched_tokens=budget)),
-            "a run with a tight KV cache": (tight_kv, dict(max_num_seqs=8, num_blocks=20, max_model_len=256))}
+    tight_kv = make_workload(
+        "mixed", num_requests=24, seed=3, rate=200.0, max_model_len=256, vocab_size=128256
+    )
+    runs = {
+        "a run with a tight token budget": (
+            tight_budget,
+            dict(max_num_seqs=4, max_num_batched_tokens=budget),
+        ),
+        "a run with a tight KV cache": (
+            tight_kv,
+            dict(max_num_seqs=8, num_blocks=20, max_model_len=256),
+        ),
+    }
 
     def simulate(policy, specs, knobs):
         engine = simulated_engine("llama-3-8b", "h100", policy=policy, **knobs)
@@ -478,7 +643,10 @@ def check_policy(make_policy) -> None:
         return engine.run()
 
     for what, (specs, knobs) in runs.items():
-        mine = run_policy(lambda: simulate(make_policy(watermark=0), specs, knobs), f"{what}, watermark=0")
+        mine = run_policy(
+            lambda specs=specs, knobs=knobs: simulate(make_policy(watermark=0), specs, knobs),
+            f"{what}, watermark=0",
+        )
         ref = simulate("continuous", specs, knobs)
         compare_steps(mine, ref, f"{what}, watermark=0", "the engine's continuous policy")
     # 2. With watermarks: the reference above, step by step, on the tight-KV run
@@ -488,7 +656,9 @@ def check_policy(make_policy) -> None:
     assert preempted[0] > 0, "the check's tight-KV run should preempt"
     for watermark in (2, 4, 8):
         what = f"the tight-KV run, watermark={watermark}"
-        mine = run_policy(lambda: simulate(make_policy(watermark=watermark), specs, knobs), what)
+        mine = run_policy(
+            lambda w=watermark: simulate(make_policy(watermark=w), specs, knobs), what
+        )
         check_watermark_kept(mine, watermark, what)
         ref = simulate(WatermarkReference(watermark), specs, knobs)
         compare_steps(mine, ref, what, "the reference", watermark)
@@ -496,16 +666,22 @@ def check_policy(make_policy) -> None:
     # 3. A real model, 12 KV blocks: the same tokens as with room to spare
     real = make_workload("mixed", num_requests=10, seed=3, max_model_len=128, vocab_size=97)
     real_knobs = dict(model=tiny_model(), max_num_seqs=4)
-    tight = run_policy(lambda: run_workload(real, policy=make_policy(watermark=3), num_blocks=12, **real_knobs),
-                       "a real model with 12 KV blocks, watermark=3")
+    tight = run_policy(
+        lambda: run_workload(real, policy=make_policy(watermark=3), num_blocks=12, **real_knobs),
+        "a real model with 12 KV blocks, watermark=3",
+    )
     roomy = run_workload(real, policy="continuous", **real_knobs)
     got = {r.request_id: r.output_ids for r in tight.requests}
     want = {r.request_id: r.output_ids for r in roomy.requests}
-    assert got == want, "with 12 KV blocks and watermark=3 some request did not finish with the right tokens"
-    ok(f"watermark 0 runs the engine's continuous batching step by step, watermarks 2, 4, 8 the reference's "
-       f"steps, and a real model's tokens are unchanged. The tight-KV run at watermarks 0, 2, 4, 8: "
-       f"{preempted[0]}, {preempted[2]}, {preempted[4]}, {preempted[8]} preemptions in {steps[0]}, {steps[2]}, "
-       f"{steps[4]}, {steps[8]} steps (simulated)")
+    assert got == want, (
+        "with 12 KV blocks and watermark=3 some request did not finish with the right tokens"
+    )
+    ok(
+        f"watermark 0 runs the engine's continuous batching step by step, watermarks 2, 4, 8 the reference's "
+        f"steps, and a real model's tokens are unchanged. The tight-KV run at watermarks 0, 2, 4, 8: "
+        f"{preempted[0]}, {preempted[2]}, {preempted[4]}, {preempted[8]} preemptions in {steps[0]}, {steps[2]}, "
+        f"{steps[4]}, {steps[8]} steps (simulated)"
+    )
 
 
 # ---- exercise 4: a shared block pool and copy-on-write -----------------------------------
@@ -518,8 +694,10 @@ def pool_get(pool, n: int):
     except RuntimeError:
         return None
     except Exception as e:  # noqa: BLE001 - any other error is the learner's to see, as a failed check
-        raise AssertionError(f"get_new_blocks({n}) raised {type(e).__name__}: {e}; "
-                             f"with too few free blocks, raise RuntimeError") from e
+        raise AssertionError(
+            f"get_new_blocks({n}) raised {type(e).__name__}: {e}; "
+            f"with too few free blocks, raise RuntimeError"
+        ) from e
 
 
 def check_pool(make_pool) -> int:
@@ -527,7 +705,9 @@ def check_pool(make_pool) -> int:
     The check keeps its own count of each block's holders: a hold is one list of blocks that
     get_new_blocks or share gave, and that free_blocks gives back."""
     num_blocks = 12
-    pool = call(make_pool, num_blocks, what=f"{getattr(make_pool, '__name__', 'your pool')}({num_blocks})")
+    pool = call(
+        make_pool, num_blocks, what=f"{getattr(make_pool, '__name__', 'your pool')}({num_blocks})"
+    )
     holds: list[list[int]] = []
     calls = 0
 
@@ -535,11 +715,14 @@ def check_pool(make_pool) -> int:
         return {b for blocks in holds for b in blocks}
 
     def invariants(when: str) -> None:
-        assert all(0 <= b < num_blocks for b in held()), f"{when}: a block id outside 0..{num_blocks - 1}: {holds}"
+        assert all(0 <= b < num_blocks for b in held()), (
+            f"{when}: a block id outside 0..{num_blocks - 1}: {holds}"
+        )
         free = call(lambda: pool.num_free_blocks, what="num_free_blocks")
         assert free == num_blocks - len(held()), (
             f"{when}: {len(held())} blocks have a holder, so {num_blocks - len(held())} should be free; "
-            f"num_free_blocks is {free}")
+            f"num_free_blocks is {free}"
+        )
 
     def get(n: int, when: str) -> None:
         nonlocal calls
@@ -548,12 +731,20 @@ def check_pool(make_pool) -> int:
         got = pool_get(pool, n)
         if got is None:
             assert n > before, f"{when}: get_new_blocks({n}) raised with {before} blocks free"
-            assert pool.num_free_blocks == before, f"{when}: a failed get_new_blocks({n}) must change nothing"
+            assert pool.num_free_blocks == before, (
+                f"{when}: a failed get_new_blocks({n}) must change nothing"
+            )
         else:
-            assert n <= before, f"{when}: get_new_blocks({n}) succeeded with only {before} blocks free"
-            assert len(got) == n and len(set(got)) == n, f"{when}: get_new_blocks({n}) returned {got}"
+            assert n <= before, (
+                f"{when}: get_new_blocks({n}) succeeded with only {before} blocks free"
+            )
+            assert len(got) == n and len(set(got)) == n, (
+                f"{when}: get_new_blocks({n}) returned {got}"
+            )
             again = sorted(set(got) & taken)
-            assert not again, f"{when}: get_new_blocks({n}) handed out {again}, which still have a holder"
+            assert not again, (
+                f"{when}: get_new_blocks({n}) handed out {again}, which still have a holder"
+            )
             holds.append(got)
         invariants(when)
 
@@ -569,8 +760,14 @@ def check_pool(make_pool) -> int:
         calls += 1
         blocks = holds.pop(i)
         call(pool.free_blocks, list(blocks), what=f"free_blocks({blocks})")
-        invariants(when + (f" (blocks {blocks}: another holder still has {sorted(set(blocks) & held())})"
-                           if set(blocks) & held() else ""))
+        invariants(
+            when
+            + (
+                f" (blocks {blocks}: another holder still has {sorted(set(blocks) & held())})"
+                if set(blocks) & held()
+                else ""
+            )
+        )
 
     # the edges: nothing, everything, one too many, everything again after giving it back;
     # a shared hold given back by one holder stays taken until the last gives it back
@@ -627,38 +824,54 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
         used = {b for s in live.values() for b in s.table}
         assert pool.num_free_blocks == num_blocks - len(used), (
             f"{when}: the live sequences hold {len(used)} distinct blocks, so {num_blocks - len(used)} should be "
-            f"free; num_free_blocks is {pool.num_free_blocks}")
+            f"free; num_free_blocks is {pool.num_free_blocks}"
+        )
         for s in live.values():
             read = [memory[s.table[p // bs]][p % bs] for p in range(len(s.tokens))]
-            assert read == s.tokens, (f"{when}: sequence {s.name} reads {read} through its table {s.table}, "
-                                      f"but its tokens are {s.tokens}: a block it holds was written by another")
+            assert read == s.tokens, (
+                f"{when}: sequence {s.name} reads {read} through its table {s.table}, "
+                f"but its tokens are {s.tokens}: a block it holds was written by another"
+            )
 
     def append(s: Sequence, token: int) -> None:
         n, before = len(s.tokens), list(s.table)
         when = f"append token {n} to {s.name} (table {before}, block size {bs})"
-        out = call(append_slot, pool, s.table, n, bs, what=f"append_slot(pool, {before}, {n}, {bs})")
-        assert isinstance(out, tuple) and len(out) == 2, f"{when}: return (table, copy), got {out!r}"
+        out = call(
+            append_slot, pool, s.table, n, bs, what=f"append_slot(pool, {before}, {n}, {bs})"
+        )
+        assert isinstance(out, tuple) and len(out) == 2, (
+            f"{when}: return (table, copy), got {out!r}"
+        )
         table, copy = list(out[0]), out[1]
         if n % bs == 0:  # the token starts a new block
             fresh = table[-1] if len(table) == len(before) + 1 else None
             assert table[:-1] == before and fresh is not None and copy is None, (
                 f"{when}: token {n} starts a new block: the table grows by one fresh block and nothing is "
-                f"copied; you returned table {table}, copy {copy}")
+                f"copied; you returned table {table}, copy {copy}"
+            )
         else:
             last, others = before[-1], holders(before[-1], other_than=s)
             if others:
                 fresh = table[-1]
-                assert table[:-1] == before[:-1] and copy is not None and tuple(copy) == (last, fresh), (
+                assert (
+                    table[:-1] == before[:-1] and copy is not None and tuple(copy) == (last, fresh)
+                ), (
                     f"{when}: its last block {last} is shared with {others}: copy-on-write takes a fresh block "
                     f"for this sequence's last one and copies {last} into it, copy = ({last}, new block); you "
-                    f"returned table {table}, copy {copy}")
+                    f"returned table {table}, copy {copy}"
+                )
             else:
                 fresh = None
                 assert table == before and copy is None, (
                     f"{when}: its last block {last} is this sequence's alone: the token is written in place, "
-                    f"no new block, nothing to copy; you returned table {table}, copy {copy}" + (
+                    f"no new block, nothing to copy; you returned table {table}, copy {copy}"
+                    + (
                         f". Another sequence copied block {last} earlier instead of writing into it: did it let go "
-                        f"of the old block then?" if last in copied_away else ""))
+                        f"of the old block then?"
+                        if last in copied_away
+                        else ""
+                    )
+                )
         if fresh is not None:
             taken = holders(fresh, other_than=s) + ([s.name] if fresh in before else [])
             assert not taken, f"{when}: the new block {fresh} is still held by {taken}"
@@ -680,9 +893,13 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
     def split(parent: str, child: str) -> None:
         p = live[parent]
         table = call(fork, pool, p.table, what=f"fork(pool, {p.table})")
-        assert list(table) == p.table, f"fork of {p.name}'s table {p.table} returned {table}: the same blocks"
-        assert table is not p.table, (f"fork returned the parent's own list: when one of them grows, the other's "
-                                      f"table would change too; return a new list")
+        assert list(table) == p.table, (
+            f"fork of {p.name}'s table {p.table} returned {table}: the same blocks"
+        )
+        assert table is not p.table, (
+            "fork returned the parent's own list: when one of them grows, the other's "
+            "table would change too; return a new list"
+        )
         live[child] = Sequence(child, list(p.tokens), list(table))
         invariants(f"fork {parent} into {child}")
 
@@ -692,19 +909,19 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
         invariants(f"free {name}'s blocks {s.table}")
 
     # by hand: a fork in the middle of a block, then at a block boundary, a fork of a fork
-    start("a", [10, 11, 12, 13, 14, 15])           # 6 tokens: one full block and half of one
-    split("a", "b")                                # both hold both blocks
-    append(live["a"], 16)                          # a's last block is shared: copy it first
-    append(live["b"], 26)                          # b's is now b's alone: in place
+    start("a", [10, 11, 12, 13, 14, 15])  # 6 tokens: one full block and half of one
+    split("a", "b")  # both hold both blocks
+    append(live["a"], 16)  # a's last block is shared: copy it first
+    append(live["b"], 26)  # b's is now b's alone: in place
     append(live["a"], 17)
-    append(live["a"], 18)                          # a new block
+    append(live["a"], 18)  # a new block
     start("c", [30, 31, 32, 33, 34, 35, 36, 37])  # 8 tokens: two full blocks
-    split("c", "d")                                # a fork at a block boundary
-    append(live["c"], 38)                          # a new block each, nothing to copy
+    split("c", "d")  # a fork at a block boundary
+    append(live["c"], 38)  # a new block each, nothing to copy
     append(live["d"], 48)
-    split("d", "e")                                # a fork of a fork
+    split("d", "e")  # a fork of a fork
     end("c")
-    append(live["e"], 59)                          # shared with d: copy
+    append(live["e"], 59)  # shared with d: copy
     end("a")
     for name in list(live):
         end(name)
@@ -728,19 +945,33 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
 def check_pool_in_engine(make_pool) -> int:
     """Run the real engine on the learner's pool, with a cache small enough to preempt."""
     rng = random.Random(44)
-    specs = [RequestSpec(f"r{i}", [rng.randrange(256) for _ in range(rng.randrange(5, 30))],
-                         max_tokens=rng.randrange(5, 30)) for i in range(8)]
+    specs = [
+        RequestSpec(
+            f"r{i}",
+            [rng.randrange(256) for _ in range(rng.randrange(5, 30))],
+            max_tokens=rng.randrange(5, 30),
+        )
+        for i in range(8)
+    ]
 
     def run(block_pool):
-        engine = Engine("tiny", policy="continuous", max_num_seqs=4, block_size=4, num_blocks=24, max_model_len=64,
-                        block_pool=block_pool)
+        engine = Engine(
+            "tiny",
+            policy="continuous",
+            max_num_seqs=4,
+            block_size=4,
+            num_blocks=24,
+            max_model_len=64,
+            block_pool=block_pool,
+        )
         engine.add_workload(specs, ignore_eos=True)
         return engine.run()
 
     mine = call(run, make_pool, what="the engine running on your pool")
     ref = run(None)
-    assert [r.output_ids for r in mine.requests] == [r.output_ids for r in ref.requests], \
+    assert [r.output_ids for r in mine.requests] == [r.output_ids for r in ref.requests], (
         "the engine generated different tokens on your pool: some K/V went to the wrong block"
+    )
     assert summarize(mine)["preemptions"] == summarize(ref)["preemptions"] > 0
     return len(mine.steps)
 
@@ -753,7 +984,8 @@ def check_fork(make_pool, fork) -> None:
     call(pool.free_blocks, list(parent), what=f"free_blocks({parent})")
     assert pool.num_free_blocks == 5, (
         f"a fork of {parent}, then the parent freed its blocks: the fork still holds {list(child)}, so 5 of 8 "
-        f"should be free; num_free_blocks is {pool.num_free_blocks}. Does fork add a holder to each block?")
+        f"should be free; num_free_blocks is {pool.num_free_blocks}. Does fork add a holder to each block?"
+    )
 
 
 def check_shared_pool(make_pool, fork, append_slot) -> None:
@@ -761,9 +993,11 @@ def check_shared_pool(make_pool, fork, append_slot) -> None:
     check_fork(make_pool, fork)
     appends, copies = check_copy_on_write(make_pool, fork, append_slot)
     steps = check_pool_in_engine(make_pool)
-    ok(f"{calls} get/share/free calls: no block handed out while held, none lost, a failed get changes nothing; "
-       f"{appends} appends with {copies} copies, each sequence reads back its own tokens; the engine ran {steps} "
-       f"steps on your pool with the same tokens")
+    ok(
+        f"{calls} get/share/free calls: no block handed out while held, none lost, a failed get changes nothing; "
+        f"{appends} appends with {copies} copies, each sequence reads back its own tokens; the engine ran {steps} "
+        f"steps on your pool with the same tokens"
+    )
 
 
 # ---- exercise 5: flash-decoding, a context in segments -------------------------------------
@@ -772,7 +1006,9 @@ def segment_truth(q, k, v, scale) -> tuple[torch.Tensor, torch.Tensor]:
     formula: (softmax-weighted values [H, D], log of the softmax's denominator [H])."""
     scores = torch.einsum("hd,nhd->hn", q.double(), k.double()) * scale
     if scores.shape[1] == 0:
-        return torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:1], float("-inf"), dtype=torch.float64)
+        return torch.zeros(q.shape, dtype=torch.float64), torch.full(
+            q.shape[:1], float("-inf"), dtype=torch.float64
+        )
     return torch.einsum("hn,nhd->hd", scores.softmax(-1), v.double()), scores.logsumexp(-1)
 
 
@@ -785,70 +1021,101 @@ def segment_inputs(n: int, heads: int = 2, dim: int = 8, seed: int = 0, shift: f
     """A query, and `n` keys and values; with `shift`, every score is near `shift` (only the
     shift is extreme: the softmax itself is an ordinary one)."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(heads, dim, generator=g), torch.randn(n, heads, dim, generator=g),
-               torch.randn(n, heads, dim, generator=g))
+    q, k, v = (
+        torch.randn(heads, dim, generator=g),
+        torch.randn(n, heads, dim, generator=g),
+        torch.randn(n, heads, dim, generator=g),
+    )
     if shift:
         q = torch.ones(heads, dim)
-        k = 2.0 * k + shift / (dim ** -0.5 * dim)
+        k = 2.0 * k + shift / (dim**-0.5 * dim)
     return q, k, v
 
 
 # (keys in the segment, where the scores sit) -> what a case adds to the ones before it
-ATTEND_CASES = [(7, 0.0, "seven keys"), (1, 0.0, "a segment of one key: its output is that key's value"),
-                (0, 0.0, "an empty segment (a context shorter than the split leaves some): lse -inf, output "
-                         "zeros"),
-                (5, 1000.0, "large scores (near 1000): exp overflows; the lse must not")]
+ATTEND_CASES = [
+    (7, 0.0, "seven keys"),
+    (1, 0.0, "a segment of one key: its output is that key's value"),
+    (
+        0,
+        0.0,
+        "an empty segment (a context shorter than the split leaves some): lse -inf, output zeros",
+    ),
+    (5, 1000.0, "large scores (near 1000): exp overflows; the lse must not"),
+]
 
 
 def check_attend_segment(attend_segment) -> None:
-    scale = 8 ** -0.5
+    scale = 8**-0.5
     for i, (n, shift, what) in enumerate(ATTEND_CASES):
         q, k, v = segment_inputs(n, seed=i, shift=shift)
         got = call(attend_segment, q, k, v, scale, what=f"attend_segment on {what}")
-        assert isinstance(got, tuple) and len(got) == 2, f"{what}: return (out, lse), got {type(got).__name__}"
+        assert isinstance(got, tuple) and len(got) == 2, (
+            f"{what}: return (out, lse), got {type(got).__name__}"
+        )
         out, lse = as_tensor(got[0], f"{what}: out"), as_tensor(got[1], f"{what}: lse")
         want_out, want_lse = segment_truth(q, k, v, scale)
         assert out.shape == want_out.shape and lse.shape == want_lse.shape, (
             f"{what}: out should be [heads, dim] = {list(want_out.shape)} and lse [heads] = {list(want_lse.shape)}; "
-            f"got {list(out.shape)} and {list(lse.shape)}")
+            f"got {list(out.shape)} and {list(lse.shape)}"
+        )
         if n == 0:
             assert torch.isfinite(out).all() and (lse == float("-inf")).all(), (
                 f"{what}: out {out.tolist()}, lse {lse.tolist()}; an empty segment holds no share of the softmax: "
                 f"its lse is -inf (log of an empty sum), and its output must be a finite placeholder (zeros), "
-                f"or the merge multiplies 0 by nan")
+                f"or the merge multiplies 0 by nan"
+            )
             continue
         # float32 inputs: scores near 1000 carry rounding of about 1e-4 in any right answer
         assert torch.isfinite(lse).all() and torch.allclose(lse, want_lse, rtol=1e-5, atol=1e-3), (
             f"{what}: lse {lse.tolist()}, expected {want_lse.tolist()}: the natural log of the sum of exp(score) "
-            f"over the segment's keys, score = q . k * scale")
-        assert torch.allclose(out, want_out, rtol=1e-3, atol=1e-3), \
-            f"{what}: out differs from the softmax-weighted average of the values (largest error " \
+            f"over the segment's keys, score = q . k * scale"
+        )
+        assert torch.allclose(out, want_out, rtol=1e-3, atol=1e-3), (
+            f"{what}: out differs from the softmax-weighted average of the values (largest error "
             f"{(out - want_out).abs().nan_to_num(float('inf')).max():.2g})"
+        )
 
 
 # (context length, segment boundaries, where the scores sit) -> what the case adds
-MERGE_CASES = [(12, [0, 5, 12], 0.0, "two segments"),
-               (12, [0, 12], 0.0, "one segment: the merge gives it back"),
-               (10, [0, 3, 3, 8, 10], 0.0, "four segments, one of them empty"),
-               (9, [0, 4, 9], 1000.0, "large scores: lse values near 1000, where exp overflows"),
-               (9, [0, 2, 9], -1000.0, "very negative scores: lse values near -1000, where exp underflows to 0")]
+MERGE_CASES = [
+    (12, [0, 5, 12], 0.0, "two segments"),
+    (12, [0, 12], 0.0, "one segment: the merge gives it back"),
+    (10, [0, 3, 3, 8, 10], 0.0, "four segments, one of them empty"),
+    (9, [0, 4, 9], 1000.0, "large scores: lse values near 1000, where exp overflows"),
+    (
+        9,
+        [0, 2, 9],
+        -1000.0,
+        "very negative scores: lse values near -1000, where exp underflows to 0",
+    ),
+]
 
 
 def check_merge_segments(merge_segments) -> None:
-    scale = 8 ** -0.5
+    scale = 8**-0.5
     for i, (n, cuts, shift, what) in enumerate(MERGE_CASES):
         q, k, v = segment_inputs(n, seed=10 + i, shift=shift)
         parts = [segment_truth(q, k[a:b], v[a:b], scale) for a, b in zip(cuts, cuts[1:])]
-        outs, lses = torch.stack([o for o, _ in parts]), torch.stack([l for _, l in parts])  # float64
+        outs, lses = (
+            torch.stack([o for o, _ in parts]),
+            torch.stack([l for _, l in parts]),
+        )  # float64
         got = as_tensor(call(merge_segments, outs, lses, what=f"merge_segments on {what}"), what)
         want = segment_truth(q, k, v, scale)[0]
-        assert got.shape == want.shape, f"{what}: the merge is one output [heads, dim] = {list(want.shape)}, " \
-                                        f"got {list(got.shape)}"
+        assert got.shape == want.shape, (
+            f"{what}: the merge is one output [heads, dim] = {list(want.shape)}, "
+            f"got {list(got.shape)}"
+        )
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (
             f"{what}: the merged output differs from attention over the whole context (largest error "
             f"{(got - want).abs().nan_to_num(float('inf')).max():.2g}); "
-            + ("the earlier cases passed, so look at what this one adds" if i else
-               "each segment's output is weighted by its share of the softmax's whole sum"))
+            + (
+                "the earlier cases passed, so look at what this one adds"
+                if i
+                else "each segment's output is weighted by its share of the softmax's whole sum"
+            )
+        )
 
 
 def check_flash_decoding(attend_segment, merge_segments) -> None:
@@ -868,30 +1135,51 @@ def check_flash_decoding(attend_segment, merge_segments) -> None:
     k_cache = torch.randn(num_blocks, block_size, heads, dim)
     v_cache = torch.randn(num_blocks, block_size, heads, dim)
     q = torch.randn(len(contexts), heads, dim)
-    meta = AttentionMetadata(cu_seqlens_q=torch.arange(len(contexts) + 1, dtype=torch.int32),
-                             context_lens=torch.tensor(contexts, dtype=torch.int32),
-                             block_tables=tables.to(torch.int32), slot_mapping=torch.zeros(len(contexts), dtype=torch.int64))
-    want = paged_attention(q, k_cache, v_cache, meta, dim ** -0.5).double()
+    meta = AttentionMetadata(
+        cu_seqlens_q=torch.arange(len(contexts) + 1, dtype=torch.int32),
+        context_lens=torch.tensor(contexts, dtype=torch.int32),
+        block_tables=tables.to(torch.int32),
+        slot_mapping=torch.zeros(len(contexts), dtype=torch.int64),
+    )
+    want = paged_attention(q, k_cache, v_cache, meta, dim**-0.5).double()
     per_segment = width // segments * block_size  # keys per segment, whole blocks
     worst = 0.0
     for i, ctx in enumerate(contexts):
         keys = k_cache[tables[i]].reshape(-1, heads, dim)[:ctx]
         values = v_cache[tables[i]].reshape(-1, heads, dim)[:ctx]
-        parts = [call(attend_segment, q[i], keys[s:s + per_segment], values[s:s + per_segment], dim ** -0.5)
-                 for s in range(0, segments * per_segment, per_segment)]
-        got = as_tensor(call(merge_segments, torch.stack([torch.as_tensor(o) for o, _ in parts]),
-                             torch.stack([torch.as_tensor(l) for _, l in parts])), "merge_segments")
+        parts = [
+            call(
+                attend_segment,
+                q[i],
+                keys[s : s + per_segment],
+                values[s : s + per_segment],
+                dim**-0.5,
+            )
+            for s in range(0, segments * per_segment, per_segment)
+        ]
+        got = as_tensor(
+            call(
+                merge_segments,
+                torch.stack([torch.as_tensor(o) for o, _ in parts]),
+                torch.stack([torch.as_tensor(l) for _, l in parts]),
+            ),
+            "merge_segments",
+        )
         worst = max(worst, (got - want[i]).abs().max().item())
         assert torch.allclose(got, want[i], rtol=1e-4, atol=1e-5), (
             f"a decode with {ctx} keys in {segments} segments of {per_segment}: your merged output differs from "
-            f"the engine's reference attention by up to {(got - want[i]).abs().max():.2g}")
-    ok(f"{len(contexts)} decodes, contexts of {min(contexts)}-{max(contexts)} keys in {segments} segments each "
-       f"(some empty): the same attention as the reference, largest difference {worst:.1e}")
+            f"the engine's reference attention by up to {(got - want[i]).abs().max():.2g}"
+        )
+    ok(
+        f"{len(contexts)} decodes, contexts of {min(contexts)}-{max(contexts)} keys in {segments} segments each "
+        f"(some empty): the same attention as the reference, largest difference {worst:.1e}"
+    )
 
 
 # ---- exercise 6: the chunk-splitting rule ------------------------------------------------
-def chunk_rule(budget: int, num_decodes: int, remaining: list[int], cap: int = 0,
-               max_long: int | None = None) -> list[int]:
+def chunk_rule(
+    budget: int, num_decodes: int, remaining: list[int], cap: int = 0, max_long: int | None = None
+) -> list[int]:
     """The reference: decodes first; then prompts oldest first, each at most `cap` tokens (0: no
     cap), each what the budget has left. With `max_long`, at most that many prompts with more
     than `cap` tokens left take part; a later one gets 0 and its share goes to those behind it."""
@@ -911,16 +1199,16 @@ def chunk_rule(budget: int, num_decodes: int, remaining: list[int], cap: int = 0
 
 # (budget, decodes, prompts' remaining tokens, cap): each case adds one thing to the ones before
 SPLIT_CASES = [
-    (16, 0, [5], 0),              # one prompt that fits: it runs whole (a cap of 0 is no cap)
-    (16, 4, [30], 0),             # decodes first: the prompt gets what they leave
-    (16, 0, [5, 30], 0),          # what the first prompt leaves goes to the next
-    (16, 0, [30, 5], 0),          # oldest prompt first, whatever the lengths
-    (16, 16, [30], 0),            # the decodes used the whole budget
-    (16, 20, [30, 5], 0),         # more decodes than budget: nothing is left, and never less than nothing
-    (16, 2, [], 0),               # no prompts, no chunks
-    (1024, 60, [4096], 512),      # the sources' example: the cap, not the budget, sets the chunk
+    (16, 0, [5], 0),  # one prompt that fits: it runs whole (a cap of 0 is no cap)
+    (16, 4, [30], 0),  # decodes first: the prompt gets what they leave
+    (16, 0, [5, 30], 0),  # what the first prompt leaves goes to the next
+    (16, 0, [30, 5], 0),  # oldest prompt first, whatever the lengths
+    (16, 16, [30], 0),  # the decodes used the whole budget
+    (16, 20, [30, 5], 0),  # more decodes than budget: nothing is left, and never less than nothing
+    (16, 2, [], 0),  # no prompts, no chunks
+    (1024, 60, [4096], 512),  # the sources' example: the cap, not the budget, sets the chunk
     (1024, 60, [4096, 4096], 512),  # the cap is per prompt: what the first leaves goes to the next
-    (16, 4, [3, 30, 30], 5),      # each prompt at most the cap, until the budget is used up
+    (16, 4, [3, 30, 30], 5),  # each prompt at most the cap, until the budget is used up
 ]
 
 
@@ -929,40 +1217,90 @@ def split_slips(args: tuple, max_long: int | None = None) -> list[tuple[str, lis
     budget, decodes, remaining, cap = args
     room = max(0, budget - decodes)
     slips = []
-    if max_long is not None:  # part 2's own slips first: part 1's rule is right until the limit bites
+    if (
+        max_long is not None
+    ):  # part 2's own slips first: part 1's rule is right until the limit bites
         slips += [
-            (f"at most {max_long} prompt(s) with more than the cap ({cap}) left take part in a step",
-             chunk_rule(budget, decodes, remaining, cap)),
-            ("only long prompts (more than the cap left) count toward max_long",
-             [n if i < max_long else 0 for i, n in enumerate(chunk_rule(budget, decodes, remaining, cap))]),
-            (f"a prompt with exactly the cap ({cap}) left is not long",
-             long_rule(budget, decodes, remaining, cap, max_long, lambda r: r >= cap)),
-            ("a long prompt over the limit gets 0, and the prompts behind it still run",
-             long_rule(budget, decodes, remaining, cap, max_long, stop=True)),
-            ("the tokens a skipped prompt would have taken go to the prompts behind it",
-             long_rule(budget, decodes, remaining, cap, max_long, keep_share=True))]
-    slips += [("the budget is shared: what one prompt takes is gone for the ones behind it",
-               [min(r, room, cap or r) for r in remaining]),
-              ("the budget the first prompt leaves goes to the next one",
-               [min(r, room, cap or r) if i == 0 else 0 for i, r in enumerate(remaining)]),
-              ("oldest prompt first, whatever the lengths", [n for _, n in sorted(zip(
-                  sorted(range(len(remaining)), key=lambda i: remaining[i]),
-                  chunk_rule(budget, decodes, sorted(remaining), cap, max_long)))])]
+            (
+                f"at most {max_long} prompt(s) with more than the cap ({cap}) left take part in a step",
+                chunk_rule(budget, decodes, remaining, cap),
+            ),
+            (
+                "only long prompts (more than the cap left) count toward max_long",
+                [
+                    n if i < max_long else 0
+                    for i, n in enumerate(chunk_rule(budget, decodes, remaining, cap))
+                ],
+            ),
+            (
+                f"a prompt with exactly the cap ({cap}) left is not long",
+                long_rule(budget, decodes, remaining, cap, max_long, lambda r: r >= cap),
+            ),
+            (
+                "a long prompt over the limit gets 0, and the prompts behind it still run",
+                long_rule(budget, decodes, remaining, cap, max_long, stop=True),
+            ),
+            (
+                "the tokens a skipped prompt would have taken go to the prompts behind it",
+                long_rule(budget, decodes, remaining, cap, max_long, keep_share=True),
+            ),
+        ]
+    slips += [
+        (
+            "the budget is shared: what one prompt takes is gone for the ones behind it",
+            [min(r, room, cap or r) for r in remaining],
+        ),
+        (
+            "the budget the first prompt leaves goes to the next one",
+            [min(r, room, cap or r) if i == 0 else 0 for i, r in enumerate(remaining)],
+        ),
+        (
+            "oldest prompt first, whatever the lengths",
+            [
+                n
+                for _, n in sorted(
+                    zip(
+                        sorted(range(len(remaining)), key=lambda i: remaining[i]),
+                        chunk_rule(budget, decodes, sorted(remaining), cap, max_long),
+                    )
+                )
+            ],
+        ),
+    ]
     if decodes:
-        slips.append((f"the {decodes} decodes take their tokens first: {room} of the {budget} are left for the "
-                      f"prompts", chunk_rule(budget, 0, remaining, cap, max_long)))
+        slips.append(
+            (
+                f"the {decodes} decodes take their tokens first: {room} of the {budget} are left for the "
+                f"prompts",
+                chunk_rule(budget, 0, remaining, cap, max_long),
+            )
+        )
     if cap:
-        slips += [(f"no prompt takes more than the cap ({cap}) in one step",
-                   chunk_rule(budget, decodes, remaining, 0, None)),
-                  ("the cap is per prompt, not for all prompts of the step together",
-                   chunk_rule(min(room, cap), 0, remaining, 0, None))]
+        slips += [
+            (
+                f"no prompt takes more than the cap ({cap}) in one step",
+                chunk_rule(budget, decodes, remaining, 0, None),
+            ),
+            (
+                "the cap is per prompt, not for all prompts of the step together",
+                chunk_rule(min(room, cap), 0, remaining, 0, None),
+            ),
+        ]
     else:
         slips.append(("a cap of 0 means no cap", [min(r, room, cap) for r in remaining]))
     return slips
 
 
-def long_rule(budget: int, decodes: int, remaining: list[int], cap: int, max_long: int | None,
-              is_long=None, stop: bool = False, keep_share: bool = False) -> list[int]:
+def long_rule(
+    budget: int,
+    decodes: int,
+    remaining: list[int],
+    cap: int,
+    max_long: int | None,
+    is_long=None,
+    stop: bool = False,
+    keep_share: bool = False,
+) -> list[int]:
     """Part 2's rule with one slip: another meaning of long, a step that stops at the first prompt
     over the limit, or the skipped prompt's share taken out of the budget anyway."""
     is_long = is_long or (lambda r: r > cap)
@@ -977,15 +1315,22 @@ def long_rule(budget: int, decodes: int, remaining: list[int], cap: int, max_lon
     return chunks
 
 
-def check_split(fn, args: tuple, max_long: int | None = None, limited: bool = False,
-                ruled_out: set | None = None) -> None:
+def check_split(
+    fn,
+    args: tuple,
+    max_long: int | None = None,
+    limited: bool = False,
+    ruled_out: set | None = None,
+) -> None:
     """`fn(*args)` (part 1), or `fn(*args, max_long)` (part 2: `limited`), against the reference.
     `ruled_out` collects the slips that this answer has shown, on an earlier case, it does not make."""
     extra = (max_long,) if limited else ()
     name = f"{fn.__name__}{(*args, *extra)}"
     got = call(fn, *args, *extra, what=name)
     want = chunk_rule(*args, max_long=max_long)
-    assert not isinstance(got, (str, bytes)) and hasattr(got, "__iter__"), f"{name}: return a list, got {got!r}"
+    assert not isinstance(got, (str, bytes)) and hasattr(got, "__iter__"), (
+        f"{name}: return a list, got {got!r}"
+    )
     got = list(got)
     slips = split_slips(args, max_long)
     ruled_out = set() if ruled_out is None else ruled_out
@@ -1009,8 +1354,14 @@ def check_split_budget(split_budget) -> None:
     budget = 48
     specs = make_workload("uniform", num_requests=6, seed=6)
     for cap in (0, 20):
-        engine = simulated_engine("llama-3-8b", "h100", policy="chunked", max_num_batched_tokens=budget,
-                                  long_prefill_token_threshold=cap, max_num_seqs=6)
+        engine = simulated_engine(
+            "llama-3-8b",
+            "h100",
+            policy="chunked",
+            max_num_batched_tokens=budget,
+            long_prefill_token_threshold=cap,
+            max_num_seqs=6,
+        )
         engine.add_workload(specs)
         tl = engine.run()
         remaining = {s.id: len(s.prompt_ids) for s in specs}
@@ -1018,24 +1369,33 @@ def check_split_budget(split_budget) -> None:
             decodes = sum(i.kind == "decode" for i in step.items)
             pending = [rid for rid, n in remaining.items() if n > 0]
             got = list(call(split_budget, budget, decodes, [remaining[r] for r in pending], cap))
-            want = [next((i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"), 0)
-                    for r in pending]
-            assert got == want, f"cap {cap}, step {step.step}: you split {got}, the engine ran {want}"
+            want = [
+                next(
+                    (i.num_tokens for i in step.items if i.request_id == r and i.kind == "prefill"),
+                    0,
+                )
+                for r in pending
+            ]
+            assert got == want, (
+                f"cap {cap}, step {step.step}: you split {got}, the engine ran {want}"
+            )
             for r, n in zip(pending, want):
                 remaining[r] -= n
-    ok(f"{len(SPLIT_CASES)} hand cases, and the engine's chunks in every step of a {budget}-token budget run, "
-       f"with and without a cap")
+    ok(
+        f"{len(SPLIT_CASES)} hand cases, and the engine's chunks in every step of a {budget}-token budget run, "
+        f"with and without a cap"
+    )
 
 
 # (budget, decodes, prompts' remaining tokens, cap), max_long
 LONG_CASES = [
-    ((64, 4, [100, 100, 10], 16), None),    # no limit: the rule of part 1
-    ((64, 4, [100, 100, 10], 16), 2),       # two long prompts allowed: the same
-    ((64, 4, [100, 100, 10], 16), 1),       # one allowed: the second gets 0, the short one still runs
-    ((64, 0, [16, 100, 100, 20], 16), 1),   # 16 left is not more than the cap: not long; 20 is
-    ((40, 8, [100, 30, 100, 5], 16), 1),    # the skipped prompts' share goes to the one behind them
+    ((64, 4, [100, 100, 10], 16), None),  # no limit: the rule of part 1
+    ((64, 4, [100, 100, 10], 16), 2),  # two long prompts allowed: the same
+    ((64, 4, [100, 100, 10], 16), 1),  # one allowed: the second gets 0, the short one still runs
+    ((64, 0, [16, 100, 100, 20], 16), 1),  # 16 left is not more than the cap: not long; 20 is
+    ((40, 8, [100, 30, 100, 5], 16), 1),  # the skipped prompts' share goes to the one behind them
     ((40, 8, [100, 30, 100, 5, 9], 16), 2),
-    ((24, 20, [100, 3, 100, 2], 8), 1),     # the budget ends before the limit matters
+    ((24, 20, [100, 3, 100, 2], 8), 1),  # the budget ends before the limit matters
 ]
 
 
@@ -1046,11 +1406,17 @@ def check_split_budget_long(split_budget_long) -> None:
     rng = random.Random(7)
     for _ in range(300):
         cap = rng.choice([4, 8, 16])
-        args = (rng.randrange(8, 80), rng.randrange(0, 12), [rng.randrange(1, 60) for _ in range(rng.randrange(6))],
-                cap)
+        args = (
+            rng.randrange(8, 80),
+            rng.randrange(0, 12),
+            [rng.randrange(1, 60) for _ in range(rng.randrange(6))],
+            cap,
+        )
         check_split(split_budget_long, args, rng.choice([None, 1, 2, 3]), limited=True)
-    ok(f"{len(LONG_CASES)} hand cases and 300 random ones: at most max_long long prompts a step, and the short "
-       f"ones behind them get the rest")
+    ok(
+        f"{len(LONG_CASES)} hand cases and 300 random ones: at most max_long long prompts a step, and the short "
+        f"ones behind them get the rest"
+    )
 
 
 # ---- exercise 7: goodput, per request and per percentile ------------------------------------
@@ -1067,28 +1433,56 @@ def handmade_timeline(requests: list[tuple], end: float):
         else:
             times = [first + (finish - first) * k / (n - 1) for k in range(n)] if n > 1 else [first]
             reason = "length"
-        records.append(RequestRecord(f"h{i}", arrival, 8, max(n, 1), scheduled[0] if scheduled else arrival,
-                                     first, times, finish, n, reason, 0))
+        records.append(
+            RequestRecord(
+                f"h{i}",
+                arrival,
+                8,
+                max(n, 1),
+                scheduled[0] if scheduled else arrival,
+                first,
+                times,
+                finish,
+                n,
+                reason,
+                0,
+            )
+        )
     start = min(r[0] for r in requests)
     return Timeline(steps=[StepRecord(0, start, end, [], 0, 0, 0, 0, 0)], requests=records)
 
 
 # arrival, first token, finish, tokens[, scheduled]: TTFT 0.25 / 0.5 / 0.25 / 1.0 s (the last one
 # waited 0.5 s in the queue); TPOT none (one token) / 0.125 / 0.125 / 0.125 s; span 2 s
-HANDMADE = [(0.5, 0.75, 0.75, 1), (0.5, 1.0, 1.125, 2), (1.0, 1.25, 2.25, 9), (1.0, 2.0, 2.5, 5, 1.5)]
+HANDMADE = [
+    (0.5, 0.75, 0.75, 1),
+    (0.5, 1.0, 1.125, 2),
+    (1.0, 1.25, 2.25, 9),
+    (1.0, 2.0, 2.5, 5, 1.5),
+]
 ABORTED = (0.75, None, 1.5, 0)  # arrived, then aborted before its first token
 # (ttft_slo, tpot_slo, with the aborted request): each case adds one thing to the ones before
-GOODPUT_CASES = [(None, None, False), (0.5, None, False), (None, 0.2, False), (None, 0.125, False),
-                 (None, 0.1, False), (0.25, 0.1, False), (None, None, True), (1.0, 0.125, True)]
+GOODPUT_CASES = [
+    (None, None, False),
+    (0.5, None, False),
+    (None, 0.2, False),
+    (None, 0.125, False),
+    (None, 0.1, False),
+    (0.25, 0.1, False),
+    (None, None, True),
+    (1.0, 0.125, True),
+]
 
 
 def goodput_slips() -> list[tuple[str, object]]:
     """Request goodputs with one usual slip each, to name the cause of a wrong answer."""
+
     def goodput(good, span=None):
         def fn(tl, a, b):
             start = min(r.arrival for r in tl.requests)
             end = max(s.t_end for s in tl.steps)
             return sum(good(r, a, b) for r in tl.requests) / (span(tl) if span else end - start)
+
         return fn
 
     def within(x, limit, strict=False):
@@ -1101,35 +1495,88 @@ def goodput_slips() -> list[tuple[str, object]]:
         if r.t_first_token is None:
             return aborted
         ttft = r.t_first_token - (r.t_scheduled if ttft_from == "scheduled" else r.arrival)
-        return within(ttft, a, strict) and within(tpot_of(r) if tpot_of else tpot(r, one), b, strict)
+        return within(ttft, a, strict) and within(
+            tpot_of(r) if tpot_of else tpot(r, one), b, strict
+        )
 
     return [
-        ("a request exactly at a limit meets it (<=, not <)", goodput(lambda r, a, b: meets(r, a, b, strict=True))),
-        ("a one-token request has no gap between tokens: no TPOT limit can fail it",
-         goodput(lambda r, a, b: meets(r, a, b, one=float("inf")))),
-        ("a one-token request counts like any other: it met the TTFT limit, and no TPOT limit can fail it",
-         goodput(lambda r, a, b: r.output_len > 1 and meets(r, a, b))),
-        ("TTFT runs from the request's arrival, its time in the queue included",
-         goodput(lambda r, a, b: meets(r, a, b, ttft_from="scheduled"))),
-        ("TPOT averages the gaps after the first token: output_len - 1 of them",
-         goodput(lambda r, a, b: meets(r, a, b, tpot_of=lambda r: (r.t_finished - r.t_first_token) / r.output_len))),
-        ("a request that produced no token (aborted before its first) kept no promise: it does not count",
-         goodput(lambda r, a, b: meets(r, a, b, aborted=True))),
-        ("TPOT runs from the first token to the last, not from the arrival",
-         goodput(lambda r, a, b: meets(r, a, b, tpot_of=lambda r: (r.t_finished - r.arrival) / max(r.output_len, 1)))),
-        ("TPOT runs from the first token to the last, not from the arrival",
-         goodput(lambda r, a, b: meets(r, a, b, tpot_of=lambda r: (r.t_finished - r.arrival) / (
-             r.output_len - 1) if r.output_len > 1 else 0.0))),
-        ("the span starts at the first arrival, not at 0",
-         goodput(meets, span=lambda tl: max(s.t_end for s in tl.steps))),
-        ("the span runs from the first arrival to the end of the last step",
-         goodput(meets, span=lambda tl: max(s.t_end for s in tl.steps) - max(r.arrival for r in tl.requests))),
-        ("request goodput counts requests, not their tokens", lambda tl, a, b: sum(
-            r.output_len for r in tl.requests if meets(r, a, b)) / (max(s.t_end for s in tl.steps) - min(
-                r.arrival for r in tl.requests))),
-        ("request goodput is requests per second of the span, not a count", goodput(meets, span=lambda tl: 1.0)),
-        ("request goodput is requests per second of the span, not the share of requests",
-         goodput(meets, span=lambda tl: len(tl.requests))),
+        (
+            "a request exactly at a limit meets it (<=, not <)",
+            goodput(lambda r, a, b: meets(r, a, b, strict=True)),
+        ),
+        (
+            "a one-token request has no gap between tokens: no TPOT limit can fail it",
+            goodput(lambda r, a, b: meets(r, a, b, one=float("inf"))),
+        ),
+        (
+            "a one-token request counts like any other: it met the TTFT limit, and no TPOT limit can fail it",
+            goodput(lambda r, a, b: r.output_len > 1 and meets(r, a, b)),
+        ),
+        (
+            "TTFT runs from the request's arrival, its time in the queue included",
+            goodput(lambda r, a, b: meets(r, a, b, ttft_from="scheduled")),
+        ),
+        (
+            "TPOT averages the gaps after the first token: output_len - 1 of them",
+            goodput(
+                lambda r, a, b: meets(
+                    r, a, b, tpot_of=lambda r: (r.t_finished - r.t_first_token) / r.output_len
+                )
+            ),
+        ),
+        (
+            "a request that produced no token (aborted before its first) kept no promise: it does not count",
+            goodput(lambda r, a, b: meets(r, a, b, aborted=True)),
+        ),
+        (
+            "TPOT runs from the first token to the last, not from the arrival",
+            goodput(
+                lambda r, a, b: meets(
+                    r, a, b, tpot_of=lambda r: (r.t_finished - r.arrival) / max(r.output_len, 1)
+                )
+            ),
+        ),
+        (
+            "TPOT runs from the first token to the last, not from the arrival",
+            goodput(
+                lambda r, a, b: meets(
+                    r,
+                    a,
+                    b,
+                    tpot_of=lambda r: (
+                        (r.t_finished - r.arrival) / (r.output_len - 1) if r.output_len > 1 else 0.0
+                    ),
+                )
+            ),
+        ),
+        (
+            "the span starts at the first arrival, not at 0",
+            goodput(meets, span=lambda tl: max(s.t_end for s in tl.steps)),
+        ),
+        (
+            "the span runs from the first arrival to the end of the last step",
+            goodput(
+                meets,
+                span=lambda tl: (
+                    max(s.t_end for s in tl.steps) - max(r.arrival for r in tl.requests)
+                ),
+            ),
+        ),
+        (
+            "request goodput counts requests, not their tokens",
+            lambda tl, a, b: (
+                sum(r.output_len for r in tl.requests if meets(r, a, b))
+                / (max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests))
+            ),
+        ),
+        (
+            "request goodput is requests per second of the span, not a count",
+            goodput(meets, span=lambda tl: 1.0),
+        ),
+        (
+            "request goodput is requests per second of the span, not the share of requests",
+            goodput(meets, span=lambda tl: len(tl.requests)),
+        ),
     ]
 
 
@@ -1150,11 +1597,15 @@ def learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what: str):
     except (AssertionError, NotImplementedError):
         raise
     except Exception as e:  # noqa: BLE001
-        raise AssertionError(f"{what}: request_goodput raised {type(e).__name__}: {e}{first_token_hint(e)}") from e
+        raise AssertionError(
+            f"{what}: request_goodput raised {type(e).__name__}: {e}{first_token_hint(e)}"
+        ) from e
 
 
 def check_request_goodput(meets_slo, request_goodput) -> None:
-    from minilm.metrics import meets_slo as reference_meets, request_goodput as reference, tpots, ttfts
+    from minilm.metrics import meets_slo as reference_meets
+    from minilm.metrics import request_goodput as reference
+    from minilm.metrics import tpots, ttfts
 
     with_aborted = handmade_timeline(HANDMADE + [ABORTED], end=2.5)
     for r in with_aborted.requests:
@@ -1164,27 +1615,43 @@ def check_request_goodput(meets_slo, request_goodput) -> None:
             except (AssertionError, NotImplementedError):
                 raise
             except Exception as e:  # noqa: BLE001
-                raise AssertionError(f"meets_slo(request {r.request_id}, {slos}) raised {type(e).__name__}: "
-                                     f"{e}{first_token_hint(e)}") from e
+                raise AssertionError(
+                    f"meets_slo(request {r.request_id}, {slos}) raised {type(e).__name__}: "
+                    f"{e}{first_token_hint(e)}"
+                ) from e
             want = reference_meets(r, *slos)
             if r.t_first_token is None:
                 measured = "no first token (aborted before it produced one): it met no limit"
             else:
                 measured = f"TTFT {r.t_first_token - r.arrival}, TPOT " + (
-                    f"{(r.t_finished - r.t_first_token) / (r.output_len - 1)}" if r.output_len > 1 else
-                    "none (one token: no TPOT limit can fail it)")
-            assert bool(got) == want, (f"meets_slo(request {r.request_id}, ttft_slo={slos[0]}, tpot_slo={slos[1]}): "
-                                       f"you say {bool(got)}; it has {measured}")
+                    f"{(r.t_finished - r.t_first_token) / (r.output_len - 1)}"
+                    if r.output_len > 1
+                    else "none (one token: no TPOT limit can fail it)"
+                )
+            assert bool(got) == want, (
+                f"meets_slo(request {r.request_id}, ttft_slo={slos[0]}, tpot_slo={slos[1]}): "
+                f"you say {bool(got)}; it has {measured}"
+            )
     plain = handmade_timeline(HANDMADE, end=2.5)
     ruled_out: set[str] = set()  # slips an earlier case showed this answer does not make
     for ttft_slo, tpot_slo, aborted in GOODPUT_CASES:
         tl = with_aborted if aborted else plain
-        what = f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}" + (", one request aborted" if aborted else "")
-        got, want = learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what), reference(tl, ttft_slo, tpot_slo)
+        what = f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}" + (
+            ", one request aborted" if aborted else ""
+        )
+        got, want = (
+            learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what),
+            reference(tl, ttft_slo, tpot_slo),
+        )
         slips = [(why, slip(tl, ttft_slo, tpot_slo)) for why, slip in goodput_slips()]
         if not close(got, want, rel_tol=1e-6):
-            why = next((why for why, value in slips if why not in ruled_out and close(got, value, 1e-6)), "")
-            raise AssertionError(f"{what}: you got {got} req/s, expected {want}" + (f": {why}" if why else ""))
+            why = next(
+                (why for why, value in slips if why not in ruled_out and close(got, value, 1e-6)),
+                "",
+            )
+            raise AssertionError(
+                f"{what}: you got {got} req/s, expected {want}" + (f": {why}" if why else "")
+            )
         ruled_out |= {why for why, value in slips if not close(value, want, 1e-6)}
     # a simulated run with a one-token request and two aborted ones (one before its first
     # token); SLO limits halfway between two requests' values, where no rounding decides
@@ -1194,10 +1661,13 @@ def check_request_goodput(meets_slo, request_goodput) -> None:
         for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
             want = reference(run, ttft_slo, tpot_slo)
             got = learner_goodput(request_goodput, run, ttft_slo, tpot_slo, "simulated run")
-            assert close(got, want, rel_tol=1e-6), \
+            assert close(got, want, rel_tol=1e-6), (
                 f"simulated run, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got} req/s, expected {want:.4f}"
-    ok(f"meets_slo and request goodput right on hand-made runs (limits met exactly, one token, an aborted "
-       f"request) and on 9 SLOs of a simulated run")
+            )
+    ok(
+        "meets_slo and request goodput right on hand-made runs (limits met exactly, one token, an aborted "
+        "request) and on 9 SLOs of a simulated run"
+    )
 
 
 def goodput_run():
@@ -1205,7 +1675,9 @@ def goodput_run():
     one aborted while it waits (no first token) and one aborted while it decodes."""
     from minilm.sim import simulated_engine
 
-    specs = make_workload("mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512, vocab_size=128256)
+    specs = make_workload(
+        "mixed", num_requests=12, seed=7, rate=200.0, max_model_len=512, vocab_size=128256
+    )
     specs.append(RequestSpec("one-token", [1] * 32, max_tokens=1, arrival=specs[4].arrival))
     engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=4)
     engine.add_workload(specs)
@@ -1224,7 +1696,10 @@ def keeps_percentiles(tl, ttft_slo: float | None, tpot_slo: float | None, target
     first token misses), and at least `target` of those with more than one token have
     TPOT <= tpot_slo; each limit on its own. None is no limit."""
     if ttft_slo is not None:
-        met = sum(r.t_first_token is not None and r.t_first_token - r.arrival <= ttft_slo for r in tl.requests)
+        met = sum(
+            r.t_first_token is not None and r.t_first_token - r.arrival <= ttft_slo
+            for r in tl.requests
+        )
         if Fraction(met, len(tl.requests)) < Fraction(target):
             return False
     if tpot_slo is not None:
@@ -1236,11 +1711,23 @@ def keeps_percentiles(tl, ttft_slo: float | None, tpot_slo: float | None, target
 
 
 def percentile_reference(runs_by_rate: dict, ttft_slo, tpot_slo, target: float) -> float:
-    return max((rate for rate, tl in runs_by_rate.items() if keeps_percentiles(tl, ttft_slo, tpot_slo, target)),
-               default=0.0)
+    return max(
+        (
+            rate
+            for rate, tl in runs_by_rate.items()
+            if keeps_percentiles(tl, ttft_slo, tpot_slo, target)
+        ),
+        default=0.0,
+    )
 
 
-def eight(ttft_misses: int = 0, tpot_misses: int = 0, one_token: int = 0, aborted: int = 0, overlap: bool = False):
+def eight(
+    ttft_misses: int = 0,
+    tpot_misses: int = 0,
+    one_token: int = 0,
+    aborted: int = 0,
+    overlap: bool = False,
+):
     """A run of eight requests (shares of eight are exact in binary): each arrives at 0, good ones
     have TTFT 0.25 s and TPOT 0.125 s; `ttft_misses` have TTFT 1 s, `tpot_misses` TPOT 0.5 s
     (the same requests as the TTFT misses if `overlap`, else the next ones); then `one_token`
@@ -1248,7 +1735,9 @@ def eight(ttft_misses: int = 0, tpot_misses: int = 0, one_token: int = 0, aborte
     rows = []
     for i in range(8):
         slow_first = i < ttft_misses
-        slow_tokens = (i < tpot_misses) if overlap else (ttft_misses <= i < ttft_misses + tpot_misses)
+        slow_tokens = (
+            (i < tpot_misses) if overlap else (ttft_misses <= i < ttft_misses + tpot_misses)
+        )
         first = 1.0 if slow_first else 0.25
         if i >= 8 - aborted:
             rows.append((0.0, None, 0.5, 0))
@@ -1261,21 +1750,28 @@ def eight(ttft_misses: int = 0, tpot_misses: int = 0, one_token: int = 0, aborte
 
 # rate -> run; given out of order on purpose (a dict is read in the order it was written)
 PERCENTILE_RUNS = {
-    4.0: eight(ttft_misses=2),                   # 6 of 8 within the TTFT limit
-    1.0: eight(),                                # all within both limits
+    4.0: eight(ttft_misses=2),  # 6 of 8 within the TTFT limit
+    1.0: eight(),  # all within both limits
     8.0: eight(ttft_misses=4, tpot_misses=4),
-    2.0: eight(ttft_misses=1, tpot_misses=1),    # 7 of 8 within each limit, only 6 within both
-    3.0: eight(tpot_misses=1, one_token=2),      # 5 of the 6 with a TPOT within it; the one-token ones have none
-    2.5: eight(aborted=1),                       # one request aborted before its first token
+    2.0: eight(ttft_misses=1, tpot_misses=1),  # 7 of 8 within each limit, only 6 within both
+    3.0: eight(
+        tpot_misses=1, one_token=2
+    ),  # 5 of the 6 with a TPOT within it; the one-token ones have none
+    2.5: eight(aborted=1),  # one request aborted before its first token
 }
 # (rates used, ttft_slo, tpot_slo, target): each case adds one thing to the ones before
 PERCENTILE_CASES = [
-    ((1.0,), 0.5, 0.25, 1.0),               # every request within both: a share exactly at the target keeps it
-    ((2.0, 1.0, 4.0), 0.5, None, 0.75),     # the target you are given: 6 of 8 is exactly 75%
-    ((1.0, 2.0, 4.0, 8.0), 0.5, 0.25, 0.875),  # each limit on its own: 7 of 8 and 7 of 8, not 6 of 8 for both
-    ((1.0, 3.0), None, 0.25, 0.875),        # TPOT shares among the requests that have a TPOT
-    ((1.0, 2.5), 0.5, None, 1.0),           # an aborted request missed its TTFT limit
-    ((8.0,), 0.5, 0.25, 0.75),              # no rate keeps the target: 0.0
+    ((1.0,), 0.5, 0.25, 1.0),  # every request within both: a share exactly at the target keeps it
+    ((2.0, 1.0, 4.0), 0.5, None, 0.75),  # the target you are given: 6 of 8 is exactly 75%
+    (
+        (1.0, 2.0, 4.0, 8.0),
+        0.5,
+        0.25,
+        0.875,
+    ),  # each limit on its own: 7 of 8 and 7 of 8, not 6 of 8 for both
+    ((1.0, 3.0), None, 0.25, 0.875),  # TPOT shares among the requests that have a TPOT
+    ((1.0, 2.5), 0.5, None, 1.0),  # an aborted request missed its TTFT limit
+    ((8.0,), 0.5, 0.25, 0.75),  # no rate keeps the target: 0.0
     ((2.0, 1.0, 8.0, 4.0, 3.0, 2.5), 0.5, 0.25, 0.75),  # the highest rate, whatever the order
 ]
 
@@ -1285,39 +1781,83 @@ def percentile_slips() -> list[tuple[str, object]]:
     from minilm.metrics import meets_slo
 
     def highest(keeps):
-        return lambda runs, a, b, target: max((rate for rate, tl in runs.items() if keeps(tl, a, b, target)),
-                                              default=0.0)
+        return lambda runs, a, b, target: max(
+            (rate for rate, tl in runs.items() if keeps(tl, a, b, target)), default=0.0
+        )
 
     def share(met, n):
         return met / n if n else 1.0
 
     def per_metric(tl, a, b, target, tpot_of=None, aborted_in=True):
         reqs = [r for r in tl.requests if aborted_in or r.t_first_token is not None]
-        ok_ttft = a is None or share(sum(r.t_first_token is not None and r.t_first_token - r.arrival <= a
-                                         for r in reqs), len(reqs)) >= target
+        ok_ttft = (
+            a is None
+            or share(
+                sum(r.t_first_token is not None and r.t_first_token - r.arrival <= a for r in reqs),
+                len(reqs),
+            )
+            >= target
+        )
         many = [r for r in tl.requests if r.output_len > 1] if tpot_of is None else reqs
         tp = tpot_of or (lambda r: (r.t_finished - r.t_first_token) / (r.output_len - 1))
         return ok_ttft and (b is None or share(sum(tp(r) <= b for r in many), len(many)) >= target)
 
     return [
-        ("each limit counts on its own (a share of the TTFTs, a share of the TPOTs), not the requests that "
-         "meet both", highest(lambda tl, a, b, t: share(sum(meets_slo(r, a, b) for r in tl.requests),
-                                                         len(tl.requests)) >= t)),
-        ("a request with one token has no TPOT: the TPOT share is among the requests that have one",
-         highest(lambda tl, a, b, t: per_metric(tl, a, b, t, tpot_of=lambda r: (
-             (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else 0.0)
-             if r.t_first_token is not None else float("inf")))),
-        ("a request aborted before its first token missed the TTFT limit: it stays in the count",
-         highest(lambda tl, a, b, t: per_metric(tl, a, b, t, aborted_in=False))),
+        (
+            "each limit counts on its own (a share of the TTFTs, a share of the TPOTs), not the requests that "
+            "meet both",
+            highest(
+                lambda tl, a, b, t: (
+                    share(sum(meets_slo(r, a, b) for r in tl.requests), len(tl.requests)) >= t
+                )
+            ),
+        ),
+        (
+            "a request with one token has no TPOT: the TPOT share is among the requests that have one",
+            highest(
+                lambda tl, a, b, t: per_metric(
+                    tl,
+                    a,
+                    b,
+                    t,
+                    tpot_of=lambda r: (
+                        (
+                            (r.t_finished - r.t_first_token) / (r.output_len - 1)
+                            if r.output_len > 1
+                            else 0.0
+                        )
+                        if r.t_first_token is not None
+                        else float("inf")
+                    ),
+                )
+            ),
+        ),
+        (
+            "a request aborted before its first token missed the TTFT limit: it stays in the count",
+            highest(lambda tl, a, b, t: per_metric(tl, a, b, t, aborted_in=False)),
+        ),
         ("use the target you are given", highest(lambda tl, a, b, t: per_metric(tl, a, b, 0.9))),
-        ("a share exactly at the target keeps it (>=, not >)",
-         highest(lambda tl, a, b, t: per_metric(tl, a, b, t) and all(share(x, n) > t
-                                                                       for x, n in share_counts(tl, a, b)))),
-        ("the highest rate that keeps the target, whatever order the runs come in (not the last in the dict)",
-         lambda runs, a, b, t: next((rate for rate, tl in reversed(runs.items()) if keeps_percentiles(tl, a, b, t)),
-                                    0.0)),
-        ("the highest rate that keeps the target, whatever order the runs come in (not the first in the dict)",
-         lambda runs, a, b, t: next((rate for rate, tl in runs.items() if keeps_percentiles(tl, a, b, t)), 0.0)),
+        (
+            "a share exactly at the target keeps it (>=, not >)",
+            highest(
+                lambda tl, a, b, t: (
+                    per_metric(tl, a, b, t)
+                    and all(share(x, n) > t for x, n in share_counts(tl, a, b))
+                )
+            ),
+        ),
+        (
+            "the highest rate that keeps the target, whatever order the runs come in (not the last in the dict)",
+            lambda runs, a, b, t: next(
+                (rate for rate, tl in reversed(runs.items()) if keeps_percentiles(tl, a, b, t)), 0.0
+            ),
+        ),
+        (
+            "the highest rate that keeps the target, whatever order the runs come in (not the first in the dict)",
+            lambda runs, a, b, t: next(
+                (rate for rate, tl in runs.items() if keeps_percentiles(tl, a, b, t)), 0.0
+            ),
+        ),
     ]
 
 
@@ -1325,11 +1865,23 @@ def share_counts(tl, a, b) -> list[tuple[int, int]]:
     """(met, out of) for each limit that is set."""
     out = []
     if a is not None:
-        out.append((sum(r.t_first_token is not None and r.t_first_token - r.arrival <= a for r in tl.requests),
-                    len(tl.requests)))
+        out.append(
+            (
+                sum(
+                    r.t_first_token is not None and r.t_first_token - r.arrival <= a
+                    for r in tl.requests
+                ),
+                len(tl.requests),
+            )
+        )
     if b is not None:
         many = [r for r in tl.requests if r.output_len > 1]
-        out.append((sum((r.t_finished - r.t_first_token) / (r.output_len - 1) <= b for r in many), len(many)))
+        out.append(
+            (
+                sum((r.t_finished - r.t_first_token) / (r.output_len - 1) <= b for r in many),
+                len(many),
+            )
+        )
     return out
 
 
@@ -1339,32 +1891,57 @@ def check_percentile_goodput(percentile_goodput) -> None:
     ruled_out: set[str] = set()  # slips an earlier case showed this answer does not make
     for rates, ttft_slo, tpot_slo, target in PERCENTILE_CASES:
         runs = {rate: PERCENTILE_RUNS[rate] for rate in rates}
-        what = f"runs at {list(runs)} req/s, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}, target={target}"
-        got = call(percentile_goodput, runs, ttft_slo, tpot_slo, target, what=f"percentile_goodput: {what}")
+        what = (
+            f"runs at {list(runs)} req/s, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}, target={target}"
+        )
+        got = call(
+            percentile_goodput, runs, ttft_slo, tpot_slo, target, what=f"percentile_goodput: {what}"
+        )
         want = percentile_reference(runs, ttft_slo, tpot_slo, target)
-        assert got is not None, f"{what}: you got None; when no rate keeps the target, the goodput is 0.0 req/s"
+        assert got is not None, (
+            f"{what}: you got None; when no rate keeps the target, the goodput is 0.0 req/s"
+        )
         slips = [(why, slip(runs, ttft_slo, tpot_slo, target)) for why, slip in percentile_slips()]
         if not close(got, want):
-            why = next((why for why, value in slips if why not in ruled_out and close(got, value)), "")
-            raise AssertionError(f"{what}: you got {got}, expected {want} req/s" + (f": {why}" if why else ""))
+            why = next(
+                (why for why, value in slips if why not in ruled_out and close(got, value)), ""
+            )
+            raise AssertionError(
+                f"{what}: you got {got}, expected {want} req/s" + (f": {why}" if why else "")
+            )
         ruled_out |= {why for why, value in slips if not close(value, want)}
     # a real sweep: Llama-3-8B on an H100 (simulated), one workload shape at rising rates; no
     # share lands exactly on the target, where float rounding could decide
     sweep = {}
     for rate in (50.0, 100.0, 200.0, 400.0):
         engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=32)
-        engine.add_workload(make_workload("mixed", num_requests=60, seed=7, rate=rate, vocab_size=128256))
+        engine.add_workload(
+            make_workload("mixed", num_requests=60, seed=7, rate=rate, vocab_size=128256)
+        )
         sweep[rate] = engine.run()
     results = []
     for slos in [(0.5, 0.010), (0.1, None), (None, 0.007), (0.2, 0.009)]:
-        assert all(abs(Fraction(m, n) - Fraction(0.9)) > Fraction(1, 10 ** 6)
-                   for tl in sweep.values() for m, n in share_counts(tl, *slos))
+        assert all(
+            abs(Fraction(m, n) - Fraction(0.9)) > Fraction(1, 10**6)
+            for tl in sweep.values()
+            for m, n in share_counts(tl, *slos)
+        )
         want = percentile_reference(sweep, *slos, 0.9)
-        got = call(percentile_goodput, sweep, *slos, 0.9, what=f"percentile_goodput on a simulated sweep, SLOs {slos}")
-        assert close(got, want), f"simulated sweep, SLOs {slos}, target 0.9: you got {got}, expected {want} req/s"
+        got = call(
+            percentile_goodput,
+            sweep,
+            *slos,
+            0.9,
+            what=f"percentile_goodput on a simulated sweep, SLOs {slos}",
+        )
+        assert close(got, want), (
+            f"simulated sweep, SLOs {slos}, target 0.9: you got {got}, expected {want} req/s"
+        )
         results.append(want)
-    ok(f"per-percentile goodput right on {len(PERCENTILE_CASES)} hand-made sweeps and a simulated one "
-       f"({', '.join(f'{g:g}' for g in results)} req/s for its four SLO pairs)")
+    ok(
+        f"per-percentile goodput right on {len(PERCENTILE_CASES)} hand-made sweeps and a simulated one "
+        f"({', '.join(f'{g:g}' for g in results)} req/s for its four SLO pairs)"
+    )
 
 
 # ---- exercise 8: the longest cached prefix, and an order that cannot starve -----------------
@@ -1372,42 +1949,58 @@ def check_prefix_lookup(block_keys, cached_prefix_len) -> None:
     check_block_keys(block_keys)
     cases = check_lookup_cases(block_keys, cached_prefix_len)
     requests, hits = check_lookup_against_engine(block_keys, cached_prefix_len)
-    ok(f"keys name whole prefixes; {cases} hand-made lookups right; the same hits as the engine's prefix cache "
-       f"for all {requests} requests of a shared-prefix and a multi-turn run ({hits} cached tokens)")
+    ok(
+        f"keys name whole prefixes; {cases} hand-made lookups right; the same hits as the engine's prefix cache "
+        f"for all {requests} requests of a shared-prefix and a multi-turn run ({hits} cached tokens)"
+    )
 
 
 def check_block_keys(block_keys) -> None:
     rng = random.Random(8)
     t = [rng.randrange(1000) for _ in range(18)]
     keys = call(block_keys, list(t), 4)
-    assert len(keys) == 4, (f"18 tokens in blocks of 4: you named {len(keys)} blocks. Which blocks can a "
-                            f"later request share, given that this request keeps writing into its last one?")
-    assert len(call(block_keys, t[:16], 4)) == 4, "16 tokens in blocks of 4 are four full blocks: four keys"
+    assert len(keys) == 4, (
+        f"18 tokens in blocks of 4: you named {len(keys)} blocks. Which blocks can a "
+        f"later request share, given that this request keeps writing into its last one?"
+    )
+    assert len(call(block_keys, t[:16], 4)) == 4, (
+        "16 tokens in blocks of 4 are four full blocks: four keys"
+    )
     assert len(call(block_keys, t[:3], 4)) == 0, "3 tokens in blocks of 4 fill no block: no key"
     assert len({k: None for k in keys}) == 4, "the four keys must be hashable and all different"
-    assert keys == call(block_keys, list(t), 4), "the same tokens must give the same keys every time"
-    assert call(block_keys, t[:9], 4) == keys[:2], "a block's key may not depend on tokens after the block"
+    assert keys == call(block_keys, list(t), 4), (
+        "the same tokens must give the same keys every time"
+    )
+    assert call(block_keys, t[:9], 4) == keys[:2], (
+        "a block's key may not depend on tokens after the block"
+    )
     changed = call(block_keys, t[:9] + [t[9] + 1] + t[10:], 4)
-    assert changed[:2] == keys[:2] and changed[2] != keys[2], "changing a token of block 2 must change block 2's key"
-    assert changed[3] != keys[3], ("block 3's tokens did not change, but the tokens before it did. Is its K/V "
-                                   "(in every layer) the same as before? Then should its key be?")
+    assert changed[:2] == keys[:2] and changed[2] != keys[2], (
+        "changing a token of block 2 must change block 2's key"
+    )
+    assert changed[3] != keys[3], (
+        "block 3's tokens did not change, but the tokens before it did. Is its K/V "
+        "(in every layer) the same as before? Then should its key be?"
+    )
     # Every key must name exactly one prefix. Two tokens and blocks of two make blocks repeat
     # often, after the same and after different prefixes.
     named: dict = {}
     for _ in range(300):
         seq = [rng.randrange(2) for _ in range(rng.randrange(2, 13))]
         for j, key in enumerate(call(block_keys, seq, 2)):
-            prefix = tuple(seq[:2 * (j + 1)])
+            prefix = tuple(seq[: 2 * (j + 1)])
             other = named.setdefault(key, prefix)
-            assert other == prefix, (f"prefixes {list(other)} and {list(prefix)} got the same key for their last "
-                                     f"block: a request with one would reuse K/V computed after the other")
+            assert other == prefix, (
+                f"prefixes {list(other)} and {list(prefix)} got the same key for their last "
+                f"block: a request with one would reuse K/V computed after the other"
+            )
 
 
 def lookup_truth(prompt: list[int], block_size: int, cached_prefixes: set) -> int:
     """The tokens a request can skip, from the cached prefixes themselves (no keys): the
     longest run of whole blocks from the start that is cached, leaving the last token."""
     n = 0
-    while n + block_size <= len(prompt) - 1 and tuple(prompt[:n + block_size]) in cached_prefixes:
+    while n + block_size <= len(prompt) - 1 and tuple(prompt[: n + block_size]) in cached_prefixes:
         n += block_size
     return n
 
@@ -1415,18 +2008,39 @@ def lookup_truth(prompt: list[int], block_size: int, cached_prefixes: set) -> in
 LOOKUP_CASES = [
     # (what it tests, earlier prompts, {prompt: block index evicted}, query)
     ("an empty cache", [], {}, [1, 2, 3, 4, 5, 6]),
-    ("a cached prompt, then more tokens", [list(range(10))], {}, list(range(10)) + [70, 71, 72, 73]),
+    (
+        "a cached prompt, then more tokens",
+        [list(range(10))],
+        {},
+        list(range(10)) + [70, 71, 72, 73],
+    ),
     ("the same prompt again, a whole number of blocks", [list(range(12))], {}, list(range(12))),
     ("the same prompt again, a partial last block", [list(range(10))], {}, list(range(10))),
     ("the same single block again", [[5, 6, 7, 8]], {}, [5, 6, 7, 8]),
     ("a single block and one more token", [[5, 6, 7, 8]], {}, [5, 6, 7, 8, 9]),
     ("a prompt shorter than a block", [[5, 6, 7, 8]], {}, [5, 6, 7]),
-    ("block 1 as in another prompt, but after a different block 0",
-     [[1, 2, 3, 4, 40, 41, 42, 43], [9, 9, 9, 9, 20, 21, 22, 23, 24]], {}, [1, 2, 3, 4, 20, 21, 22, 23, 24, 25]),
-    ("the longest of several cached prefixes",
-     [[1, 2, 3, 4, 5, 6, 7, 8, 60], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [1, 2, 3, 4, 50]], {},
-     [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15]),
-    ("a block evicted from the middle of a cached prefix", [list(range(17))], {0: 1}, list(range(17)) + [99]),
+    (
+        "block 1 as in another prompt, but after a different block 0",
+        [[1, 2, 3, 4, 40, 41, 42, 43], [9, 9, 9, 9, 20, 21, 22, 23, 24]],
+        {},
+        [1, 2, 3, 4, 20, 21, 22, 23, 24, 25],
+    ),
+    (
+        "the longest of several cached prefixes",
+        [
+            [1, 2, 3, 4, 5, 6, 7, 8, 60],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+            [1, 2, 3, 4, 50],
+        ],
+        {},
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15],
+    ),
+    (
+        "a block evicted from the middle of a cached prefix",
+        [list(range(17))],
+        {0: 1},
+        list(range(17)) + [99],
+    ),
 ]
 
 
@@ -1435,17 +2049,25 @@ def check_lookup_cases(block_keys, cached_prefix_len) -> int:
     for what, earlier, evicted, query in LOOKUP_CASES:
         cache, cached_prefixes = {}, set()
         for i, prompt in enumerate(earlier):
-            for j, key in enumerate(block_keys(prompt, block_size)[:len(prompt) // block_size]):
+            for j, key in enumerate(block_keys(prompt, block_size)[: len(prompt) // block_size]):
                 if evicted.get(i) == j:
                     continue
                 cache.setdefault(key, len(cache))
-                cached_prefixes.add(tuple(prompt[:(j + 1) * block_size]))
+                cached_prefixes.add(tuple(prompt[: (j + 1) * block_size]))
         want = lookup_truth(query, block_size, cached_prefixes)
-        got = call(cached_prefix_len, list(query), block_size, dict(cache), what=f"cached_prefix_len on {what}")
-        assert got == want, (f"{what}: your lookup says {got} of the query's {len(query)} tokens are cached, "
-                             f"the engine would take {want} (block size {block_size}). cached prompts: {earlier}"
-                             + (f", then the block at index {list(evicted.values())[0]} evicted" if evicted else "")
-                             + f"; query: {query}")
+        got = call(
+            cached_prefix_len,
+            list(query),
+            block_size,
+            dict(cache),
+            what=f"cached_prefix_len on {what}",
+        )
+        assert got == want, (
+            f"{what}: your lookup says {got} of the query's {len(query)} tokens are cached, "
+            f"the engine would take {want} (block size {block_size}). cached prompts: {earlier}"
+            + (f", then the block at index {list(evicted.values())[0]} evicted" if evicted else "")
+            + f"; query: {query}"
+        )
     return len(LOOKUP_CASES)
 
 
@@ -1457,17 +2079,33 @@ def check_lookup_against_engine(block_keys, cached_prefix_len) -> tuple[int, int
     block_size, requests, hits = 16, 0, 0
     for preset in ("shared-prefix", "multi-turn"):
         specs = make_workload(preset, num_requests=24, seed=8, vocab_size=128256, rate=20.0)
-        engine = simulated_engine("llama-3-8b", "h100", policy="continuous", enable_prefix_caching=True,
-                                  block_size=block_size, max_model_len=2048, record_kv_blocks=False)
+        engine = simulated_engine(
+            "llama-3-8b",
+            "h100",
+            policy="continuous",
+            enable_prefix_caching=True,
+            block_size=block_size,
+            max_model_len=2048,
+            record_kv_blocks=False,
+        )
         engine.add_workload(specs)
         recorded = {r.request_id: r.num_cached_tokens for r in engine.run().requests}
         cache: dict = {}
         for spec in sorted(specs, key=lambda s: s.arrival):
-            got = call(cached_prefix_len, list(spec.prompt_ids), block_size, dict(cache),
-                       what=f"cached_prefix_len on {preset}'s request {spec.id}")
-            assert got == recorded[spec.id], (f"{preset}: request {spec.id} ({len(spec.prompt_ids)} tokens): your "
-                                             f"lookup finds {got} cached tokens, the engine found {recorded[spec.id]}")
-            for key in block_keys(spec.prompt_ids, block_size)[:len(spec.prompt_ids) // block_size]:
+            got = call(
+                cached_prefix_len,
+                list(spec.prompt_ids),
+                block_size,
+                dict(cache),
+                what=f"cached_prefix_len on {preset}'s request {spec.id}",
+            )
+            assert got == recorded[spec.id], (
+                f"{preset}: request {spec.id} ({len(spec.prompt_ids)} tokens): your "
+                f"lookup finds {got} cached tokens, the engine found {recorded[spec.id]}"
+            )
+            for key in block_keys(spec.prompt_ids, block_size)[
+                : len(spec.prompt_ids) // block_size
+            ]:
                 cache.setdefault(key, len(cache))
             requests, hits = requests + 1, hits + got
     return requests, hits
@@ -1476,23 +2114,40 @@ def check_lookup_against_engine(block_keys, cached_prefix_len) -> tuple[int, int
 def order_reference(waiting: list[tuple[float, int]], now: float, max_wait: float) -> list[int]:
     """The reference: the requests that have waited `max_wait` seconds or more first, in queue
     order; then the others, the longest cached prefix first, equal ones in queue order."""
+
     def waited_too_long(i: int) -> bool:
-        return Fraction(now) - Fraction(waiting[i][0]) >= Fraction(max_wait)  # exact: no rounding at the limit
+        return Fraction(now) - Fraction(waiting[i][0]) >= Fraction(
+            max_wait
+        )  # exact: no rounding at the limit
 
     starving = [i for i in range(len(waiting)) if waited_too_long(i)]
     others = [i for i in range(len(waiting)) if not waited_too_long(i)]
-    return starving + sorted(others, key=lambda i: -waiting[i][1])  # sorted() keeps equal ones in order
+    return starving + sorted(
+        others, key=lambda i: -waiting[i][1]
+    )  # sorted() keeps equal ones in order
 
 
 # (queue of (arrival, cached tokens), now, max_wait): each case adds one thing to the ones before
 ORDER_CASES = [
-    ([(0.0, 16), (0.5, 48), (0.25, 32)], 1.0, 2.0),        # nobody waited long: the longest cached prefix first
-    ([(0.0, 32), (0.25, 48), (0.5, 32)], 1.0, 2.0),        # equal prefixes keep their order in the queue
-    ([(0.0, 0), (1.0, 64), (1.5, 32)], 3.0, 2.0),          # one waited too long: it goes first
-    ([(1.0, 0), (1.5, 64)], 3.0, 2.0),                     # waited exactly max_wait: that is too long
-    ([(0.0, 16), (0.25, 64), (2.5, 48)], 3.0, 1.0),        # two waited too long: in queue order, not by prefix
-    ([(0.5, 16), (0.0, 0), (2.0, 32)], 3.0, 2.5),          # queue order is not arrival order (LPM let one pass)
-    ([], 3.0, 1.0),                                        # nobody waits
+    (
+        [(0.0, 16), (0.5, 48), (0.25, 32)],
+        1.0,
+        2.0,
+    ),  # nobody waited long: the longest cached prefix first
+    ([(0.0, 32), (0.25, 48), (0.5, 32)], 1.0, 2.0),  # equal prefixes keep their order in the queue
+    ([(0.0, 0), (1.0, 64), (1.5, 32)], 3.0, 2.0),  # one waited too long: it goes first
+    ([(1.0, 0), (1.5, 64)], 3.0, 2.0),  # waited exactly max_wait: that is too long
+    (
+        [(0.0, 16), (0.25, 64), (2.5, 48)],
+        3.0,
+        1.0,
+    ),  # two waited too long: in queue order, not by prefix
+    (
+        [(0.5, 16), (0.0, 0), (2.0, 32)],
+        3.0,
+        2.5,
+    ),  # queue order is not arrival order (LPM let one pass)
+    ([], 3.0, 1.0),  # nobody waits
 ]
 
 
@@ -1502,19 +2157,32 @@ def order_slips(waiting, now, max_wait) -> list[tuple[str, list[int]]]:
     rest = [i for i in n if i not in late]
     by_prefix = sorted(rest, key=lambda i: -waiting[i][1])
     return [
-        ("a request that has waited exactly max_wait has waited too long (>=)",
-         [i for i in n if now - waiting[i][0] > max_wait] + sorted(
-             [i for i in n if now - waiting[i][0] <= max_wait], key=lambda i: -waiting[i][1])),
-        ("the ones that waited too long keep their order in the queue (first come, first served), whatever their "
-         "prefixes", sorted(late, key=lambda i: -waiting[i][1]) + by_prefix),
-        ("the ones that waited too long keep their order in the queue, which need not be their order of arrival",
-         sorted(late, key=lambda i: waiting[i][0]) + by_prefix),
-        ("requests with equal cached prefixes keep their order in the queue", late + sorted(
-            rest, key=lambda i: (-waiting[i][1], -i))),
+        (
+            "a request that has waited exactly max_wait has waited too long (>=)",
+            [i for i in n if now - waiting[i][0] > max_wait]
+            + sorted(
+                [i for i in n if now - waiting[i][0] <= max_wait], key=lambda i: -waiting[i][1]
+            ),
+        ),
+        (
+            "the ones that waited too long keep their order in the queue (first come, first served), whatever their "
+            "prefixes",
+            sorted(late, key=lambda i: -waiting[i][1]) + by_prefix,
+        ),
+        (
+            "the ones that waited too long keep their order in the queue, which need not be their order of arrival",
+            sorted(late, key=lambda i: waiting[i][0]) + by_prefix,
+        ),
+        (
+            "requests with equal cached prefixes keep their order in the queue",
+            late + sorted(rest, key=lambda i: (-waiting[i][1], -i)),
+        ),
         ("the longest cached prefix goes first", late + sorted(rest, key=lambda i: waiting[i][1])),
         ("requests that waited too long go first", by_prefix + late),
-        ("requests that have waited max_wait or more go first, whatever their prefixes",
-         sorted(n, key=lambda i: -waiting[i][1])),
+        (
+            "requests that have waited max_wait or more go first, whatever their prefixes",
+            sorted(n, key=lambda i: -waiting[i][1]),
+        ),
     ]
 
 
@@ -1523,8 +2191,12 @@ def check_admission_order(admission_order) -> None:
     cases = list(ORDER_CASES)
     for _ in range(200):
         now, max_wait = 10.0, rng.choice([0.5, 1.0, 3.0])
-        queue = [(round(rng.uniform(0, now), 3), 16 * rng.randrange(5)) for _ in range(rng.randrange(8))]
-        if all(abs(now - a - max_wait) > 1e-6 for a, _ in queue):  # no limit that rounding could decide
+        queue = [
+            (round(rng.uniform(0, now), 3), 16 * rng.randrange(5)) for _ in range(rng.randrange(8))
+        ]
+        if all(
+            abs(now - a - max_wait) > 1e-6 for a, _ in queue
+        ):  # no limit that rounding could decide
             cases.append((queue, now, max_wait))
     for queue, now, max_wait in cases:
         what = f"admission_order({queue}, now={now}, max_wait={max_wait})"
@@ -1533,37 +2205,66 @@ def check_admission_order(admission_order) -> None:
         try:
             got = [int(i) for i in got]
         except (TypeError, ValueError):
-            raise AssertionError(f"{what}: return a list of positions in the queue, got {got!r}") from None
+            raise AssertionError(
+                f"{what}: return a list of positions in the queue, got {got!r}"
+            ) from None
         if got != want:
-            assert sorted(got) == list(range(len(queue))), \
+            assert sorted(got) == list(range(len(queue))), (
                 f"{what} = {got}: every position of the queue exactly once, in the order to admit them"
+            )
             why = next((why for why, slip in order_slips(queue, now, max_wait) if slip == got), "")
             raise AssertionError(f"{what} = {got}, expected {want}" + (f": {why}" if why else ""))
-    ok(f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
-       f"too long first, in queue order, then the longest cached prefix first")
+    ok(
+        f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
+        f"too long first, in queue order, then the longest cached prefix first"
+    )
 
 
 # ---- exercise 10: accepting draft tokens ------------------------------------------------------
 # the first cases tell the slips below apart; alpha 0 and 1 come after them
-TOKENS_CASES = [(0.5, 4), (0.7, 4), (0.5, 1), (0.0, 4), (1.0, 4), (0.8, 3), (0.25, 8), (0.9, 6), (0.6, 2)]
+TOKENS_CASES = [
+    (0.5, 4),
+    (0.7, 4),
+    (0.5, 1),
+    (0.0, 4),
+    (1.0, 4),
+    (0.8, 3),
+    (0.25, 8),
+    (0.9, 6),
+    (0.6, 2),
+]
 
 
 def expected_tokens_reference(alpha: Fraction, k: int) -> Fraction:
     """1 + alpha + ... + alpha^k, exactly: draft i is kept only if drafts 1..i all were, and
     the step always keeps one token of the target's own."""
-    return sum((alpha ** i for i in range(k + 1)), Fraction(0))
+    return sum((alpha**i for i in range(k + 1)), Fraction(0))
 
 
 def tokens_slips(alpha: float, k: int) -> list[tuple[str, float]]:
     a = alpha
-    return [("you counted the accepted drafts only: the step also keeps one token of the target's own "
-             "(the one after the last accepted draft, or after all k)", sum(a ** i for i in range(1, k + 1))),
-            ("a step that verifies k drafts keeps up to k + 1 tokens: the sum runs to alpha^k, "
-             "(1 - alpha^(k+1)) / (1 - alpha)", sum(a ** i for i in range(k))),
-            ("acceptance stops at the first rejection: draft i counts only if every draft before it was "
-             "accepted (probability alpha^i), not alpha each on its own", 1 + k * a),
-            ("that is the chance all k drafts are kept, times k + 1: a step that rejects some drafts "
-             "still keeps the ones before the first rejection", (k + 1) * a ** k)]
+    return [
+        (
+            "you counted the accepted drafts only: the step also keeps one token of the target's own "
+            "(the one after the last accepted draft, or after all k)",
+            sum(a**i for i in range(1, k + 1)),
+        ),
+        (
+            "a step that verifies k drafts keeps up to k + 1 tokens: the sum runs to alpha^k, "
+            "(1 - alpha^(k+1)) / (1 - alpha)",
+            sum(a**i for i in range(k)),
+        ),
+        (
+            "acceptance stops at the first rejection: draft i counts only if every draft before it was "
+            "accepted (probability alpha^i), not alpha each on its own",
+            1 + k * a,
+        ),
+        (
+            "that is the chance all k drafts are kept, times k + 1: a step that rejects some drafts "
+            "still keeps the ones before the first rejection",
+            (k + 1) * a**k,
+        ),
+    ]
 
 
 def check_expected_tokens(expected_tokens) -> None:
@@ -1575,18 +2276,24 @@ def check_expected_tokens(expected_tokens) -> None:
         except AssertionError as e:
             if alpha != 1.0:
                 raise
-            raise AssertionError(f"{e}: with alpha = 1 every draft is kept, k + 1 tokens (the closed form "
-                                 f"divides by zero there)") from None
+            raise AssertionError(
+                f"{e}: with alpha = 1 every draft is kept, k + 1 tokens (the closed form "
+                f"divides by zero there)"
+            ) from None
         slips = tokens_slips(alpha, k)
         if not close(got, want, 1e-9):
             why = next((w for w, v in slips if w not in ruled_out and close(got, v, 1e-9)), "")
             if alpha == 1.0 and not why:
                 why = "with alpha = 1 every draft is kept: k + 1 tokens (the closed form divides by zero there)"
-            raise AssertionError(f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}"
-                                 + (f": {why}" if why else ""))
+            raise AssertionError(
+                f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}"
+                + (f": {why}" if why else "")
+            )
         ruled_out |= {w for w, v in slips if not close(v, want, 1e-9)}
-    ok(f"expected tokens per verification right on {len(TOKENS_CASES)} (alpha, k) pairs, alpha 0 and 1 included "
-       f"(alpha 0.7, k 4: {float(expected_tokens_reference(Fraction(7, 10), 4)):.4f} tokens)")
+    ok(
+        f"expected tokens per verification right on {len(TOKENS_CASES)} (alpha, k) pairs, alpha 0 and 1 included "
+        f"(alpha 0.7, k 4: {float(expected_tokens_reference(Fraction(7, 10), 4)):.4f} tokens)"
+    )
 
 
 def acceptance_cases() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
@@ -1600,9 +2307,20 @@ def acceptance_cases() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
     p = torch.tensor([0.3, 0.25, 0.2, 0.1, 0.1, 0.05], dtype=torch.float64)
     cases.append((p, torch.softmax(torch.log(p) * 3, 0), "a draft sharper than the target"))
     cases.append((p, torch.softmax(torch.log(p) / 3, 0), "a draft flatter than the target"))
-    cases.append((p, torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.float64), "a one-hot draft (the engine's drafts)"))
-    cases.append((torch.tensor([0.5, 0.5, 0, 0, 0, 0], dtype=torch.float64),
-                  torch.tensor([0, 0.25, 0.25, 0.5, 0, 0], dtype=torch.float64), "supports that partly overlap"))
+    cases.append(
+        (
+            p,
+            torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.float64),
+            "a one-hot draft (the engine's drafts)",
+        )
+    )
+    cases.append(
+        (
+            torch.tensor([0.5, 0.5, 0, 0, 0, 0], dtype=torch.float64),
+            torch.tensor([0, 0.25, 0.25, 0.5, 0, 0], dtype=torch.float64),
+            "supports that partly overlap",
+        )
+    )
     return cases
 
 
@@ -1610,35 +2328,58 @@ def as_vector(x, n: int, what: str) -> torch.Tensor:
     try:
         v = torch.as_tensor(x, dtype=torch.float64).flatten()
     except (TypeError, ValueError, RuntimeError):
-        raise AssertionError(f"{what} returned {type(x).__name__}; return the {n} probabilities as a list, "
-                             f"an array or a tensor") from None
+        raise AssertionError(
+            f"{what} returned {type(x).__name__}; return the {n} probabilities as a list, "
+            f"an array or a tensor"
+        ) from None
     assert v.numel() == n, f"{what} returned {v.numel()} numbers, expected one per token ({n})"
     return v
 
 
-def output_distribution(accept_probability, residual, p: torch.Tensor, q: torch.Tensor, what: str) -> torch.Tensor:
+def output_distribution(
+    accept_probability, residual, p: torch.Tensor, q: torch.Tensor, what: str
+) -> torch.Tensor:
     """The exact distribution of the token a step keeps: draft x ~ q, kept with probability
     a(x), else a token from the residual. Checks each piece on the way."""
     n = len(p)
     a = torch.zeros(n, dtype=torch.float64)
     for x in range(n):
         if q[x] > 0:
-            ax = call(accept_probability, p.clone(), q.clone(), x, what=f"accept_probability(p, q, {x}) for {what}")
-            assert is_real(ax), f"accept_probability(p, q, {x}) for {what} returned {ax!r}; return a number"
+            ax = call(
+                accept_probability,
+                p.clone(),
+                q.clone(),
+                x,
+                what=f"accept_probability(p, q, {x}) for {what}",
+            )
+            assert is_real(ax), (
+                f"accept_probability(p, q, {x}) for {what} returned {ax!r}; return a number"
+            )
             ax = float(ax)
             assert -1e-12 <= ax <= 1 + 1e-12, (
                 f"accept_probability(p, q, {x}) for {what} returned {ax:.4g}, not a probability: "
-                + ("p(x)/q(x) can exceed 1; the rule takes min(1, p(x)/q(x))" if ax > 1 else "it must be >= 0"))
+                + (
+                    "p(x)/q(x) can exceed 1; the rule takes min(1, p(x)/q(x))"
+                    if ax > 1
+                    else "it must be >= 0"
+                )
+            )
             a[x] = ax
     out = q * a
     rejected = float((q * (1 - a)).sum())
     if rejected > 1e-12:
-        r = as_vector(call(residual, p.clone(), q.clone(), what=f"residual(p, q) for {what}"), n,
-                      f"residual(p, q) for {what}")
-        assert (r >= -1e-12).all(), f"residual(p, q) for {what} has a negative probability: {r.tolist()}"
+        r = as_vector(
+            call(residual, p.clone(), q.clone(), what=f"residual(p, q) for {what}"),
+            n,
+            f"residual(p, q) for {what}",
+        )
+        assert (r >= -1e-12).all(), (
+            f"residual(p, q) for {what} has a negative probability: {r.tolist()}"
+        )
         assert abs(float(r.sum()) - 1) < 1e-9, (
             f"residual(p, q) for {what} sums to {float(r.sum()):.6g}, not 1: normalise max(0, p - q) "
-            f"(torch.multinomial would do it for you, but a distribution sums to 1)")
+            f"(torch.multinomial would do it for you, but a distribution sums to 1)"
+        )
         out = out + rejected * r
     return out
 
@@ -1652,16 +2393,32 @@ def check_acceptance_rule(accept_probability, residual) -> None:
             kept = torch.minimum(p, q)  # what a right rule keeps of each draft token
             hint = ""
             if torch.allclose(out, kept + (1 - kept.sum()) * p, atol=1e-9):
-                hint = ": after a rejection, draw from max(0, p - q) normalised, not from p: p would count again " \
-                       "the share the kept drafts already gave"
-            raise AssertionError(f"{what}: the kept token's distribution is {[round(v, 4) for v in out.tolist()]}, "
-                                 f"the target's is {[round(v, 4) for v in p.tolist()]} (token {x} differs){hint}")
+                hint = (
+                    ": after a rejection, draw from max(0, p - q) normalised, not from p: p would count again "
+                    "the share the kept drafts already gave"
+                )
+            raise AssertionError(
+                f"{what}: the kept token's distribution is {[round(v, 4) for v in out.tolist()]}, "
+                f"the target's is {[round(v, 4) for v in p.tolist()]} (token {x} differs){hint}"
+            )
     # the engine's case: a one-hot draft makes the rule "keep x with probability p(x)" (model/sampling.py accept)
     p, q, _ = cases[6]
-    kept = float(call(accept_probability, p.clone(), q.clone(), 2, what="accept_probability with a one-hot draft"))
-    assert close(kept, float(p[2]), 1e-9), f"a one-hot draft at token 2: you keep it with {kept}, expected p(2)"
-    ok(f"drafts accepted so that the kept token is distributed exactly as the target's, on {len(cases)} pairs "
-       f"of distributions (a one-hot draft included: kept with probability p(x) = {float(p[2]):.2f})")
+    kept = float(
+        call(
+            accept_probability,
+            p.clone(),
+            q.clone(),
+            2,
+            what="accept_probability with a one-hot draft",
+        )
+    )
+    assert close(kept, float(p[2]), 1e-9), (
+        f"a one-hot draft at token 2: you keep it with {kept}, expected p(2)"
+    )
+    ok(
+        f"drafts accepted so that the kept token is distributed exactly as the target's, on {len(cases)} pairs "
+        f"of distributions (a one-hot draft included: kept with probability p(x) = {float(p[2]):.2f})"
+    )
 
 
 # ---- exercise 9: stop strings on a stream ------------------------------------------------------
@@ -1677,31 +2434,31 @@ class StopReference:
         found = sorted((text.find(s), len(s)) for s in self.stops if s in text)
         if found:
             start, length = found[0]
-            return text[:start + length if self.include else start], True
+            return text[: start + length if self.include else start], True
         keep = 0
         if not final:
             for s in self.stops:
                 for n in range(1, len(s)):
                     if n <= len(text) and text.endswith(s[:n]):
                         keep = max(keep, n)
-        self.held = text[len(text) - keep:]
-        return text[:len(text) - keep], False
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
 
 
 STOP_CASES = [  # (stops, include_stop_str_in_output, the tokens' texts); the last one is final
-    (["abc"], False, ["xa", "b", "d"]),          # held back while it could be "abc", then released
-    (["\n\n"], False, ["Hello\n", "\nworld"]),    # a stop string across two tokens
-    (["aab"], False, ["a", "a", "a", "b"]),       # "aaa" can only start "aab" with its last two
-    (["END"], False, ["fooENDbar"]),              # inside one token: nothing after it
-    (["abc"], False, ["ab", "x", "y"]),           # a false start, released when it fails
-    (["abc"], False, ["q", "ab"]),                # the last token: nothing is held any more
-    (["zz", "b"], False, ["abczz"]),              # the earliest, not the first listed
-    (["cd", "bcdx"], False, ["abc", "d"]),        # "bc" could start either; "cd" comes first
-    (["\n\n"], True, ["a\n", "\nb"]),             # vLLM's include_stop_str_in_output
+    (["abc"], False, ["xa", "b", "d"]),  # held back while it could be "abc", then released
+    (["\n\n"], False, ["Hello\n", "\nworld"]),  # a stop string across two tokens
+    (["aab"], False, ["a", "a", "a", "b"]),  # "aaa" can only start "aab" with its last two
+    (["END"], False, ["fooENDbar"]),  # inside one token: nothing after it
+    (["abc"], False, ["ab", "x", "y"]),  # a false start, released when it fails
+    (["abc"], False, ["q", "ab"]),  # the last token: nothing is held any more
+    (["zz", "b"], False, ["abczz"]),  # the earliest, not the first listed
+    (["cd", "bcdx"], False, ["abc", "d"]),  # "bc" could start either; "cd" comes first
+    (["\n\n"], True, ["a\n", "\nb"]),  # vLLM's include_stop_str_in_output
     (["cd", "bcdx"], True, ["abc", "d"]),
-    (["ab", "abc"], True, ["xabc"]),              # same start: the shorter ends first
-    ([], False, ["abc", "", "def"]),              # no stop strings (and a token with no text)
-    (["ab"], False, ["ab", "cd"]),                # at the very start: nothing is sent
+    (["ab", "abc"], True, ["xabc"]),  # same start: the shorter ends first
+    ([], False, ["abc", "", "def"]),  # no stop strings (and a token with no text)
+    (["ab"], False, ["ab", "cd"]),  # at the very start: nothing is sent
     (["Returns", "\n\n"], False, ["Ret", "urned", " x\n", "\n"]),
 ]
 
@@ -1718,47 +2475,68 @@ def check_stop_checker(make_checker) -> None:
         sent = ""
         for i, piece in enumerate(pieces):
             final = i == len(pieces) - 1
-            held, whole = ref.held, ref.held + piece  # what the reference held back, and the text to search
+            held, whole = (
+                ref.held,
+                ref.held + piece,
+            )  # what the reference held back, and the text to search
             want = ref.add(piece, final)
             got = call(mine.add, piece, final, what=f"add({piece!r}, final={final}) for {what}")
             assert isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], str), (
-                f"add({piece!r}, final={final}) for {what} returned {got!r}; return (text to send, stopped)")
+                f"add({piece!r}, final={final}) for {what} returned {got!r}; return (text to send, stopped)"
+            )
             where = f"{what}: after token {i} ({piece!r}), with {sent!r} sent before,"
             if got[1] != want[1]:
-                raise AssertionError(f"{where} you say stopped={got[1]}, expected {want[1]}"
-                                     + ("" if got[1] else ": the text so far holds a stop string (search the text "
-                                                          "held back with the new token, not the token alone)"))
+                raise AssertionError(
+                    f"{where} you say stopped={got[1]}, expected {want[1]}"
+                    + (
+                        ""
+                        if got[1]
+                        else ": the text so far holds a stop string (search the text "
+                        "held back with the new token, not the token alone)"
+                    )
+                )
             if got[0] != want[0]:
-                raise AssertionError(f"{where} you send {got[0]!r}, expected {want[0]!r}: "
-                                     + stop_hint(stops, include, whole, held, got[0], want[0], final, want[1]))
+                raise AssertionError(
+                    f"{where} you send {got[0]!r}, expected {want[0]!r}: "
+                    + stop_hint(stops, include, whole, held, got[0], want[0], final, want[1])
+                )
             sent += got[0]
             if want[1]:
                 break
-    ok(f"stop strings held back no longer than needed and never sent past, on {len(STOP_CASES)} token streams "
-       f"(include_stop_str_in_output both ways)")
+    ok(
+        f"stop strings held back no longer than needed and never sent past, on {len(STOP_CASES)} token streams "
+        f"(include_stop_str_in_output both ways)"
+    )
 
 
-def stop_hint(stops, include, whole: str, held: str, got: str, want: str, final: bool, stopped: bool) -> str:
+def stop_hint(
+    stops, include, whole: str, held: str, got: str, want: str, final: bool, stopped: bool
+) -> str:
     """The likely slip behind a wrong piece of text: `whole` is the held text and the new token's."""
-    if held and not got.startswith(held[:len(got)]):
-        return (f"the text held back from earlier tokens ({held!r}) comes first: search and send it together with "
-                f"the new token's")
+    if held and not got.startswith(held[: len(got)]):
+        return (
+            f"the text held back from earlier tokens ({held!r}) comes first: search and send it together with "
+            f"the new token's"
+        )
     if stopped:
         cuts = {s: whole.find(s) for s in stops if s in whole}
         if include and want.startswith(got):
             return "with include_stop_str_in_output the stop string itself is sent too"
-        if any(got == whole[:c + (len(s) if include else 0)] for s, c in cuts.items()):
+        if any(got == whole[: c + (len(s) if include else 0)] for s, c in cuts.items()):
             return "of the stop strings in the text, the one that starts first ends the stream (the shorter on a tie)"
-        return "send only the text before the stop string" + (" (and nothing after it)" if len(got) > len(want)
-                                                               else "")
+        return "send only the text before the stop string" + (
+            " (and nothing after it)" if len(got) > len(want) else ""
+        )
     if final:
         return "on the last token nothing is held back: send what you kept"
     if got.startswith(want):
-        extra = got[len(want):]
+        extra = got[len(want) :]
         return f"{extra!r} could still be the start of a stop string ({', '.join(map(repr, stops))}): hold it back"
     if want.startswith(got):
-        kept = want[len(got):]
-        return (f"you held back {kept!r} as well, which cannot begin any stop string: hold back only the longest end "
-                f"of the text that begins one (a fixed window of the longest stop string's length makes a client "
-                f"wait for nothing)")
+        kept = want[len(got) :]
+        return (
+            f"you held back {kept!r} as well, which cannot begin any stop string: hold back only the longest end "
+            f"of the text that begins one (a fixed window of the longest stop string's length makes a client "
+            f"wait for nothing)"
+        )
     return "compare what you hold back with the longest end of the text that begins a stop string"

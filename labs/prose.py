@@ -13,6 +13,7 @@ labs/build_notebooks.py hides the source of a cell whose last statement is `say(
 the learner reads the sentence once. Where a lesson checks a claim of one of its
 sources, `check` renders claim and verdict as one callout box.
 """
+
 from __future__ import annotations
 
 

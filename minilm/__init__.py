@@ -5,11 +5,25 @@ workload and metrics beside them), `model/` (the model and its execution), `core
 engine loop, scheduler, policies, KV cache), `sim/` (the simulator), `serve/` (HTTP),
 and the command line (cli.py).
 """
-from .config import EngineConfig, ModelConfig, MODEL_PRESETS
+
+from .config import MODEL_PRESETS, EngineConfig, ModelConfig
 from .core.engine import Engine, run_workload
 from .metrics import items_df, requests_df, steps_df, summarize
 from .timeline import Timeline
 from .workload import RequestSpec, get_workload, make_workload
 
-__all__ = ["Engine", "EngineConfig", "ModelConfig", "MODEL_PRESETS", "RequestSpec", "Timeline", "get_workload",
-           "items_df", "make_workload", "requests_df", "run_workload", "steps_df", "summarize"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "ModelConfig",
+    "MODEL_PRESETS",
+    "RequestSpec",
+    "Timeline",
+    "get_workload",
+    "items_df",
+    "make_workload",
+    "requests_df",
+    "run_workload",
+    "steps_df",
+    "summarize",
+]

@@ -1,4 +1,5 @@
 """`python -m minilm run|compare|serve|bench-serve ...`: the command line (cli.py)."""
+
 import sys
 
 from .cli import main

@@ -3,10 +3,11 @@
     run          one policy on a workload: completions, a metrics table, a timeline
     compare      one workload under several policies: one table
     serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
-    bench-serve  load any OpenAI-compatible server from the client side (serve/bench_serve.py)
+    bench-serve  load any OpenAI-compatible server from the client side (client/bench_serve.py)
 
 `python -m widgets.report` takes `compare`'s arguments and writes an HTML report.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,76 +25,172 @@ from .timeline import Timeline
 from .trace import save_trace
 from .workload import PRESETS, get_workload, recommended_knobs
 
+
 # ---- arguments ---------------------------------------------------------------------
 def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
     """The engine's knobs (EngineConfig), shared by run, compare and serve."""
-    p.add_argument("--model", default="tiny", help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir"
-                   + ("; with --simulate a model spec (llama-3-8b, llama-3-70b, ...)" if simulate else ""))
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir"
+        + ("; with --simulate a model spec (llama-3-8b, llama-3-70b, ...)" if simulate else ""),
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (default: the policy's)")
-    p.add_argument("--long-prefill-token-threshold", type=int, default=0,
-                   help="chunked: at most this many prompt tokens of one request per step (0: no cap)")
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="tokens per step (default: the policy's)",
+    )
+    p.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        help="chunked: at most this many prompt tokens of one request per step (0: no cap)",
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int, default=None)
-    p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="default: the model's max_position_embeddings",
+    )
     p.add_argument("--kv-mode", default="paged", choices=KV_MODES)
-    p.add_argument("--scheduling-policy", default="fcfs", choices=SCHEDULING_POLICIES,
-                   help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)")
-    p.add_argument("--device", default="cpu", help="torch device" + ("; with --simulate a device spec "
-                   "(h100, h200, a100, l40s, l4, rtx4090, cpu)" if simulate else ""))
+    p.add_argument(
+        "--scheduling-policy",
+        default="fcfs",
+        choices=SCHEDULING_POLICIES,
+        help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device"
+        + (
+            "; with --simulate a device spec (h100, h200, a100, l40s, l4, rtx4090, cpu)"
+            if simulate
+            else ""
+        ),
+    )
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--quantization", default=None, help="int8 or fp8 weights for the linear layers (vLLM's flag; "
-                   "torchao, minilm/model/quantization.py)" + ("; with --simulate priced by the cost model" if simulate
-                                                                 else ""))
+    p.add_argument(
+        "--quantization",
+        default=None,
+        help="int8 or fp8 weights for the linear layers (vLLM's flag; "
+        "torchao, minilm/model/quantization.py)"
+        + ("; with --simulate priced by the cost model" if simulate else ""),
+    )
     p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
-    p.add_argument("--speculative-config", type=json_object, default=None, metavar="JSON",
-                   help='speculative decoding with vLLM\'s keys, e.g. \'{"method": "ngram", "num_speculative_tokens": '
-                        '4}\' or \'{"method": "draft_model", "model": "docstrings-draft"}\' (lesson 10)')
-    p.add_argument("--attention-backend", default=None, choices=ATTENTION_BACKENDS,
-                   help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth")
+    p.add_argument(
+        "--speculative-config",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help='speculative decoding with vLLM\'s keys, e.g. \'{"method": "ngram", "num_speculative_tokens": '
+        '4}\' or \'{"method": "draft_model", "model": "docstrings-draft"}\' (lesson 10)',
+    )
+    p.add_argument(
+        "--attention-backend",
+        default=None,
+        choices=ATTENTION_BACKENDS,
+        help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth",
+    )
 
 
 def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
     """run's and compare's: a workload, the engine, and how to show the result."""
-    p.add_argument("--workload", default="mixed", help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests")
+    p.add_argument(
+        "--workload",
+        default="mixed",
+        help=f"preset ({', '.join(PRESETS)}) or a JSON file of requests",
+    )
     p.add_argument("--num-requests", type=int, default=64)
-    p.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s (default: all at t=0)")
-    p.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="Poisson arrivals, requests/s (default: all at t=0)",
+    )
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)"
+    )
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's")
-    p.add_argument("--enable-prefix-caching", nargs="?", const="on", default="off",
-                   choices=["off", "on", "both"] if compare else ["off", "on"],
-                   help="share cached prompt prefixes (vLLM's flag)" + ("; 'both' runs each policy off and on"
-                                                                        if compare else ""))
-    p.add_argument("--simulate", action="store_true", help="no model: step times from the roofline cost model "
-                   "(minilm/sim/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)")
+    p.add_argument(
+        "--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's"
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        nargs="?",
+        const="on",
+        default="off",
+        choices=["off", "on", "both"] if compare else ["off", "on"],
+        help="share cached prompt prefixes (vLLM's flag)"
+        + ("; 'both' runs each policy off and on" if compare else ""),
+    )
+    p.add_argument(
+        "--simulate",
+        action="store_true",
+        help="no model: step times from the roofline cost model "
+        "(minilm/sim/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)",
+    )
     p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)")
-    p.add_argument("--acceptance", type=acceptance_arg, default=None, metavar="ALPHA|TIMELINE",
-                   help="with --simulate and --speculative-config: each draft's acceptance probability in [0, 1], "
-                        "or a timeline JSON of a run with speculation whose acceptance to replay")
-    p.add_argument("--kv-cache-dtype", default="auto", help="with --simulate: auto (the weights' dtype) or fp8, "
-                   "one byte per K/V number (vLLM's flag)")
-    p.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=acceptance_arg,
+        default=None,
+        metavar="ALPHA|TIMELINE",
+        help="with --simulate and --speculative-config: each draft's acceptance probability in [0, 1], "
+        "or a timeline JSON of a run with speculation whose acceptance to replay",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        help="with --simulate: auto (the weights' dtype) or fp8, "
+        "one byte per K/V number (vLLM's flag)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object per run instead of a table"
+    )
     add_engine_args(p)
 
 
-def engine_config(args, policy: str, prefix_caching: bool, preset: dict | None = None) -> EngineConfig:
+def engine_config(
+    args, policy: str, prefix_caching: bool, preset: dict | None = None
+) -> EngineConfig:
     """The knobs from the command line; `preset`: a workload's recommended knobs, used
     where the command line gives none."""
-    knobs = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
+    knobs = {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+    }
     knobs |= {k: v for k, v in (preset or {}).items() if knobs[k] is None}
-    return EngineConfig(policy=policy, max_num_seqs=knobs["max_num_seqs"] or 16,
-                        max_num_batched_tokens=knobs["max_num_batched_tokens"],
-                        enable_prefix_caching=prefix_caching,
-                        long_prefill_token_threshold=args.long_prefill_token_threshold,
-                        scheduling_policy=args.scheduling_policy, block_size=args.block_size,
-                        num_blocks=args.num_blocks, max_model_len=args.max_model_len, kv_mode=args.kv_mode,
-                        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
-                        attention_backend=args.attention_backend, device=args.device, dtype=args.dtype,
-                        quantization=args.quantization, cpu_threads=args.cpu_threads, seed=args.seed,
-                        speculative_config=args.speculative_config)
+    return EngineConfig(
+        policy=policy,
+        max_num_seqs=knobs["max_num_seqs"] or 16,
+        max_num_batched_tokens=knobs["max_num_batched_tokens"],
+        enable_prefix_caching=prefix_caching,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        scheduling_policy=args.scheduling_policy,
+        block_size=args.block_size,
+        num_blocks=args.num_blocks,
+        max_model_len=args.max_model_len,
+        kv_mode=args.kv_mode,
+        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
+        attention_backend=args.attention_backend,
+        device=args.device,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        cpu_threads=args.cpu_threads,
+        seed=args.seed,
+        speculative_config=args.speculative_config,
+    )
 
 
 def acceptance_arg(text: str) -> float | Timeline:
@@ -104,7 +201,9 @@ def acceptance_arg(text: str) -> float | Timeline:
     try:
         return Timeline.from_json(Path(text))
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise argparse.ArgumentTypeError(f"neither a number nor a timeline JSON file ({e}): {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"neither a number nor a timeline JSON file ({e}): {text!r}"
+        ) from None
 
 
 def json_object(text: str) -> dict:
@@ -119,28 +218,51 @@ def json_object(text: str) -> dict:
 
 # ---- run and compare ----------------------------------------------------------------
 def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
-    config = engine_config(args, policy, prefix_caching, recommended_knobs(args.workload, args.num_requests, policy))
+    config = engine_config(
+        args, policy, prefix_caching, recommended_knobs(args.workload, args.num_requests, policy)
+    )
     if args.simulate:
         # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
         dtype = None if args.dtype == "float32" else args.dtype
-        return simulated_engine(args.model, args.device, config=config, dtype=dtype, tp=args.tp,
-                                acceptance=args.acceptance, kv_cache_dtype=args.kv_cache_dtype)
+        return simulated_engine(
+            args.model,
+            args.device,
+            config=config,
+            dtype=dtype,
+            tp=args.tp,
+            acceptance=args.acceptance,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
     if args.acceptance is not None:
-        raise InvalidValue("--acceptance", args.acceptance, "only with --simulate: a real model's drafts are "
-                                                            "accepted or not by the model")
+        raise InvalidValue(
+            "--acceptance",
+            args.acceptance,
+            "only with --simulate: a real model's drafts are accepted or not by the model",
+        )
     if args.kv_cache_dtype != "auto":
-        raise InvalidValue("kv_cache_dtype", args.kv_cache_dtype, "only with --simulate: the engine's KV cache "
-                           "is in --dtype")
+        raise InvalidValue(
+            "kv_cache_dtype",
+            args.kv_cache_dtype,
+            "only with --simulate: the engine's KV cache is in --dtype",
+        )
     return Engine(args.model, config)
 
 
 def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
     engine = build_engine(args, policy, prefix_caching)
-    specs = get_workload(args.workload, num_requests=args.num_requests, seed=args.seed,
-                         vocab_size=engine.model_config.vocab_size, rate=args.rate,
-                         max_model_len=engine.config.max_model_len)
-    sampling = {"ignore_eos": args.ignore_eos, "temperature": args.temperature,
-                "seed": args.seed if args.temperature > 0 else None}
+    specs = get_workload(
+        args.workload,
+        num_requests=args.num_requests,
+        seed=args.seed,
+        vocab_size=engine.model_config.vocab_size,
+        rate=args.rate,
+        max_model_len=engine.config.max_model_len,
+    )
+    sampling = {
+        "ignore_eos": args.ignore_eos,
+        "temperature": args.temperature,
+        "seed": args.seed if args.temperature > 0 else None,
+    }
     engine.add_workload(specs, **sampling)
     timeline = engine.run(progress=not args.json)
     m = summarize(timeline) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
@@ -151,10 +273,16 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
 
 def describe_run(meta: dict) -> str:
     """One line saying what the numbers are: simulated ones must say so."""
-    times = "SIMULATED times (roofline cost model)" if meta.get("clock") == "simulated" else "measured times"
+    times = (
+        "SIMULATED times (roofline cost model)"
+        if meta.get("clock") == "simulated"
+        else "measured times"
+    )
     quantized = f", {meta['quantization']} weights" if meta.get("quantization") else ""
-    return (f"model {meta['model']} on {meta['device']} ({meta['dtype']}{quantized}), {times}; "
-            f"max_num_seqs={meta['max_num_seqs']}, block_size={meta['block_size']}")
+    return (
+        f"model {meta['model']} on {meta['device']} ({meta['dtype']}{quantized}), {times}; "
+        f"max_num_seqs={meta['max_num_seqs']}, block_size={meta['block_size']}"
+    )
 
 
 def print_table(rows: list[dict]) -> None:
@@ -192,7 +320,9 @@ def cmd_run(args) -> None:
     for rid in list(engine.requests)[: args.show]:
         req = engine.requests[rid]
         prompt = engine.tokenizer.decode(req.prompt_ids)
-        print(f"[{rid}] {prompt!r} -> {engine.text(rid)!r} ({req.finish_reason}, {len(req.output_ids)} tokens)")
+        print(
+            f"[{rid}] {prompt!r} -> {engine.text(rid)!r} ({req.finish_reason}, {len(req.output_ids)} tokens)"
+        )
     print(describe_run(engine.timeline.meta))
     print_table([m])
 
@@ -203,41 +333,87 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(model="docstrings")
     p.add_argument("--policy", default="continuous", choices=list(POLICIES))
     p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="share cached prompt prefixes, as vLLM V1 does by default (n > 1 choices share their "
-                        "prompt's KV through it)")
-    p.add_argument("--engine-core", default="process", choices=["process", "thread"],
-                   help="the engine in a process of its own (vLLM V1's split) or in a thread of the server's")
-    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in")
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="share cached prompt prefixes, as vLLM V1 does by default (n > 1 choices share their "
+        "prompt's KV through it)",
+    )
+    p.add_argument(
+        "--engine-core",
+        default="process",
+        choices=["process", "thread"],
+        help="the engine in a process of its own (vLLM V1's split) or in a thread of the server's",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in"
+    )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
-    p.add_argument("--max-waiting", type=int, default=1024,
-                   help="requests that may wait for a place in the batch; past it, HTTP 429")
-    p.add_argument("--drain-timeout", type=float, default=5.0,
-                   help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted")
-    p.add_argument("--stream-interval", type=int, default=1,
-                   help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
-                        "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams")
-    p.add_argument("--timeline", help="write the whole run's timeline JSON here when the server stops (token ids "
-                   "included: GET /timeline, the live Gantt's feed, has lengths and times only)")
-    p.add_argument("--api-key", default=os.environ.get("MINILM_API_KEY") or None,
-                   help="every route but /, /health, /metrics and /timeline asks for `Authorization: Bearer KEY` "
-                        "(vLLM's flag; default: $MINILM_API_KEY, which `ps` does not show the machine's other users)")
-    p.add_argument("--max-inflight-per-client", type=int, default=None, metavar="N",
-                   help="at most N requests (n choices count as n) in flight per client address; past it, HTTP 429 "
-                        "(default: no limit)")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)")
+    p.add_argument(
+        "--served-model-name", default=None, help="the model's name in the API (default: --model)"
+    )
+    p.add_argument(
+        "--max-waiting",
+        type=int,
+        default=1024,
+        help="requests that may wait for a place in the batch; past it, HTTP 429",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=5.0,
+        help="on Ctrl-C, seconds in-flight requests get to finish before they are aborted",
+    )
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="hand a request's tokens to its HTTP stream every N tokens (the first at once), as "
+        "vLLM's flag: fewer wake-ups of the HTTP side, burstier streams",
+    )
+    p.add_argument(
+        "--timeline",
+        help="write the whole run's timeline JSON here when the server stops (token ids "
+        "included: GET /timeline, the live Gantt's feed, has lengths and times only)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("MINILM_API_KEY") or None,
+        help="every route but /, /health, /metrics and /timeline asks for `Authorization: Bearer KEY` "
+        "(vLLM's flag; default: $MINILM_API_KEY, which `ps` does not show the machine's other users)",
+    )
+    p.add_argument(
+        "--max-inflight-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N requests (n choices count as n) in flight per client address; past it, HTTP 429 "
+        "(default: no limit)",
+    )
+    p.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    p.add_argument(
+        "--access-log", action="store_true", help="log every HTTP request (uvicorn's access log)"
+    )
 
 
 def cmd_serve(args) -> None:
     if args.stream_interval < 1:
         raise InvalidValue("--stream-interval", args.stream_interval, "must be >= 1")
     if args.max_waiting < 1:
-        raise InvalidValue("--max-waiting", args.max_waiting, "must be >= 1 (a new request waits until the next step)")
+        raise InvalidValue(
+            "--max-waiting",
+            args.max_waiting,
+            "must be >= 1 (a new request waits until the next step)",
+        )
     if args.max_inflight_per_client is not None and args.max_inflight_per_client < 1:
-        raise InvalidValue("--max-inflight-per-client", args.max_inflight_per_client,
-                           "must be >= 1 (leave it out for no limit)")
+        raise InvalidValue(
+            "--max-inflight-per-client",
+            args.max_inflight_per_client,
+            "must be >= 1 (leave it out for no limit)",
+        )
     from .serve.auth import check_api_key
     from .serve.server import serve  # FastAPI and uvicorn only when serving
 
@@ -246,36 +422,52 @@ def cmd_serve(args) -> None:
 
     config = engine_config(args, args.policy, args.enable_prefix_caching)
     check_knobs(args.model, config)
-    serve(args.model, config,
-          name=args.served_model_name, host=args.host, port=args.port, max_waiting=args.max_waiting,
-          drain_timeout=args.drain_timeout, stream_interval=args.stream_interval, timeline_path=args.timeline,
-          engine_core=args.engine_core, log_level=args.log_level, access_log=args.access_log, api_key=args.api_key,
-          max_inflight_per_client=args.max_inflight_per_client)
+    serve(
+        args.model,
+        config,
+        name=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        max_waiting=args.max_waiting,
+        drain_timeout=args.drain_timeout,
+        stream_interval=args.stream_interval,
+        timeline_path=args.timeline,
+        engine_core=args.engine_core,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        api_key=args.api_key,
+        max_inflight_per_client=args.max_inflight_per_client,
+    )
 
 
 def check_knobs(model: str, config: EngineConfig) -> None:
     """Refuse bad knobs here, before a server and an engine process start: resolve them against
     the model's config.json as the engine's builder will."""
+    from .config import MODEL_PRESETS, ModelConfig
     from .core.builder import resolve
     from .core.policies import make_policy
-    from .config import MODEL_PRESETS, ModelConfig
     from .model.loader import resolve_model_path
-    from .spec import SpeculativeConfig
-    from .spec.executor import check_draft_model
+    from .spec_decode import SpeculativeConfig
+    from .spec_decode.executor import check_draft_model
 
     config.validate()
-    spec = SpeculativeConfig.of(config.speculative_config)
+    speculative = SpeculativeConfig.of(config.speculative_config)
     path = resolve_model_path(model)
-    model_config = MODEL_PRESETS[model] if path is None else ModelConfig.from_json(path / "config.json")
+    model_config = (
+        MODEL_PRESETS[model] if path is None else ModelConfig.from_json(path / "config.json")
+    )
     resolve(config, make_policy(config.policy), model_config)
-    if spec is not None and spec.model is not None:
-        check_draft_model(spec.model, model_config)
+    if speculative is not None and speculative.model is not None:
+        check_draft_model(speculative.model, model_config)
 
 
 # ---- the parser ---------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m minilm", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m minilm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run one policy on a workload")
     add_offline_args(p_run, compare=False)
@@ -287,12 +479,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp = sub.add_parser("compare", help="one workload under several policies")
     add_compare_args(p_cmp)
     p_cmp.set_defaults(func=compare)
-    p_serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over one engine (minilm/serve/server.py)")
+    p_serve = sub.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server over one engine (minilm/serve/server.py)"
+    )
     add_serve_args(p_serve)
     p_serve.set_defaults(func=cmd_serve)
-    p_bench = sub.add_parser("bench-serve", help="send a workload to an OpenAI-compatible server and measure it "
-                             "from the client side (minilm/serve/bench_serve.py)")
-    from .serve.bench_serve import add_args as add_bench_args, cmd_bench_serve
+    p_bench = sub.add_parser(
+        "bench-serve",
+        help="send a workload to an OpenAI-compatible server and measure it "
+        "from the client side (minilm/client/bench_serve.py)",
+    )
+    from .client.bench_serve import add_args as add_bench_args
+    from .client.bench_serve import cmd_bench_serve
 
     add_bench_args(p_bench)
     p_bench.set_defaults(func=cmd_bench_serve)

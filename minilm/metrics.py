@@ -33,6 +33,7 @@ kv_unused_slots      allocated slots holding none: allocated - kv_tokens_stored 
 kv_cached_free       free blocks, not among the used ones, that keep a cached prefix
 peak_kv_blocks       the most blocks used at once; kv_unused_slots_mean: unused slots per step
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -58,7 +59,9 @@ def completed_requests(tl: Timeline) -> list[RequestRecord]:
 
 
 def ttfts(tl: Timeline) -> list[float]:
-    return [r.t_first_token - r.arrival for r in completed_requests(tl) if r.t_first_token is not None]
+    return [
+        r.t_first_token - r.arrival for r in completed_requests(tl) if r.t_first_token is not None
+    ]
 
 
 def itls(tl: Timeline) -> list[float]:
@@ -67,8 +70,11 @@ def itls(tl: Timeline) -> list[float]:
 
 def worst_itls(tl: Timeline) -> list[float]:
     """Each request's longest gap between two of its tokens."""
-    return [max(b - a for a, b in zip(r.token_times, r.token_times[1:])) for r in completed_requests(tl)
-            if len(r.token_times) > 1]
+    return [
+        max(b - a for a, b in zip(r.token_times, r.token_times[1:]))
+        for r in completed_requests(tl)
+        if len(r.token_times) > 1
+    ]
 
 
 def tpot(r) -> float:
@@ -77,7 +83,9 @@ def tpot(r) -> float:
 
 
 def tpots(tl: Timeline) -> list[float]:
-    return [tpot(r) for r in completed_requests(tl) if r.output_len > 1 and r.t_finished is not None]
+    return [
+        tpot(r) for r in completed_requests(tl) if r.output_len > 1 and r.t_finished is not None
+    ]
 
 
 def e2e_latencies(tl: Timeline) -> list[float]:
@@ -95,14 +103,21 @@ def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
 def run_span(tl: Timeline) -> float:
     """Seconds from the first arrival to the run's end: its last step, or (a client's view,
     which has no steps) its last request's end."""
-    end = max(s.t_end for s in tl.steps) if tl.steps else max((r.t_finished for r in tl.requests
-                                                               if r.t_finished is not None), default=None)
+    end = (
+        max(s.t_end for s in tl.steps)
+        if tl.steps
+        else max((r.t_finished for r in tl.requests if r.t_finished is not None), default=None)
+    )
     return end - min(r.arrival for r in tl.requests) if end is not None and tl.requests else 0.0
 
 
 def slo_attainment(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:
     """The share of the run's requests that met both SLO limits."""
-    return sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests) / len(tl.requests) if tl.requests else 0.0
+    return (
+        sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests) / len(tl.requests)
+        if tl.requests
+        else 0.0
+    )
 
 
 def request_goodput(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:
@@ -113,14 +128,24 @@ def request_goodput(tl: Timeline, ttft_slo: float | None, tpot_slo: float | None
     return sum(meets_slo(r, ttft_slo, tpot_slo) for r in tl.requests) / span if span else 0.0
 
 
-def distserve_goodput(runs_by_rate: dict[float, Timeline], ttft_slo: float | None, tpot_slo: float | None,
-                      target: float = 0.9) -> float:
+def distserve_goodput(
+    runs_by_rate: dict[float, Timeline],
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    target: float = 0.9,
+) -> float:
     """DistServe's goodput from runs of one deployment at several request rates: the highest
     rate whose run kept at least `target` SLO attainment (0.0 when none did). It is only as
     fine as the rates tried, and it trusts each run: where attainment does not fall as the
     rate rises (a noisy measurement), try more rates, or more requests per rate."""
-    return max((rate for rate, tl in runs_by_rate.items() if slo_attainment(tl, ttft_slo, tpot_slo) >= target),
-               default=0.0)
+    return max(
+        (
+            rate
+            for rate, tl in runs_by_rate.items()
+            if slo_attainment(tl, ttft_slo, tpot_slo) >= target
+        ),
+        default=0.0,
+    )
 
 
 def kv_unused_slots(s: StepRecord, block_size: int) -> int:
@@ -129,11 +154,15 @@ def kv_unused_slots(s: StepRecord, block_size: int) -> int:
     return s.kv_blocks_used * block_size - s.kv_tokens_stored
 
 
-def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None) -> dict[str, Any]:
+def summarize(
+    tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | None = None
+) -> dict[str, Any]:
     """Everything `compare` prints, as one flat dict (times in seconds)."""
     steps = tl.steps
     span = run_span(tl)
-    done = completed_requests(tl)  # tokens and latencies of the requests that completed (vLLM's totals count only those)
+    done = completed_requests(
+        tl
+    )  # tokens and latencies of the requests that completed (vLLM's totals count only those)
     out_tokens = sum(r.output_len for r in done)
     prompt_tokens = sum(r.prompt_len for r in done)
     computed = padding = drafts = accepted = verifies = 0
@@ -142,7 +171,11 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         real = set()
         for i in s.items:
             if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
-                drafts, accepted, verifies = drafts + i.num_draft, accepted + i.num_accepted, verifies + 1
+                drafts, accepted, verifies = (
+                    drafts + i.num_draft,
+                    accepted + i.num_accepted,
+                    verifies + 1,
+                )
             if i.kind == "padding":
                 padding += i.num_tokens
             elif i.kind == CACHED:
@@ -155,8 +188,11 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
         "requests": len(tl.requests),
-        "failed": len(tl.requests) - len(done),  # vLLM's "Failed requests"; left out of every latency below
-        "incomplete": sum(r.finish_reason == INCOMPLETE for r in tl.requests),  # of those, the ones cut off
+        "failed": len(tl.requests)
+        - len(done),  # vLLM's "Failed requests"; left out of every latency below
+        "incomplete": sum(
+            r.finish_reason == INCOMPLETE for r in tl.requests
+        ),  # of those, the ones cut off
         "steps": len(steps),
         "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
@@ -167,18 +203,28 @@ def summarize(tl: Timeline, ttft_slo: float | None = None, tpot_slo: float | Non
         "mean_batch_size": float(np.mean(batch_sizes)) if batch_sizes else 0.0,
         "peak_kv_blocks": max((s.kv_blocks_used for s in steps), default=0),
         "kv_blocks_total": steps[0].kv_blocks_total if steps else 0,
-        "kv_unused_slots_mean": float(np.mean([kv_unused_slots(s, tl.meta.get("block_size", 1)) for s in steps]))
-        if steps else 0.0,
+        "kv_unused_slots_mean": float(
+            np.mean([kv_unused_slots(s, tl.meta.get("block_size", 1)) for s in steps])
+        )
+        if steps
+        else 0.0,
         "preemptions": sum(r.preemptions for r in tl.requests),
         # vLLM's prefix cache hit rate: prompt tokens found cached / prompt tokens
-        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt_tokens
+        if prompt_tokens
+        else 0.0,
         # vLLM's spec-decode metrics: drafts the target agreed with, and tokens a verifying step kept
         # (its accepted drafts and its own token): "mean acceptance length"
         "spec_draft_tokens": drafts,
         "spec_acceptance_rate": accepted / drafts if drafts else None,
         "spec_mean_acceptance_length": 1 + accepted / verifies if verifies else None,
     }
-    for name, values in (("ttft", ttfts(tl)), ("itl", itls(tl)), ("tpot", tpots(tl)), ("e2e", e2e_latencies(tl))):
+    for name, values in (
+        ("ttft", ttfts(tl)),
+        ("itl", itls(tl)),
+        ("tpot", tpots(tl)),
+        ("e2e", e2e_latencies(tl)),
+    ):
         for q in (50, 90, 99):
             m[f"{name}_p{q}"] = percentile(values, q)
     worst = worst_itls(tl)
@@ -207,18 +253,27 @@ class Column:
 
 
 METRIC_COLUMNS = [
-    Column("requests", "requests"), Column("output_tokens", "out tokens"), Column("wall_s", "time (s)", 1, 2),
+    Column("requests", "requests"),
+    Column("output_tokens", "out tokens"),
+    Column("wall_s", "time (s)", 1, 2),
     Column("output_tok_per_s", "out tok/s"),
-    Column("ttft_p50", "TTFT p50 (ms)", 1e3, 1), Column("ttft_p99", "TTFT p99 (ms)", 1e3, 1),
-    Column("itl_p50", "ITL p50 (ms)", 1e3, 1), Column("itl_p99", "ITL p99 (ms)", 1e3, 1),
-    Column("itl_worst_p99", "worst gap p99 (ms)", 1e3, 1), Column("itl_max", "ITL max (ms)", 1e3, 1),
-    Column("max_num_batched_tokens", "budget (tokens)"), Column("mean_batch_size", "batch (seqs)", 1, 1),
-    Column("padding_fraction", "padding (%)", 100), Column("peak_kv_blocks", "peak KV (blocks)"),
+    Column("ttft_p50", "TTFT p50 (ms)", 1e3, 1),
+    Column("ttft_p99", "TTFT p99 (ms)", 1e3, 1),
+    Column("itl_p50", "ITL p50 (ms)", 1e3, 1),
+    Column("itl_p99", "ITL p99 (ms)", 1e3, 1),
+    Column("itl_worst_p99", "worst gap p99 (ms)", 1e3, 1),
+    Column("itl_max", "ITL max (ms)", 1e3, 1),
+    Column("max_num_batched_tokens", "budget (tokens)"),
+    Column("mean_batch_size", "batch (seqs)", 1, 1),
+    Column("padding_fraction", "padding (%)", 100),
+    Column("peak_kv_blocks", "peak KV (blocks)"),
     Column("preemptions", "preempted"),
 ]
 PREFIX_HIT = Column("prefix_cache_hit_rate", "prefix hit (%)", 100)
-SPECULATION = [Column("spec_acceptance_rate", "drafts accepted (%)", 100),  # lesson 10
-               Column("spec_mean_acceptance_length", "tokens per verify", 1, 2)]
+SPECULATION = [
+    Column("spec_acceptance_rate", "drafts accepted (%)", 100),  # lesson 10
+    Column("spec_mean_acceptance_length", "tokens per verify", 1, 2),
+]
 # a client's run with failed requests (lesson 9): how many the latencies leave out, next to the requests
 FAILURES = [Column("failed", "failed"), Column("incomplete", "of which incomplete")]
 
@@ -227,9 +282,13 @@ def table_columns(rows: list[dict]) -> list[Column]:
     """The columns for these summaries: the failed requests only where some run had any, the prefix
     hit rate only where some run had caching hits, speculation's only where some run verified drafts."""
     failures = FAILURES if any(r.get("failed") for r in rows) else []
-    return (METRIC_COLUMNS[:1] + failures + METRIC_COLUMNS[1:]
-            + ([PREFIX_HIT] if any(r.get(PREFIX_HIT.key) for r in rows) else [])
-            + (SPECULATION if any(r.get("spec_draft_tokens") for r in rows) else []))
+    return (
+        METRIC_COLUMNS[:1]
+        + failures
+        + METRIC_COLUMNS[1:]
+        + ([PREFIX_HIT] if any(r.get(PREFIX_HIT.key) for r in rows) else [])
+        + (SPECULATION if any(r.get("spec_draft_tokens") for r in rows) else [])
+    )
 
 
 def metrics_frame(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -237,8 +296,10 @@ def metrics_frame(summaries: dict[str, dict]) -> pd.DataFrame:
     summarize leaves out: it is a knob, not a measurement), in the table's units and rounding,
     numeric columns (counts as integers), headers with their units."""
     columns = table_columns(list(summaries.values()))
-    df = pd.DataFrame({c.header: [c.value(m) for m in summaries.values()] for c in columns},
-                      index=pd.Index(list(summaries), name="run"))
+    df = pd.DataFrame(
+        {c.header: [c.value(m) for m in summaries.values()] for c in columns},
+        index=pd.Index(list(summaries), name="run"),
+    )
     for c in columns:
         df[c.header] = df[c.header].astype("Int64" if c.digits == 0 else "float64")
     return df
@@ -248,12 +309,19 @@ def metrics_text(summaries: dict[str, dict]) -> str:
     """The same table as text: a header line, then a line per run, columns right-aligned."""
     columns = table_columns(list(summaries.values()))
     header = ["run", *(c.header for c in columns)]
-    cells = [[name, *("-" if (v := c.value(m)) is None or v != v else f"{v:.{c.digits}f}" for c in columns)]
-             for name, m in summaries.items()]
+    cells = [
+        [
+            name,
+            *("-" if (v := c.value(m)) is None or v != v else f"{v:.{c.digits}f}" for c in columns),
+        ]
+        for name, m in summaries.items()
+    ]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
     lines = [header] + cells
-    return "\n".join("  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))])
-                     for row in lines)
+    return "\n".join(
+        "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))])
+        for row in lines
+    )
 
 
 # ---- the timeline as tables (pandas) -------------------------------------------------------
@@ -264,7 +332,9 @@ def steps_df(tl: Timeline) -> pd.DataFrame:
     the drafting (model_time - draft_time)."""
     # the record's own numbers by name: asdict would deep-copy every item and block table first
     # (a 1,000-request run: 500k items, 1.3 s) only for them to be dropped
-    numbers = [f.name for f in fields(StepRecord) if f.name not in ("items", "kv_blocks", "kv_cached_free")]
+    numbers = [
+        f.name for f in fields(StepRecord) if f.name not in ("items", "kv_blocks", "kv_cached_free")
+    ]
     rows = []
     for s in tl.steps:
         row = {name: getattr(s, name) for name in numbers}
@@ -283,7 +353,11 @@ def steps_df(tl: Timeline) -> pd.DataFrame:
 
 def items_df(tl: Timeline) -> pd.DataFrame:
     """A row per step item (request, kind, tokens, context, drafts, accepted), with its step's times."""
-    rows = [{"step": s.step, "t_start": s.t_start, "t_end": s.t_end, **asdict(i)} for s in tl.steps for i in s.items]
+    rows = [
+        {"step": s.step, "t_start": s.t_start, "t_end": s.t_end, **asdict(i)}
+        for s in tl.steps
+        for i in s.items
+    ]
     empty = ["step", "t_start", "t_end", *(f.name for f in fields(StepItem))]
     return pd.DataFrame(rows, columns=None if rows else empty)
 

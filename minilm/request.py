@@ -4,6 +4,7 @@ Preemption sends a running request back to waiting (its KV freed and recomputed 
 its output kept). It ends one way only, `Scheduler.finish`: a stop token, its length or
 an abort. The engine never forgets a request and finishes each one exactly once.
 """
+
 from __future__ import annotations
 
 import enum
@@ -13,9 +14,9 @@ from .config import InvalidValue, check_int
 
 
 class Status(enum.Enum):
-    PENDING = "pending"   # added, arrival time not reached
-    WAITING = "waiting"   # in the queue
-    RUNNING = "running"   # holds KV blocks, scheduled every step
+    PENDING = "pending"  # added, arrival time not reached
+    WAITING = "waiting"  # in the queue
+    RUNNING = "running"  # holds KV blocks, scheduled every step
     FINISHED = "finished"
 
 
@@ -23,24 +24,31 @@ class Status(enum.Enum):
 class SamplingParams:
     max_tokens: int = 16
     temperature: float = 0.0  # 0: greedy
-    top_k: int = 0            # 0: off
-    top_p: float = 1.0        # 1: off
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
-    min_tokens: int = 0           # no EOS or stop id before this many tokens
-    logprobs: int | None = None   # return each token's log-probability and the top-N (None: none)
+    min_tokens: int = 0  # no EOS or stop id before this many tokens
+    logprobs: int | None = None  # return each token's log-probability and the top-N (None: none)
 
     def validate(self, request_id: str | None = None) -> None:
         check_int("max_tokens", self.max_tokens, 1, request_id=request_id)
         check_int("top_k", self.top_k, 0, "must be an integer >= 0 (0 turns it off)", request_id)
         check_int("min_tokens", self.min_tokens, 0, request_id=request_id)
         if self.min_tokens > self.max_tokens:
-            raise InvalidValue("min_tokens", self.min_tokens, f"must be <= max_tokens={self.max_tokens}", request_id)
+            raise InvalidValue(
+                "min_tokens",
+                self.min_tokens,
+                f"must be <= max_tokens={self.max_tokens}",
+                request_id,
+            )
         if self.logprobs is not None:
             check_int("logprobs", self.logprobs, 0, "must be an integer >= 0 or None", request_id)
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise InvalidValue("temperature", self.temperature, "must be a number >= 0 (0 is greedy)", request_id)
+            raise InvalidValue(
+                "temperature", self.temperature, "must be a number >= 0 (0 is greedy)", request_id
+            )
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise InvalidValue("top_p", self.top_p, "must be a number in (0, 1]", request_id)
 
@@ -62,9 +70,15 @@ class Request:
     t_finished: float | None = None
     token_times: list[float] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
-    block_keys: list[tuple] = field(default_factory=list)  # prefix-cache key of each full block (core/prefix_cache.py)
-    output_logprobs: list = field(default_factory=list)  # with params.logprobs: [logprob, [[id, logprob], ...]] a token
-    spec_token_ids: list[int] = field(default_factory=list)  # drafts to verify in its next decode (lesson 10)
+    block_keys: list[tuple] = field(
+        default_factory=list
+    )  # prefix-cache key of each full block (core/prefix_cache.py)
+    output_logprobs: list = field(
+        default_factory=list
+    )  # with params.logprobs: [logprob, [[id, logprob], ...]] a token
+    spec_token_ids: list[int] = field(
+        default_factory=list
+    )  # drafts to verify in its next decode (lesson 10)
 
     @property
     def prompt_len(self) -> int:
@@ -93,10 +107,10 @@ class Request:
         """Tokens `start : start + n` of prompt + output (without building the whole sequence)."""
         p = len(self.prompt_ids)
         if start + n <= p:
-            return self.prompt_ids[start:start + n]
+            return self.prompt_ids[start : start + n]
         if start >= p:
-            return self.output_ids[start - p:start - p + n]
-        return self.prompt_ids[start:] + self.output_ids[:start + n - p]
+            return self.output_ids[start - p : start - p + n]
+        return self.prompt_ids[start:] + self.output_ids[: start + n - p]
 
     def append_output(self, token: int) -> str | None:
         """Add a sampled token; the reason to stop after it (the stop rules: EOS, stop ids,

@@ -2,6 +2,7 @@
 this, never the engine's insides; a measured run on a laptop and a simulated run of a 70B
 model on an H100 make the same kind of object.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,18 +16,22 @@ CACHED = "cached"  # prompt tokens a request found in the prefix cache when admi
 # Requests a benchmark client saw fail (a result file, lesson 9): every loader of a client's run marks
 # them the same way, by finish_reason, with RequestRecord.error saying why. The metrics leave them
 # out of every latency and count them; the Gantt marks them.
-ERROR = "error"            # no token came: refused, an HTTP error, a stream that broke before its first token
-INCOMPLETE = "incomplete"  # tokens came, then it stopped before it finished: a broken stream, a timeout
+ERROR = "error"  # no token came: refused, an HTTP error, a stream that broke before its first token
+INCOMPLETE = (
+    "incomplete"  # tokens came, then it stopped before it finished: a broken stream, a timeout
+)
 FAILED = (ERROR, INCOMPLETE)
 
 
 @dataclass(slots=True)
 class StepItem:
     request_id: str
-    kind: str          # prefill | decode | padding | cached
+    kind: str  # prefill | decode | padding | cached
     num_tokens: int
-    context_len: int   # the sequence's context after this item (its verified tokens)
-    num_draft: int = 0     # of num_tokens, draft tokens the step verified (speculative decoding, lesson 10)
+    context_len: int  # the sequence's context after this item (its verified tokens)
+    num_draft: int = (
+        0  # of num_tokens, draft tokens the step verified (speculative decoding, lesson 10)
+    )
     num_accepted: int = 0  # of those, drafts the target agreed with
 
 
@@ -41,10 +46,16 @@ class StepRecord:
     kv_blocks_used: int  # blocks not free: held by some request, a block in several tables once
     kv_blocks_total: int
     num_preempted: int
-    kv_tokens_stored: int = 0  # of their slots, those holding a token after the step (metrics.py: KV figures)
+    kv_tokens_stored: int = (
+        0  # of their slots, those holding a token after the step (metrics.py: KV figures)
+    )
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
-    model_time: float = 0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
-    kv_cached_free: list[int] | None = None  # blocks nobody holds that keep a cached prefix (prefix caching)
+    model_time: float = (
+        0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
+    )
+    kv_cached_free: list[int] | None = (
+        None  # blocks nobody holds that keep a cached prefix (prefix caching)
+    )
     draft_time: float = 0.0  # of model_time, seconds spent proposing the next step's drafts
 
     @property
@@ -53,7 +64,11 @@ class StepRecord:
 
     def tokens(self, kind: str | None = None) -> int:
         """Tokens of one kind, or (None) every token the step computed."""
-        return sum(i.num_tokens for i in self.items if i.kind == kind or (kind is None and i.kind != CACHED))
+        return sum(
+            i.num_tokens
+            for i in self.items
+            if i.kind == kind or (kind is None and i.kind != CACHED)
+        )
 
 
 @dataclass
@@ -71,7 +86,7 @@ class RequestRecord:
     preemptions: int
     output_ids: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
-    error: str = ""             # why it failed (finish_reason in FAILED), as the client reported it
+    error: str = ""  # why it failed (finish_reason in FAILED), as the client reported it
 
     @property
     def failed(self) -> bool:
@@ -86,12 +101,17 @@ class Timeline:
 
     # ---- JSON ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"meta": self.meta, "steps": [asdict(s) for s in self.steps],
-                "requests": [asdict(r) for r in self.requests]}
+        return {
+            "meta": self.meta,
+            "steps": [asdict(s) for s in self.steps],
+            "requests": [asdict(r) for r in self.requests],
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Timeline":
-        steps = [StepRecord(**{**s, "items": [StepItem(**i) for i in s["items"]]}) for s in d["steps"]]
+    def from_dict(cls, d: dict[str, Any]) -> Timeline:
+        steps = [
+            StepRecord(**{**s, "items": [StepItem(**i) for i in s["items"]]}) for s in d["steps"]
+        ]
         return cls(steps, [RequestRecord(**r) for r in d["requests"]], d.get("meta", {}))
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -101,6 +121,6 @@ class Timeline:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "Timeline":
+    def from_json(cls, text_or_path: str | Path) -> Timeline:
         p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
         return cls.from_dict(json.loads(p.read_text() if p else text_or_path))

@@ -21,6 +21,7 @@ docstrings-shared-prefix, docstrings-multi-turn   the same two in text for the
 A JSON file of `{"id", "prompt_ids" or "prompt", "max_tokens", "arrival"}` objects
 replays a user's own trace.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,16 @@ import numpy as np
 
 from .config import InvalidValue
 
-PRESETS = ("uniform", "mixed", "long-prompt", "docstrings", "shared-prefix", "multi-turn",
-           "docstrings-shared-prefix", "docstrings-multi-turn")
+PRESETS = (
+    "uniform",
+    "mixed",
+    "long-prompt",
+    "docstrings",
+    "shared-prefix",
+    "multi-turn",
+    "docstrings-shared-prefix",
+    "docstrings-multi-turn",
+)
 DOCSTRINGS_HELDOUT = Path(__file__).parent / "checkpoints" / "docstrings" / "heldout.json"
 # Generous (most docstrings end well before it), and a few-word prompt (at most 18 tokens
 # among the held-out ones) plus this stays within the 256 positions the model was trained on.
@@ -49,7 +58,9 @@ class RequestSpec:
     prompt: str | None = None  # text, encoded by the engine's tokenizer when prompt_ids is None
 
 
-def lognormal_lengths(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int) -> np.ndarray:
+def lognormal_lengths(
+    rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int
+) -> np.ndarray:
     return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), lo, hi).astype(int)
 
 
@@ -58,7 +69,9 @@ def num_long_prompts(n: int) -> int:
     return max(1, n // 16)
 
 
-def preset_lengths(name: str, n: int, rng: np.random.Generator, max_model_len: int) -> tuple[np.ndarray, np.ndarray]:
+def preset_lengths(
+    name: str, n: int, rng: np.random.Generator, max_model_len: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(prompt lengths, output lengths) of a preset."""
     if name == "uniform":
         return rng.integers(16, 129, n), rng.integers(16, 129, n)
@@ -84,8 +97,10 @@ def recommended_knobs(preset: str, num_requests: int, policy: str) -> dict:
     step's size keeps a chunk step short on a CPU (lesson 6 sweeps it)."""
     if preset != "long-prompt":
         return {}
-    return {"max_num_seqs": num_requests, **({"max_num_batched_tokens": max(128, num_requests)}
-                                            if policy == "chunked" else {})}
+    return {
+        "max_num_seqs": num_requests,
+        **({"max_num_batched_tokens": max(128, num_requests)} if policy == "chunked" else {}),
+    }
 
 
 def poisson_arrivals(rng: np.random.Generator, rate: float | None, n: int) -> np.ndarray:
@@ -93,9 +108,15 @@ def poisson_arrivals(rng: np.random.Generator, rate: float | None, n: int) -> np
     return np.cumsum(rng.exponential(1.0 / rate, n)) if rate is not None else np.zeros(n)
 
 
-def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vocab_size: int = 256,
-                  rate: float | None = None, max_model_len: int = 2048,
-                  long_prompt_delay: float = 0.05) -> list[RequestSpec]:
+def make_workload(
+    name: str = "mixed",
+    num_requests: int = 64,
+    seed: int = 0,
+    vocab_size: int = 256,
+    rate: float | None = None,
+    max_model_len: int = 2048,
+    long_prompt_delay: float = 0.05,
+) -> list[RequestSpec]:
     """A seeded preset. Prompt tokens are random ids below `vocab_size` (random-weight models
     do not care what they read). `long_prompt_delay` spaces the long prompts of `long-prompt`
     (seconds), so they arrive while the short requests decode."""
@@ -107,14 +128,25 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     if name == "docstrings":
         return docstring_workload(num_requests, rng, rate, max_model_len)
     if name in ("shared-prefix", "multi-turn"):
+
         def text(n):  # random token ids: a random-weight model does not care what it reads
             return rng.integers(0, vocab_size, n).tolist()
+
         if name == "shared-prefix":
-            prefixes = [text(int(n)) for n in rng.integers(max_model_len // 8, max_model_len // 4, 4)]
+            prefixes = [
+                text(int(n)) for n in rng.integers(max_model_len // 8, max_model_len // 4, 4)
+            ]
             turns = [text(int(n)) for n in rng.integers(8, 33, num_requests)]
-            return shared_prefix_workload(prefixes, turns, rng.integers(16, 65, num_requests).tolist(), rng, rate)
-        conversations = [[(text(int(u)), text(int(r))) for u, r in zip(rng.integers(16, 49, 4), rng.integers(16, 65, 4))]
-                         for _ in range(-(-num_requests // 4))]
+            return shared_prefix_workload(
+                prefixes, turns, rng.integers(16, 65, num_requests).tolist(), rng, rate
+            )
+        conversations = [
+            [
+                (text(int(u)), text(int(r)))
+                for u, r in zip(rng.integers(16, 49, 4), rng.integers(16, 65, 4))
+            ]
+            for _ in range(-(-num_requests // 4))
+        ]
         return multi_turn_workload(conversations, num_requests, None, rng, rate)
     if name.startswith("docstrings-"):
         return docstring_prefix_workload(name, num_requests, rng, rate)
@@ -123,31 +155,48 @@ def make_workload(name: str = "mixed", num_requests: int = 64, seed: int = 0, vo
     if rate is None and name == "long-prompt":
         num_long = num_long_prompts(num_requests)
         arrivals[-num_long:] = long_prompt_delay * (1 + np.arange(num_long))
-    return [RequestSpec(id=f"r{i}", prompt_ids=rng.integers(0, vocab_size, int(p)).tolist(),
-                        max_tokens=int(o), arrival=float(a))
-            for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))]
+    return [
+        RequestSpec(
+            id=f"r{i}",
+            prompt_ids=rng.integers(0, vocab_size, int(p)).tolist(),
+            max_tokens=int(o),
+            arrival=float(a),
+        )
+        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
+    ]
 
 
 def docstring_prompt(doc: str, max_words: int = 6) -> str:
     """The first words of a docstring's first line (at most half of them, at least one):
     enough to set the topic, leaving the model the rest to write."""
     words = doc.split("\n", 1)[0].split(" ")
-    return " ".join(words[:max(1, min(max_words, len(words) // 2))])
+    return " ".join(words[: max(1, min(max_words, len(words) // 2))])
 
 
-def docstring_workload(num_requests: int, rng: np.random.Generator, rate: float | None,
-                       max_model_len: int) -> list[RequestSpec]:
+def docstring_workload(
+    num_requests: int, rng: np.random.Generator, rate: float | None, max_model_len: int
+) -> list[RequestSpec]:
     """Prompts from the held-out docstrings the `docstrings` checkpoint ships (never trained on);
     text, so the engine's tokenizer encodes them."""
     if not DOCSTRINGS_HELDOUT.exists():
-        raise ValueError(f"workload 'docstrings' needs {DOCSTRINGS_HELDOUT}; "
-                         f"train the checkpoint with `python -m training.train` (see README)")
+        raise ValueError(
+            f"workload 'docstrings' needs {DOCSTRINGS_HELDOUT}; "
+            f"train the checkpoint with `python -m training.train` (see README)"
+        )
     docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
     picks = rng.choice(len(docs), num_requests, replace=num_requests > len(docs))
     max_tokens = min(DOCSTRINGS_MAX_TOKENS, max_model_len - DOCSTRINGS_PROMPT_ROOM)
     arrivals = poisson_arrivals(rng, rate, num_requests)
-    return [RequestSpec(id=f"r{i}", prompt_ids=None, prompt=docstring_prompt(docs[k]), max_tokens=max_tokens,
-                        arrival=float(a)) for i, (k, a) in enumerate(zip(picks, arrivals))]
+    return [
+        RequestSpec(
+            id=f"r{i}",
+            prompt_ids=None,
+            prompt=docstring_prompt(docs[k]),
+            max_tokens=max_tokens,
+            arrival=float(a),
+        )
+        for i, (k, a) in enumerate(zip(picks, arrivals))
+    ]
 
 
 def spec(rid: str, prompt: list[int] | str, max_tokens: int, arrival: float) -> RequestSpec:
@@ -157,17 +206,26 @@ def spec(rid: str, prompt: list[int] | str, max_tokens: int, arrival: float) -> 
     return RequestSpec(rid, prompt, int(max_tokens), float(arrival))
 
 
-def shared_prefix_workload(prefixes: list, turns: list, max_tokens: list[int], rng: np.random.Generator,
-                           rate: float | None) -> list[RequestSpec]:
+def shared_prefix_workload(
+    prefixes: list, turns: list, max_tokens: list[int], rng: np.random.Generator, rate: float | None
+) -> list[RequestSpec]:
     """Each user turn behind one of a few shared system prompts (picked at random)."""
     picks = rng.integers(0, len(prefixes), len(turns))
     arrivals = poisson_arrivals(rng, rate, len(turns))
-    return [spec(f"r{i}", prefixes[k] + turn, m, a)
-            for i, (k, turn, m, a) in enumerate(zip(picks, turns, max_tokens, arrivals))]
+    return [
+        spec(f"r{i}", prefixes[k] + turn, m, a)
+        for i, (k, turn, m, a) in enumerate(zip(picks, turns, max_tokens, arrivals))
+    ]
 
 
-def multi_turn_workload(conversations: list[list[tuple]], num_requests: int, max_tokens: int | None,
-                        rng: np.random.Generator, rate: float | None, think_time: float = 1.0) -> list[RequestSpec]:
+def multi_turn_workload(
+    conversations: list[list[tuple]],
+    num_requests: int,
+    max_tokens: int | None,
+    rng: np.random.Generator,
+    rate: float | None,
+    think_time: float = 1.0,
+) -> list[RequestSpec]:
     """Every turn's prompt is the conversation so far (turns and replies) plus a new turn.
     Conversations start at `rate / turns` a second (all at t=0 for None), and a turn
     follows the previous one after an exponential think time (mean `think_time` seconds).
@@ -184,8 +242,9 @@ def multi_turn_workload(conversations: list[list[tuple]], num_requests: int, max
     return sorted(specs, key=lambda r: r.arrival)[:num_requests]
 
 
-def docstring_prefix_workload(name: str, num_requests: int, rng: np.random.Generator,
-                              rate: float | None) -> list[RequestSpec]:
+def docstring_prefix_workload(
+    name: str, num_requests: int, rng: np.random.Generator, rate: float | None
+) -> list[RequestSpec]:
     """The shared-prefix and multi-turn shapes in text for the `docstrings` model: system
     prompts are held-out docstrings, turns their beginnings, replies their first lines;
     every request fits the model's 256 positions (tests/test_workloads.py checks)."""
@@ -193,10 +252,20 @@ def docstring_prefix_workload(name: str, num_requests: int, rng: np.random.Gener
     pick = lambda n: [docs[k] for k in rng.choice(len(docs), n, replace=n > len(docs))]  # noqa: E731
     if name == "docstrings-shared-prefix":
         prefixes = [d[:360].rsplit(" ", 1)[0] + "\n\n" for d in pick(3)]
-        return shared_prefix_workload(prefixes, [docstring_prompt(d) for d in pick(num_requests)],
-                                      [64] * num_requests, rng, rate)
-    conversations = [[(docstring_prompt(d), d.split("\n", 1)[0][len(docstring_prompt(d)):160] + "\n\n")
-                      for d in pick(3)] for _ in range(-(-num_requests // 3))]
+        return shared_prefix_workload(
+            prefixes,
+            [docstring_prompt(d) for d in pick(num_requests)],
+            [64] * num_requests,
+            rng,
+            rate,
+        )
+    conversations = [
+        [
+            (docstring_prompt(d), d.split("\n", 1)[0][len(docstring_prompt(d)) : 160] + "\n\n")
+            for d in pick(3)
+        ]
+        for _ in range(-(-num_requests // 3))
+    ]
     return multi_turn_workload(conversations, num_requests, 48, rng, rate)
 
 
@@ -211,9 +280,15 @@ def load_workload(path: str | Path) -> list[RequestSpec]:
             raise ValueError(f"{path}: request {i} has neither 'prompt_ids' nor 'prompt'")
         if "max_tokens" not in it:
             raise ValueError(f"{path}: request {i} has no 'max_tokens'")
-        specs.append(RequestSpec(id=str(it.get("id", f"r{i}")), prompt_ids=it.get("prompt_ids"),
-                                 max_tokens=it["max_tokens"], arrival=float(it.get("arrival", 0.0)),
-                                 prompt=it.get("prompt")))
+        specs.append(
+            RequestSpec(
+                id=str(it.get("id", f"r{i}")),
+                prompt_ids=it.get("prompt_ids"),
+                max_tokens=it["max_tokens"],
+                arrival=float(it.get("arrival", 0.0)),
+                prompt=it.get("prompt"),
+            )
+        )
     return specs
 
 
@@ -223,4 +298,6 @@ def get_workload(name_or_path: str, **kwargs) -> list[RequestSpec]:
         return make_workload(name_or_path, **kwargs)
     if Path(name_or_path).suffix == ".json" or Path(name_or_path).exists():
         return load_workload(name_or_path)
-    raise InvalidValue("workload", name_or_path, f"allowed: {', '.join(PRESETS)} or a path to a JSON file")
+    raise InvalidValue(
+        "workload", name_or_path, f"allowed: {', '.join(PRESETS)} or a path to a JSON file"
+    )

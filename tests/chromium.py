@@ -8,6 +8,7 @@ height 360 px). `figure_problems` does the same with the plotly.js that plotly.p
 is the plotly.js version the extension bundles, and reports every figure that raised an error
 in the page or left a visible trace undrawn.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,10 +18,19 @@ from pathlib import Path
 import plotly
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-LABEXTENSION = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-plotly" / "static"
+LABEXTENSION = (
+    Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-plotly" / "static"
+)
 TIMEOUT_MS = 30_000
 
 # Plotly draws each trace as an SVG group bound (d3's __data__) to the trace's calcdata, whose
@@ -57,7 +67,9 @@ DRAW = """async fig => {
 
 def plotly_js_version(text: str) -> str:
     """The version a plotly.js bundle declares (its `src/version.js` module, or its header)."""
-    m = re.search(r'src/version\.js"\S{0,40}?version\s*=\s*"([\d.]+)"', text) or re.search(r"plotly\.js v([\d.]+)", text)
+    m = re.search(r'src/version\.js"\S{0,40}?version\s*=\s*"([\d.]+)"', text) or re.search(
+        r"plotly\.js v([\d.]+)", text
+    )
     if not m:
         raise ValueError("no plotly.js version found in the bundle")
     return m.group(1)
@@ -68,10 +80,16 @@ def check_same_plotly_js() -> None:
     ours = plotly_js_version(PLOTLY_JS.read_text()[:2000])
     bundles = sorted(LABEXTENSION.glob("*.js"), key=lambda p: p.stat().st_size)
     if not bundles:
-        raise FileNotFoundError(f"jupyterlab-plotly is not installed in {LABEXTENSION} (it comes with plotly)")
-    lab = plotly_js_version(bundles[-1].read_text())  # the largest chunk is the one with plotly.js in it
+        raise FileNotFoundError(
+            f"jupyterlab-plotly is not installed in {LABEXTENSION} (it comes with plotly)"
+        )
+    lab = plotly_js_version(
+        bundles[-1].read_text()
+    )  # the largest chunk is the one with plotly.js in it
     if lab != ours:
-        raise AssertionError(f"JupyterLab draws with plotly.js {lab}, this check with {ours} ({PLOTLY_JS})")
+        raise AssertionError(
+            f"JupyterLab draws with plotly.js {lab}, this check with {ours} ({PLOTLY_JS})"
+        )
 
 
 class FigurePage:
@@ -86,13 +104,19 @@ class FigurePage:
         self.errors: list[str] = []  # console errors and uncaught page errors since the last figure
         self.playwright = sync_playwright().start()
         try:
-            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                                           headless=True, timeout=TIMEOUT_MS)
+            self.browser = self.playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=TIMEOUT_MS
+            )
             self.page = self.browser.new_page(viewport={"width": 1200, "height": 900})
             self.page.set_default_timeout(TIMEOUT_MS)
             self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-            self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console error: {m.text}"))
-            self.page.set_content("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body></body></html>")
+            self.page.on(
+                "console",
+                lambda m: m.type == "error" and self.errors.append(f"console error: {m.text}"),
+            )
+            self.page.set_content(
+                "<!DOCTYPE html><html><head><meta charset='utf-8'></head><body></body></html>"
+            )
             self.page.add_script_tag(path=str(PLOTLY_JS))
             if self.errors:
                 raise RuntimeError(f"loading {PLOTLY_JS}: {self.errors}")

@@ -5,6 +5,7 @@ it over real HTTP. `serving` keeps the engine in a thread of this process (the i
 design), so a test can look at the engine afterwards (its KV blocks, its timeline) once the
 server is idle; `serving_process` puts it in a process of its own (the default design).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,13 +16,13 @@ from contextlib import contextmanager
 import uvicorn
 
 from minilm import Engine, EngineConfig
+from minilm.client.process import free_port
 from minilm.core.clock import WallClock
 from minilm.model.loader import resolve_model_path
 from minilm.model.tokenizer import load_tokenizer
 from minilm.serve.engine_core import ProcessEngineClient
 from minilm.serve.engine_thread import ThreadEngineClient
 from minilm.serve.metrics import ServerMetrics
-from minilm.serve.process import free_port
 from minilm.serve.server import create_app
 
 
@@ -30,12 +31,18 @@ def docstrings_engine(**knobs) -> Engine:
 
 
 @contextmanager
-def serving(engine: Engine | None = None, api_key: str | None = None, max_inflight_per_client: int | None = None,
-            **client_knobs):
+def serving(
+    engine: Engine | None = None,
+    api_key: str | None = None,
+    max_inflight_per_client: int | None = None,
+    **client_knobs,
+):
     """Yields (base_url, engine, client), the engine in a thread; the server stops (engine thread included) on
     exit. `api_key`, `max_inflight_per_client`: the room's knobs (create_app); `client_knobs`: the engine loop's."""
     engine = engine or docstrings_engine()
-    client = ThreadEngineClient(engine, ServerMetrics("docstrings", engine.config.speculative_config), **client_knobs)
+    client = ThreadEngineClient(
+        engine, ServerMetrics("docstrings", engine.config.speculative_config), **client_knobs
+    )
     app = create_app(client, "docstrings", engine.tokenizer, api_key, max_inflight_per_client)
     with running(app) as url:
         yield url, engine, client
@@ -45,8 +52,12 @@ def serving(engine: Engine | None = None, api_key: str | None = None, max_inflig
 def serving_process(**knobs):
     """Yields (base_url, client), the engine in a process of its own; `knobs`: EngineConfig's."""
     config = EngineConfig(**{"max_num_seqs": 16, "enable_prefix_caching": True, **knobs})
-    client = ProcessEngineClient("docstrings", config, ServerMetrics("docstrings", config.speculative_config))
-    with running(create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))) as url:
+    client = ProcessEngineClient(
+        "docstrings", config, ServerMetrics("docstrings", config.speculative_config)
+    )
+    with running(
+        create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))
+    ) as url:
         yield url, client
     folder = os.path.dirname(client.addrs[0].removeprefix("ipc://"))
     assert not os.path.exists(folder), "the server stopped without removing its sockets' folder"

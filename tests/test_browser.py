@@ -6,6 +6,7 @@ opens a copy of a notebook that builds the panel, runs all cells, and checks tha
 Plotly Gantt chart rendered and that moving the step slider changed its SVG.
 Needs `apt-get install -y chromium`; skipped, saying so, where /usr/bin/chromium is absent.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,17 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
-
 from chromium import CHROMIUM, CHROMIUM_ARGS, figure_problems
-from minilm.serve.process import free_port
+
+from minilm.client.process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_MS = 60_000
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`",
+)
 
 PANEL_CELL = """\
 from widgets.panel import SIMULATED, ControlPanel
@@ -38,18 +41,28 @@ panel"""
 
 
 def write_notebook(path: Path) -> None:
-    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
-             for src in ("import plotly; plotly.__version__", PANEL_CELL)]
-    nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    cells = [
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
+        for src in ("import plotly; plotly.__version__", PANEL_CELL)
+    ]
+    nb = {
+        "cells": cells,
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    }
     path.write_text(json.dumps(nb))
 
 
 def write_lab_settings(settings: Path) -> None:
     """No "fetch Jupyter news?" toast over the page, and start the notebook's own kernel
     without asking (the "Select Kernel" dialog)."""
-    for name, value in (("apputils-extension/notification", {"fetchNews": "false"}),
-                        ("notebook-extension/tracker", {"autoStartDefaultKernel": True})):
+    for name, value in (
+        ("apputils-extension/notification", {"fetchNews": "false"}),
+        ("notebook-extension/tracker", {"autoStartDefaultKernel": True}),
+    ):
         path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
@@ -59,10 +72,15 @@ def start_kernel_session(base: str, notebook: str, deadline_s: float = 60) -> No
     """Start the notebook's kernel through the REST API before the page opens. Left to the
     page, JupyterLab asks "Select Kernel" when its kernel-spec list is not loaded yet (a
     race on a busy machine); the page then joins this session."""
-    body = json.dumps({"path": notebook, "type": "notebook", "name": notebook,
-                       "kernel": {"name": "python3"}}).encode()
-    req = urllib.request.Request(f"{base}/api/sessions", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}}
+    ).encode()
+    req = urllib.request.Request(
+        f"{base}/api/sessions",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=deadline_s) as r:
         assert r.status == 201, r.read()
 
@@ -71,14 +89,18 @@ def wait_for_server(url: str, proc: subprocess.Popen, log: Path, deadline_s: flo
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return
         except OSError:
             time.sleep(0.25)  # polling interval, not a wait for something to happen
-    raise TimeoutError(f"JupyterLab did not answer {url} within {deadline_s}s:\n{log.read_text()[-3000:]}")
+    raise TimeoutError(
+        f"JupyterLab did not answer {url} within {deadline_s}s:\n{log.read_text()[-3000:]}"
+    )
 
 
 @pytest.fixture
@@ -88,20 +110,40 @@ def jupyterlab(tmp_path):
     root.mkdir()
     write_notebook(root / "panel.ipynb")
     write_lab_settings(tmp_path / "settings")
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_PREFER_ENV_PATH": "0",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTER_PREFER_ENV_PATH": "0",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+        "OMP_NUM_THREADS": "1",
+    }
     port = free_port()
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-           "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-           f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = tmp_path / "jupyterlab.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_for_server(f"{base}/api/status", proc, log)
@@ -159,8 +201,11 @@ def run_all_cells(page) -> None:
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         try:
-            page.wait_for_function("el => el.textContent.trim() !== '[ ]:'", arg=last_prompt.element_handle(),
-                                   timeout=10_000)
+            page.wait_for_function(
+                "el => el.textContent.trim() !== '[ ]:'",
+                arg=last_prompt.element_handle(),
+                timeout=10_000,
+            )
             return
         except Exception:  # Playwright's TimeoutError: try the menu again
             continue
@@ -171,18 +216,23 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                                     timeout=TIMEOUT_MS)
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=TIMEOUT_MS
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(f"{jupyterlab}/lab/tree/panel.ipynb")
-            wait_accepting_kernel_dialog(page, ".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            wait_accepting_kernel_dialog(
+                page, ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+            )
             run_all_cells(page)
             # the Gantt chart (the panel's first Plotly figure) draws its bars as SVG paths
             wait_accepting_kernel_dialog(page, ".js-plotly-plot .trace.bars path")
             assert "chunked" in page.locator(".js-plotly-plot .gtitle").first.text_content()
-            stderr = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
+            stderr = page.locator(
+                ".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']"
+            )
             assert stderr.count() == 0, stderr.first.text_content()  # no warning, no traceback
             before = page.evaluate(GANTT_SVG)
             assert before.count("<path") > 8
@@ -195,11 +245,15 @@ def test_panel_renders_and_slider_moves_the_gantt_highlight(jupyterlab, tmp_path
             handle.focus()
             for _ in range(3):
                 handle.press("ArrowRight")
-            page.wait_for_function(f"before => ({GANTT_SVG})() !== before", arg=before, timeout=TIMEOUT_MS)
+            page.wait_for_function(
+                f"before => ({GANTT_SVG})() !== before", arg=before, timeout=TIMEOUT_MS
+            )
             assert page.locator(".widget-slider .widget-readout").first.inner_text().strip() == "3"
             page.screenshot(path=str(tmp_path / "panel.png"), full_page=True)
         except Exception:
-            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)  # what the browser showed
+            page.screenshot(
+                path=str(tmp_path / "failure.png"), full_page=True
+            )  # what the browser showed
             raise
         finally:
             browser.close()
@@ -214,9 +268,18 @@ def test_the_figure_check_reports_a_figure_that_draws_nothing():
     joined = go.Figure(go.Heatmap(z=[[0, 1, 2], [2, 1, 0]], y=["a", "b"]))
     others = go.Figure([go.Scatter(x=[], y=[]), go.Bar(x=["a"], y=[1])])
     table = go.Figure(go.Table(header=dict(values=["a"]), cells=dict(values=[[1, 2]])))
-    figures = [(name, json.loads(fig.to_json())) for name, fig in
-               (("split", split), ("joined", joined), ("others", others), ("table", table))]
+    figures = [
+        (name, json.loads(fig.to_json()))
+        for name, fig in (
+            ("split", split),
+            ("joined", joined),
+            ("others", others),
+            ("table", table),
+        )
+    ]
     problems, traces = figure_problems(figures)
     assert traces == 2 + 1 + 1 + 1
-    assert problems == ["split: Plotly.react failed: TypeError: Cannot read properties of undefined (reading 'length')",
-                        "split: nothing drawn for trace 0 (heatmap), trace 1 (heatmap)"]
+    assert problems == [
+        "split: Plotly.react failed: TypeError: Cannot read properties of undefined (reading 'length')",
+        "split: nothing drawn for trace 0 (heatmap), trace 1 (heatmap)",
+    ]

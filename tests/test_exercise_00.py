@@ -1,4 +1,5 @@
 """Exercise 0's checks reject known-wrong answers and accept right ones written differently."""
+
 from __future__ import annotations
 
 import sys
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 
 
@@ -79,13 +82,16 @@ def as_list(tl):  # wrong: not a dict
 def from_the_requests(tl):
     # wrong: what the requests asked for (prompt, outputs after the first, padding from the steps);
     # a preempted request computes its prompt and output so far again
-    return {"prefill": sum(r.prompt_len for r in tl.requests),
-            "decode": sum(max(r.output_len - 1, 0) for r in tl.requests),
-            "padding": sum(s.tokens("padding") for s in tl.steps)}
+    return {
+        "prefill": sum(r.prompt_len for r in tl.requests),
+        "decode": sum(max(r.output_len - 1, 0) for r in tl.requests),
+        "padding": sum(s.tokens("padding") for s in tl.steps),
+    }
 
 
 def tokens_from_steps_df(tl):  # right: the engine's own counters
     from minilm import steps_df
+
     df = steps_df(tl)
     return {k: int(df[f"{k}_tokens"].sum()) for k in ("prefill", "decode", "padding")}
 
@@ -106,15 +112,34 @@ def drops_absent_kinds(tl):  # wrong: no "padding" key on a run without padding
     return out
 
 
-@pytest.mark.parametrize("fn", [tokens_loop, tokens_counter, tokens_from_items_df, tokens_step_method,
-                                tokens_from_steps_df, only_kinds_seen])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        tokens_loop,
+        tokens_counter,
+        tokens_from_items_df,
+        tokens_step_method,
+        tokens_from_steps_df,
+        only_kinds_seen,
+    ],
+)
 def test_tokens_by_kind_accepts(fn, capsys):
     checks.check_tokens_by_kind(fn)
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [counts_items, forgets_padding, padding_as_decode, first_step_only, as_list,
-                                from_the_requests, drops_absent_kinds])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        counts_items,
+        forgets_padding,
+        padding_as_decode,
+        first_step_only,
+        as_list,
+        from_the_requests,
+        drops_absent_kinds,
+    ],
+)
 def test_tokens_by_kind_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_tokens_by_kind(fn)
@@ -127,11 +152,16 @@ def test_tokens_by_kind_names_preemption():
 
 # ---- 2. predict_tokens -----------------------------------------------------------------
 def predict(specs):
-    return {"prefill": sum(len(s.prompt_ids) for s in specs),
-            "decode": sum(s.max_tokens - 1 for s in specs), "padding": 0}
+    return {
+        "prefill": sum(len(s.prompt_ids) for s in specs),
+        "decode": sum(s.max_tokens - 1 for s in specs),
+        "padding": 0,
+    }
 
 
-def predict_per_request(specs):  # the same, request by request, with a dict comprehension at the end
+def predict_per_request(
+    specs,
+):  # the same, request by request, with a dict comprehension at the end
     prefill = decode = 0
     for s in specs:
         prefill += len(s.prompt_ids)
@@ -139,19 +169,34 @@ def predict_per_request(specs):  # the same, request by request, with a dict com
     return {k: v for k, v in (("prefill", prefill), ("decode", decode), ("padding", 0))}
 
 
-def predict_total_minus_count(specs):  # all output tokens, less the one per request that prefill makes
-    return {"padding": 0, "prefill": sum(map(len, (s.prompt_ids for s in specs))),
-            "decode": sum(s.max_tokens for s in specs) - len(specs)}
+def predict_total_minus_count(
+    specs,
+):  # all output tokens, less the one per request that prefill makes
+    return {
+        "padding": 0,
+        "prefill": sum(map(len, (s.prompt_ids for s in specs))),
+        "decode": sum(s.max_tokens for s in specs) - len(specs),
+    }
 
 
-def decode_is_max_tokens(specs):  # wrong: forgets that the first token comes out of the prefill step
-    return {"prefill": sum(len(s.prompt_ids) for s in specs), "decode": sum(s.max_tokens for s in specs),
-            "padding": 0}
+def decode_is_max_tokens(
+    specs,
+):  # wrong: forgets that the first token comes out of the prefill step
+    return {
+        "prefill": sum(len(s.prompt_ids) for s in specs),
+        "decode": sum(s.max_tokens for s in specs),
+        "padding": 0,
+    }
 
 
-def prefill_includes_first_token(specs):  # wrong: moves the first output token into the prefill count
-    return {"prefill": sum(len(s.prompt_ids) + 1 for s in specs), "decode": sum(s.max_tokens - 1 for s in specs),
-            "padding": 0}
+def prefill_includes_first_token(
+    specs,
+):  # wrong: moves the first output token into the prefill count
+    return {
+        "prefill": sum(len(s.prompt_ids) + 1 for s in specs),
+        "decode": sum(s.max_tokens - 1 for s in specs),
+        "padding": 0,
+    }
 
 
 def counts_requests_not_tokens(specs):  # wrong: one prefill per request
@@ -159,12 +204,18 @@ def counts_requests_not_tokens(specs):  # wrong: one prefill per request
 
 
 def no_padding_key(specs):  # wrong: misses a key
-    return {"prefill": sum(len(s.prompt_ids) for s in specs), "decode": sum(s.max_tokens - 1 for s in specs)}
+    return {
+        "prefill": sum(len(s.prompt_ids) for s in specs),
+        "decode": sum(s.max_tokens - 1 for s in specs),
+    }
 
 
 def decode_steps_not_tokens(specs):  # wrong: the longest request's decode steps (steps, not tokens)
-    return {"prefill": sum(len(s.prompt_ids) for s in specs), "decode": max(s.max_tokens for s in specs) - 1,
-            "padding": 0}
+    return {
+        "prefill": sum(len(s.prompt_ids) for s in specs),
+        "decode": max(s.max_tokens for s in specs) - 1,
+        "padding": 0,
+    }
 
 
 @pytest.mark.parametrize("fn", [predict, predict_per_request, predict_total_minus_count])
@@ -172,8 +223,16 @@ def test_predict_tokens_accepts(fn):
     checks.check_predict_tokens(fn)
 
 
-@pytest.mark.parametrize("fn", [decode_is_max_tokens, prefill_includes_first_token, counts_requests_not_tokens,
-                                no_padding_key, decode_steps_not_tokens])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        decode_is_max_tokens,
+        prefill_includes_first_token,
+        counts_requests_not_tokens,
+        no_padding_key,
+        decode_steps_not_tokens,
+    ],
+)
 def test_predict_tokens_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_predict_tokens(fn)
@@ -190,7 +249,9 @@ def steps_seats(specs, max_num_seqs):  # the solution: when each seat is free ag
 
 def steps_heap(specs, max_num_seqs):  # right: a heap of finishing steps, numpy int out
     import heapq
+
     import numpy as np
+
     free = [0] * max_num_seqs
     last = 0
     for spec in specs:
@@ -205,7 +266,9 @@ def steps_simulated(specs, max_num_seqs):  # right: step by step, as the engine 
     while queue or running:
         while queue and len(running) < max_num_seqs:
             running.append(queue.pop(0))  # admitted: its prefill step makes its first token
-        running = [left - 1 for left in running if left > 1]  # those with tokens left after this step
+        running = [
+            left - 1 for left in running if left > 1
+        ]  # those with tokens left after this step
         step += 1
     return step
 
@@ -214,9 +277,11 @@ def steps_longest_only(specs, max_num_seqs):  # wrong: as if every request had a
     return max(s.max_tokens for s in specs)
 
 
-def steps_in_waves(specs, max_num_seqs):  # wrong: batches that wait for their longest, like static batching
+def steps_in_waves(
+    specs, max_num_seqs
+):  # wrong: batches that wait for their longest, like static batching
     lengths = [s.max_tokens for s in specs]
-    return sum(max(lengths[i:i + max_num_seqs]) for i in range(0, len(lengths), max_num_seqs))
+    return sum(max(lengths[i : i + max_num_seqs]) for i in range(0, len(lengths), max_num_seqs))
 
 
 def steps_average(specs, max_num_seqs):  # wrong: the work spread evenly over the seats
@@ -256,8 +321,18 @@ def test_predict_steps_accepts(fn, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [steps_longest_only, steps_in_waves, steps_average, steps_round_robin,
-                                steps_idle_step_between, steps_prefill_apart, steps_shortest_first])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        steps_longest_only,
+        steps_in_waves,
+        steps_average,
+        steps_round_robin,
+        steps_idle_step_between,
+        steps_prefill_apart,
+        steps_shortest_first,
+    ],
+)
 def test_predict_steps_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_predict_steps(fn)

@@ -1,4 +1,5 @@
 """Exercise 1's checks reject known-wrong answers and accept right ones written differently."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 
 
@@ -29,7 +32,9 @@ def bytes_with_write(weight_bytes, kv, ctx):  # plus the new token's K/V written
     return weight_bytes + sum(kv * (c + 1) for c in ctx)
 
 
-def bytes_cost_model(weight_bytes, kv, ctx):  # written, then read back with the cache (minilm/sim/costmodel.py)
+def bytes_cost_model(
+    weight_bytes, kv, ctx
+):  # written, then read back with the cache (minilm/sim/costmodel.py)
     read = kv * sum(c + 1 for c in ctx)
     write = kv * len(ctx)
     return weight_bytes + read + write
@@ -55,7 +60,9 @@ def batch_formula(p, b, kv, ctx, peak, bw):  # the solution: 2P/peak·B >= (P·b
     return max(1, math.ceil(p * b / bw / gain)) if gain > 0 else None
 
 
-def batch_loop(p, b, kv, ctx, peak, bw):  # grow the batch; first make sure a sequence adds net compute
+def batch_loop(
+    p, b, kv, ctx, peak, bw
+):  # grow the batch; first make sure a sequence adds net compute
     if 2 * p / peak <= ctx * kv / bw:
         return None
     batch = 1
@@ -69,7 +76,9 @@ def batch_numpy(p, b, kv, ctx, peak, bw):  # numpy, a numpy float holding a whol
     return np.maximum(1.0, np.ceil(p * b / bw / per_seq)) if per_seq > 0 else None
 
 
-def batch_intensity(p, b, kv, ctx, peak, bw):  # through intensity: the step's FLOP/byte reaches the ridge
+def batch_intensity(
+    p, b, kv, ctx, peak, bw
+):  # through intensity: the step's FLOP/byte reaches the ridge
     ridge = peak / bw
     if 2 * p <= ridge * ctx * kv:  # even an endless batch stays below the ridge
         return None
@@ -89,7 +98,9 @@ def flops_plus_one(num_params, num_tokens):  # one token too many
     return 2.0 * num_params * (num_tokens + 1)
 
 
-def bytes_weights_per_sequence(weight_bytes, kv, ctx):  # every sequence reads its own copy of the weights
+def bytes_weights_per_sequence(
+    weight_bytes, kv, ctx
+):  # every sequence reads its own copy of the weights
     return weight_bytes * max(len(ctx), 1) + kv * sum(ctx)
 
 
@@ -105,7 +116,9 @@ def bytes_new_tokens_only(weight_bytes, kv, ctx):  # only the new token's K/V, n
     return weight_bytes + kv * len(ctx)
 
 
-def bytes_padded_to_longest(weight_bytes, kv, ctx):  # every sequence read as if as long as the longest
+def bytes_padded_to_longest(
+    weight_bytes, kv, ctx
+):  # every sequence read as if as long as the longest
     return weight_bytes + kv * len(ctx) * max(ctx, default=0)
 
 
@@ -123,8 +136,6 @@ def time_compute_only(f, b, peak, bw):
 
 def time_memory_only(f, b, peak, bw):
     return b / bw
-
-
 
 
 def batch_floor_plus_one(p, b, kv, ctx, peak, bw):
@@ -146,11 +157,15 @@ def batch_ignores_kv(p, b, kv, ctx, peak, bw):  # wrong: lesson 1's crossover, t
     return math.ceil(peak * b / (2 * bw))
 
 
-def batch_kv_read_once(p, b, kv, ctx, peak, bw):  # wrong: one sequence's cache read per step, not each one's
+def batch_kv_read_once(
+    p, b, kv, ctx, peak, bw
+):  # wrong: one sequence's cache read per step, not each one's
     return max(1, math.ceil((p * b + ctx * kv) / bw / (2 * p / peak)))
 
 
-def batch_no_none(p, b, kv, ctx, peak, bw):  # wrong: when compute never catches up it returns a negative batch
+def batch_no_none(
+    p, b, kv, ctx, peak, bw
+):  # wrong: when compute never catches up it returns a negative batch
     return math.ceil(p * b / bw / (2 * p / peak - ctx * kv / bw + 1e-30))
 
 
@@ -166,7 +181,9 @@ def batch_loops_forever(p, b, kv, ctx, peak, bw):  # wrong: no way out when comp
     return batch
 
 
-def batch_zero_allowed(p, b, kv, ctx, peak, bw):  # wrong: rounds the crossing down (and gives 0 below one sequence)
+def batch_zero_allowed(
+    p, b, kv, ctx, peak, bw
+):  # wrong: rounds the crossing down (and gives 0 below one sequence)
     gain = 2 * p / peak - ctx * kv / bw
     return math.floor(p * b / bw / gain) if gain > 0 else None
 
@@ -181,7 +198,9 @@ def batch_no_factor_two(p, b, kv, ctx, peak, bw):  # wrong: one FLOP per weight 
     return max(1, math.ceil(p * b / bw / gain)) if gain > 0 else None
 
 
-def batch_round(p, b, kv, ctx, peak, bw):  # wrong: the nearest batch, which may still be memory-bound
+def batch_round(
+    p, b, kv, ctx, peak, bw
+):  # wrong: the nearest batch, which may still be memory-bound
     gain = 2 * p / peak - ctx * kv / bw
     return max(1, round(p * b / bw / gain)) if gain > 0 else None
 
@@ -189,21 +208,41 @@ def batch_round(p, b, kv, ctx, peak, bw):  # wrong: the nearest batch, which may
 RIGHT = dict(linear_flops=flops, decode_bytes=bytes_reads, roofline_time=time_max)
 
 
-@pytest.mark.parametrize("fns", [
-    {}, {"linear_flops": flops_int}, {"decode_bytes": bytes_with_write}, {"decode_bytes": bytes_cost_model},
-    {"decode_bytes": bytes_numpy}, {"roofline_time": time_branch}], ids=lambda d: "-".join(f.__name__ for f in d.values()) or "reference")
+@pytest.mark.parametrize(
+    "fns",
+    [
+        {},
+        {"linear_flops": flops_int},
+        {"decode_bytes": bytes_with_write},
+        {"decode_bytes": bytes_cost_model},
+        {"decode_bytes": bytes_numpy},
+        {"roofline_time": time_branch},
+    ],
+    ids=lambda d: "-".join(f.__name__ for f in d.values()) or "reference",
+)
 def test_roofline_accepts(fns, capsys):
     checks.check_roofline(**{**RIGHT, **fns})
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fns", [
-    {"linear_flops": flops_one_per_weight}, {"linear_flops": flops_no_tokens}, {"linear_flops": flops_plus_one},
-    {"decode_bytes": bytes_weights_per_sequence}, {"decode_bytes": bytes_weights_only},
-    {"decode_bytes": bytes_longest_only}, {"decode_bytes": bytes_new_tokens_only},
-    {"decode_bytes": bytes_padded_to_longest},
-    {"roofline_time": time_sum}, {"roofline_time": time_min}, {"roofline_time": time_compute_only},
-    {"roofline_time": time_memory_only}], ids=lambda d: next(iter(d.values())).__name__)
+@pytest.mark.parametrize(
+    "fns",
+    [
+        {"linear_flops": flops_one_per_weight},
+        {"linear_flops": flops_no_tokens},
+        {"linear_flops": flops_plus_one},
+        {"decode_bytes": bytes_weights_per_sequence},
+        {"decode_bytes": bytes_weights_only},
+        {"decode_bytes": bytes_longest_only},
+        {"decode_bytes": bytes_new_tokens_only},
+        {"decode_bytes": bytes_padded_to_longest},
+        {"roofline_time": time_sum},
+        {"roofline_time": time_min},
+        {"roofline_time": time_compute_only},
+        {"roofline_time": time_memory_only},
+    ],
+    ids=lambda d: next(iter(d.values())).__name__,
+)
 def test_roofline_rejects(fns):
     with pytest.raises(AssertionError):
         checks.check_roofline(**{**RIGHT, **fns})
@@ -220,18 +259,39 @@ def test_compute_bound_batch_accepts(fn, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [batch_floor_plus_one, batch_strict, batch_ignores_kv, batch_kv_read_once,
-                                batch_no_none, batch_divides_by_zero, batch_loops_forever, batch_zero_allowed,
-                                batch_float, batch_no_factor_two, batch_round])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        batch_floor_plus_one,
+        batch_strict,
+        batch_ignores_kv,
+        batch_kv_read_once,
+        batch_no_none,
+        batch_divides_by_zero,
+        batch_loops_forever,
+        batch_zero_allowed,
+        batch_float,
+        batch_no_factor_two,
+        batch_round,
+    ],
+)
 def test_compute_bound_batch_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_compute_bound_batch(fn)
 
 
-@pytest.mark.parametrize("fn, cause", [
-    (batch_floor_plus_one, "exactly equal"), (batch_strict, "exactly equal"), (batch_no_none, "return None"),
-    (batch_divides_by_zero, "ZeroDivisionError"), (batch_loops_forever, "never end"),
-    (batch_zero_allowed, "still memory-bound"), (batch_float, "whole number")])
+@pytest.mark.parametrize(
+    "fn, cause",
+    [
+        (batch_floor_plus_one, "exactly equal"),
+        (batch_strict, "exactly equal"),
+        (batch_no_none, "return None"),
+        (batch_divides_by_zero, "ZeroDivisionError"),
+        (batch_loops_forever, "never end"),
+        (batch_zero_allowed, "still memory-bound"),
+        (batch_float, "whole number"),
+    ],
+)
 def test_compute_bound_batch_names_the_cause(fn, cause):
     with pytest.raises(AssertionError, match=cause):
         checks.check_compute_bound_batch(fn)

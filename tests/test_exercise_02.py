@@ -1,4 +1,5 @@
 """Exercise 2's check rejects known-wrong padding predictions and accepts right ones written differently."""
+
 from __future__ import annotations
 
 import sys
@@ -7,33 +8,39 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 
 
 def batches(lens, size):
-    return [lens[i:i + size] for i in range(0, len(lens), size)]
+    return [lens[i : i + size] for i in range(0, len(lens), size)]
 
 
 # ---- right, written differently ---------------------------------------------------------
 def padding_loop(prompts, outputs, size):  # the solution
     total = 0
     for start in range(0, len(prompts), size):
-        p, o = prompts[start:start + size], outputs[start:start + size]
+        p, o = prompts[start : start + size], outputs[start : start + size]
         total += sum(max(p) - x for x in p) + sum(max(o) - x for x in o)
     return total
 
 
-def padding_rectangles(prompts, outputs, size):  # each batch is a rectangle; padding is what real tokens leave
-    return sum(len(p) * max(p) - sum(p) + len(o) * max(o) - sum(o)
-               for p, o in zip(batches(prompts, size), batches(outputs, size)))
+def padding_rectangles(
+    prompts, outputs, size
+):  # each batch is a rectangle; padding is what real tokens leave
+    return sum(
+        len(p) * max(p) - sum(p) + len(o) * max(o) - sum(o)
+        for p, o in zip(batches(prompts, size), batches(outputs, size))
+    )
 
 
 def padding_step_by_step(prompts, outputs, size):  # simulate each batch's steps, counting dead rows
     total = 0
     for p, o in zip(batches(prompts, size), batches(outputs, size)):
-        total += sum(max(p) - x for x in p)          # the padded prefill step
-        for step in range(1, max(o)):                # decode steps: token number step + 1 of each row
+        total += sum(max(p) - x for x in p)  # the padded prefill step
+        for step in range(1, max(o)):  # decode steps: token number step + 1 of each row
             total += sum(1 for x in o if x <= step)  # rows that already have all their tokens
     return total
 
@@ -59,20 +66,30 @@ def one_batch(prompts, outputs, size):  # ignores max_num_seqs: the whole worklo
 
 
 def bubble_off_by_one(prompts, outputs, size):  # a finished row also pads the step it finished in
-    return sum(max(p) - x for p in batches(prompts, size) for x in p) + \
-        sum(max(o) - x + 1 for o in batches(outputs, size) for x in o if x < max(o))
+    return sum(max(p) - x for p in batches(prompts, size) for x in p) + sum(
+        max(o) - x + 1 for o in batches(outputs, size) for x in o if x < max(o)
+    )
 
 
-def one_token_rows_never_pad(prompts, outputs, size):  # a row whose only token came from prefill leaves the batch
-    return sum(max(p) - x for p in batches(prompts, size) for x in p) + \
-        sum(max(o) - x for o in batches(outputs, size) for x in o if x > 1)
+def one_token_rows_never_pad(
+    prompts, outputs, size
+):  # a row whose only token came from prefill leaves the batch
+    return sum(max(p) - x for p in batches(prompts, size) for x in p) + sum(
+        max(o) - x for o in batches(outputs, size) for x in o if x > 1
+    )
 
 
-def padded_to_longest_sequence(prompts, outputs, size):  # pads prompt + output together to the longest sum
-    return sum(max(t) - x for t in batches([p + o for p, o in zip(prompts, outputs)], size) for x in t)
+def padded_to_longest_sequence(
+    prompts, outputs, size
+):  # pads prompt + output together to the longest sum
+    return sum(
+        max(t) - x for t in batches([p + o for p, o in zip(prompts, outputs)], size) for x in t
+    )
 
 
-def sorted_batches(prompts, outputs, size):  # a smarter scheduler would sort by length; this engine does not
+def sorted_batches(
+    prompts, outputs, size
+):  # a smarter scheduler would sort by length; this engine does not
     order = sorted(range(len(prompts)), key=lambda i: outputs[i])
     return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
 
@@ -90,22 +107,37 @@ def drops_partial_last_batch(prompts, outputs, size):
     return padding_loop(prompts[:full], outputs[:full], size)
 
 
-@pytest.mark.parametrize("fn", [padding_loop, padding_rectangles, padding_step_by_step, padding_numpy])
+@pytest.mark.parametrize(
+    "fn", [padding_loop, padding_rectangles, padding_step_by_step, padding_numpy]
+)
 def test_static_padding_accepts(fn, capsys):
     checks.check_static_padding(fn)
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [prompt_padding_only, bubbles_only, one_batch, bubble_off_by_one,
-                                one_token_rows_never_pad, padded_to_longest_sequence, sorted_batches,
-                                batches_from_the_end, drops_partial_last_batch])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        prompt_padding_only,
+        bubbles_only,
+        one_batch,
+        bubble_off_by_one,
+        one_token_rows_never_pad,
+        padded_to_longest_sequence,
+        sorted_batches,
+        batches_from_the_end,
+        drops_partial_last_batch,
+    ],
+)
 def test_static_padding_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_static_padding(fn)
 
 
 # ---- part 2: the queue sorted by prompt length ---------------------------------------------
-def sorted_stable(prompts, outputs, size):  # the solution: a stable sort of the positions, then part 1
+def sorted_stable(
+    prompts, outputs, size
+):  # the solution: a stable sort of the positions, then part 1
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
     return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
 
@@ -120,17 +152,23 @@ def sorted_numpy(prompts, outputs, size):  # right: numpy's stable argsort, a nu
     return padding_numpy(list(np.array(prompts)[order]), list(np.array(outputs)[order]), size)
 
 
-def sorted_longest_first(prompts, outputs, size):  # wrong: longest prompt first cuts different batches
+def sorted_longest_first(
+    prompts, outputs, size
+):  # wrong: longest prompt first cuts different batches
     order = sorted(range(len(prompts)), key=lambda i: -prompts[i])
     return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
 
 
-def sorted_pairs(prompts, outputs, size):  # wrong: sorts (prompt, output) pairs: ties ordered by the output
+def sorted_pairs(
+    prompts, outputs, size
+):  # wrong: sorts (prompt, output) pairs: ties ordered by the output
     pairs = sorted(zip(prompts, outputs))  # length, which the server cannot know
     return padding_loop([p for p, _ in pairs], [o for _, o in pairs], size)
 
 
-def sorted_by_output(prompts, outputs, size):  # wrong: sorts by output length, which only EOS decides
+def sorted_by_output(
+    prompts, outputs, size
+):  # wrong: sorts by output length, which only EOS decides
     order = sorted(range(len(prompts)), key=lambda i: outputs[i])
     return padding_loop([prompts[i] for i in order], [outputs[i] for i in order], size)
 
@@ -144,8 +182,12 @@ def unsorted(prompts, outputs, size):  # wrong: part 1's answer, the queue left 
     return padding_loop(prompts, outputs, size)
 
 
-def prompt_padding_gone(prompts, outputs, size):  # wrong: sorting removes only part of the prompt padding
-    return bubbles_only(*[list(x) for x in zip(*sorted(zip(prompts, outputs), key=lambda t: t[0]))], size)
+def prompt_padding_gone(
+    prompts, outputs, size
+):  # wrong: sorting removes only part of the prompt padding
+    return bubbles_only(
+        *[list(x) for x in zip(*sorted(zip(prompts, outputs), key=lambda t: t[0]))], size
+    )
 
 
 @pytest.mark.parametrize("fn", [sorted_stable, sorted_with_index, sorted_numpy])
@@ -154,8 +196,17 @@ def test_sorted_padding_accepts(fn, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [sorted_longest_first, sorted_pairs, sorted_by_output, sorted_by_total, unsorted,
-                                prompt_padding_gone])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        sorted_longest_first,
+        sorted_pairs,
+        sorted_by_output,
+        sorted_by_total,
+        unsorted,
+        prompt_padding_gone,
+    ],
+)
 def test_sorted_padding_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_sorted_padding(fn)

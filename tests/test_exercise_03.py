@@ -1,4 +1,5 @@
 """Exercise 3's check rejects known-wrong policies and accepts right ones written differently."""
+
 from __future__ import annotations
 
 import sys
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 from minilm.core.policies import Policy  # noqa: E402
 
@@ -28,8 +31,11 @@ def keeps_reserve(s, req, n, watermark) -> bool:
 
 
 def fill(s, watermark) -> None:
-    while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining) and \
-            keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, watermark):
+    while (
+        s.waiting
+        and s.can_admit(s.waiting[0], s.waiting[0].num_remaining)
+        and keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, watermark)
+    ):
         s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
@@ -67,8 +73,11 @@ class ChecksAllButPreemption(Base):
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if (s.num_running >= s.config.max_num_seqs or n > s.budget
-                    or s.blocks_needed(req, n) + self.watermark > s.num_free_blocks):
+            if (
+                s.num_running >= s.config.max_num_seqs
+                or n > s.budget
+                or s.blocks_needed(req, n) + self.watermark > s.num_free_blocks
+            ):
                 break
             s.admit(req, n)
 
@@ -92,7 +101,9 @@ class PastMaxNumSeqs(Base):  # wrong: checks the budget and the KV blocks itself
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
-            if req.num_remaining > s.budget or not keeps_reserve(s, req, req.num_remaining, self.watermark):
+            if req.num_remaining > s.budget or not keeps_reserve(
+                s, req, req.num_remaining, self.watermark
+            ):
                 break
             s.admit(req, req.num_remaining)
 
@@ -102,13 +113,16 @@ class IgnoresBudget(Base):  # wrong: checks the seats and the KV blocks, not the
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
-            if s.num_running >= s.config.max_num_seqs or not keeps_reserve(s, req, req.num_remaining,
-                                                                           self.watermark):
+            if s.num_running >= s.config.max_num_seqs or not keeps_reserve(
+                s, req, req.num_remaining, self.watermark
+            ):
                 break
             s.admit(req, req.num_remaining)
 
 
-class FillsBeforeDecodes(Base):  # wrong: admits first with the whole budget, leaving the decodes short
+class FillsBeforeDecodes(
+    Base
+):  # wrong: admits first with the whole budget, leaving the decodes short
     def schedule(self, s) -> None:
         fill(s, self.watermark)
         decodes(s)
@@ -124,13 +138,19 @@ class PromptsListedFirst(Base):
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if n + num_decodes > s.budget or not s.can_admit(req, n) or not keeps_reserve(s, req, n, self.watermark):
+            if (
+                n + num_decodes > s.budget
+                or not s.can_admit(req, n)
+                or not keeps_reserve(s, req, n, self.watermark)
+            ):
                 break
             s.admit(req, n)
         decodes(s)
 
 
-class ChunksPrompts(Base):  # wrong: chunked prefill, a prompt that does not fit gets a chunk of what is left
+class ChunksPrompts(
+    Base
+):  # wrong: chunked prefill, a prompt that does not fit gets a chunk of what is left
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             if s.budget:
@@ -146,8 +166,11 @@ class ChunksPrompts(Base):  # wrong: chunked prefill, a prompt that does not fit
 class OneAdmissionPerStep(Base):  # wrong: at most one prompt a step
     def schedule(self, s) -> None:
         decodes(s)
-        if s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining) and \
-                keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, self.watermark):
+        if (
+            s.waiting
+            and s.can_admit(s.waiting[0], s.waiting[0].num_remaining)
+            and keeps_reserve(s, s.waiting[0], s.waiting[0].num_remaining, self.watermark)
+        ):
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
@@ -191,18 +214,25 @@ class IgnoresWatermark(Base):  # wrong: the engine's continuous policy, whatever
         fill(s, 0)
 
 
-class StrictWatermark(Base):  # wrong: demands more than `watermark` free blocks (>), not at least (>=)
+class StrictWatermark(
+    Base
+):  # wrong: demands more than `watermark` free blocks (>), not at least (>=)
     def schedule(self, s) -> None:
         decodes(s)
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) <= self.watermark:
+            if (
+                not s.can_admit(req, n)
+                or s.num_free_blocks - s.blocks_needed(req, n) <= self.watermark
+            ):
                 break
             s.admit(req, n)
 
 
-class WatermarkBeforeThePrompt(Base):  # wrong: compares the free blocks before the prompt takes its own
+class WatermarkBeforeThePrompt(
+    Base
+):  # wrong: compares the free blocks before the prompt takes its own
     def schedule(self, s) -> None:
         decodes(s)
         while s.waiting:
@@ -213,7 +243,9 @@ class WatermarkBeforeThePrompt(Base):  # wrong: compares the free blocks before 
             s.admit(req, n)
 
 
-class WatermarkAtStepStart(Base):  # wrong: counts the free blocks once, before the decodes took theirs
+class WatermarkAtStepStart(
+    Base
+):  # wrong: counts the free blocks once, before the decodes took theirs
     def schedule(self, s) -> None:
         free = s.num_free_blocks
         decodes(s)
@@ -226,7 +258,9 @@ class WatermarkAtStepStart(Base):  # wrong: counts the free blocks once, before 
             s.admit(req, n)
 
 
-class WatermarkOnDecodesToo(Base):  # wrong: also refuses a running request its token below the watermark
+class WatermarkOnDecodesToo(
+    Base
+):  # wrong: also refuses a running request its token below the watermark
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             if s.num_free_blocks >= self.watermark or req.num_computed_tokens % s._kv.block_size:
@@ -234,9 +268,24 @@ class WatermarkOnDecodesToo(Base):  # wrong: also refuses a running request its 
         fill(s, self.watermark)
 
 
-WRONG = [SkipsDecodes, NeverAdmits, PastMaxNumSeqs, IgnoresBudget, FillsBeforeDecodes, PromptsListedFirst,
-         ChunksPrompts, OneAdmissionPerStep, SkipsAheadInTheQueue, DecodesNewestFirst, AdmitsWhileIterating,
-         IgnoresWatermark, StrictWatermark, WatermarkBeforeThePrompt, WatermarkAtStepStart, WatermarkOnDecodesToo]
+WRONG = [
+    SkipsDecodes,
+    NeverAdmits,
+    PastMaxNumSeqs,
+    IgnoresBudget,
+    FillsBeforeDecodes,
+    PromptsListedFirst,
+    ChunksPrompts,
+    OneAdmissionPerStep,
+    SkipsAheadInTheQueue,
+    DecodesNewestFirst,
+    AdmitsWhileIterating,
+    IgnoresWatermark,
+    StrictWatermark,
+    WatermarkBeforeThePrompt,
+    WatermarkAtStepStart,
+    WatermarkOnDecodesToo,
+]
 
 
 @pytest.mark.parametrize("policy", WRONG, ids=lambda p: p.__name__)
@@ -252,7 +301,9 @@ def test_check_accepts_a_right_policy(policy, capsys):
 
 
 def test_a_python_error_is_not_called_a_refusal():
-    with pytest.raises(AssertionError, match="your policy's code raised RuntimeError: deque mutated") as e:
+    with pytest.raises(
+        AssertionError, match="your policy's code raised RuntimeError: deque mutated"
+    ) as e:
         checks.check_policy(AdmitsWhileIterating)
     assert "refused" not in str(e.value) and "while s.waiting" in str(e.value)
 
@@ -262,8 +313,13 @@ def test_a_refusal_is_called_one():
         checks.check_policy(SkipsAheadInTheQueue)
 
 
-@pytest.mark.parametrize("policy, words", [(DecodesNewestFirst, "decides who goes"),
-                                           (WatermarkBeforeThePrompt, "fewer than the watermark")])
+@pytest.mark.parametrize(
+    "policy, words",
+    [
+        (DecodesNewestFirst, "decides who goes"),
+        (WatermarkBeforeThePrompt, "fewer than the watermark"),
+    ],
+)
 def test_the_message_names_the_cause(policy, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_policy(policy)

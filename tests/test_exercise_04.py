@@ -1,5 +1,6 @@
 """Exercise 4's check rejects known-wrong pools, forks and copy-on-write rules, and accepts right
 ones written differently."""
+
 from __future__ import annotations
 
 import sys
@@ -8,14 +9,20 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 
 
 # ---- right pools ------------------------------------------------------------------------------
 class StackPool:  # the solution
     def __init__(self, num_blocks):
-        self.num_blocks, self.free, self.holders = num_blocks, list(range(num_blocks)), [0] * num_blocks
+        self.num_blocks, self.free, self.holders = (
+            num_blocks,
+            list(range(num_blocks)),
+            [0] * num_blocks,
+        )
 
     @property
     def num_free_blocks(self):
@@ -125,8 +132,11 @@ def append_slot_in_place(pool, table, num_tokens, block_size):  # right: grows t
     return table, None
 
 
-RIGHT = [(StackPool, fork, append_slot), (QueuePool, fork_copy, append_slot_in_place),
-         (SetPool, fork, append_slot)]
+RIGHT = [
+    (StackPool, fork, append_slot),
+    (QueuePool, fork_copy, append_slot_in_place),
+    (SetPool, fork, append_slot),
+]
 
 
 # ---- wrong pools ------------------------------------------------------------------------------
@@ -134,10 +144,12 @@ class HandsOutTwice(StackPool):  # wrong: returns free blocks without taking the
     def get_new_blocks(self, n):
         if n > len(self.free):
             raise RuntimeError("not enough")
-        return self.free[len(self.free) - n:]
+        return self.free[len(self.free) - n :]
 
 
-class FailedGetChangesState(StackPool):  # wrong: pops blocks one by one, only then finds there are too few
+class FailedGetChangesState(
+    StackPool
+):  # wrong: pops blocks one by one, only then finds there are too few
     def get_new_blocks(self, n):
         got = []
         for _ in range(n):
@@ -199,11 +211,15 @@ class FreesEveryTime(StackPool):  # wrong: every holder's free puts the block on
 
 
 # ---- wrong forks and appends ------------------------------------------------------------------
-def fork_without_share(pool, table):  # wrong: the child holds the blocks without counting as a holder
+def fork_without_share(
+    pool, table
+):  # wrong: the child holds the blocks without counting as a holder
     return list(table)
 
 
-def fork_same_list(pool, table):  # wrong: returns the parent's own list: when one grows, so does the other
+def fork_same_list(
+    pool, table
+):  # wrong: returns the parent's own list: when one grows, so does the other
     pool.share(table)
     return table
 
@@ -214,7 +230,9 @@ def append_never_copies(pool, table, num_tokens, block_size):  # wrong: writes i
     return table, None
 
 
-def append_copies_always(pool, table, num_tokens, block_size):  # wrong: copies a block nobody else holds
+def append_copies_always(
+    pool, table, num_tokens, block_size
+):  # wrong: copies a block nobody else holds
     if num_tokens % block_size == 0:
         return table + pool.get_new_blocks(1), None
     new = pool.get_new_blocks(1)[0]
@@ -235,7 +253,9 @@ def append_copies_at_boundary(pool, table, num_tokens, block_size):
     return table, copy
 
 
-def append_keeps_old_holder(pool, table, num_tokens, block_size):  # wrong: after a copy, still holds the old block
+def append_keeps_old_holder(
+    pool, table, num_tokens, block_size
+):  # wrong: after a copy, still holds the old block
     if num_tokens % block_size == 0:
         return table + pool.get_new_blocks(1), None
     if pool.holders[table[-1]] == 1:
@@ -256,25 +276,40 @@ def append_drops_all_holders(pool, table, num_tokens, block_size):
     return table[:-1] + [new], (last, new)
 
 
-def append_copy_backwards(pool, table, num_tokens, block_size):  # wrong: copy = (new, old): the new block's
+def append_copy_backwards(
+    pool, table, num_tokens, block_size
+):  # wrong: copy = (new, old): the new block's
     table, copy = append_slot(pool, table, num_tokens, block_size)  # garbage over the shared one
     return table, copy[::-1] if copy else None
 
 
-def append_new_block_always(pool, table, num_tokens, block_size):  # wrong: a new block for every token
+def append_new_block_always(
+    pool, table, num_tokens, block_size
+):  # wrong: a new block for every token
     return table + pool.get_new_blocks(1), None
 
 
-WRONG = [(HandsOutTwice, fork, append_slot), (FailedGetChangesState, fork, append_slot),
-         (RefusesTheLastBlock, fork, append_slot), (LosesFreedBlocks, fork, append_slot),
-         (OverdraftsSilently, fork, append_slot), (WrongError, fork, append_slot), (IdsFromOne, fork, append_slot),
-         (FreesWhileShared, fork, append_slot), (ShareDoesNothing, fork, append_slot),
-         (FreesEveryTime, fork, append_slot),
-         (StackPool, fork_without_share, append_slot), (StackPool, fork_same_list, append_slot),
-         (StackPool, fork, append_never_copies), (StackPool, fork, append_copies_always),
-         (StackPool, fork, append_copies_at_boundary), (StackPool, fork, append_keeps_old_holder),
-         (StackPool, fork, append_drops_all_holders), (StackPool, fork, append_copy_backwards),
-         (StackPool, fork, append_new_block_always)]
+WRONG = [
+    (HandsOutTwice, fork, append_slot),
+    (FailedGetChangesState, fork, append_slot),
+    (RefusesTheLastBlock, fork, append_slot),
+    (LosesFreedBlocks, fork, append_slot),
+    (OverdraftsSilently, fork, append_slot),
+    (WrongError, fork, append_slot),
+    (IdsFromOne, fork, append_slot),
+    (FreesWhileShared, fork, append_slot),
+    (ShareDoesNothing, fork, append_slot),
+    (FreesEveryTime, fork, append_slot),
+    (StackPool, fork_without_share, append_slot),
+    (StackPool, fork_same_list, append_slot),
+    (StackPool, fork, append_never_copies),
+    (StackPool, fork, append_copies_always),
+    (StackPool, fork, append_copies_at_boundary),
+    (StackPool, fork, append_keeps_old_holder),
+    (StackPool, fork, append_drops_all_holders),
+    (StackPool, fork, append_copy_backwards),
+    (StackPool, fork, append_new_block_always),
+]
 
 
 def name(case) -> str:
@@ -300,14 +335,18 @@ def test_a_wrong_pool_is_caught_before_the_engine_runs():
             checks.check_pool(pool)
 
 
-@pytest.mark.parametrize("case, words", [
-    ((StackPool, fork, append_never_copies), "is shared with"),
-    ((StackPool, fork_without_share, append_slot), "Does fork add a holder"),
-    ((StackPool, fork_same_list, append_slot), "a new list"),
-    ((StackPool, fork, append_copies_always), "alone"),
-    ((StackPool, fork, append_copies_at_boundary), "starts a new block"),
-    ((StackPool, fork, append_keeps_old_holder), "did it let go"),
-    ((FreesWhileShared, fork, append_slot), "another holder still has")])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ((StackPool, fork, append_never_copies), "is shared with"),
+        ((StackPool, fork_without_share, append_slot), "Does fork add a holder"),
+        ((StackPool, fork_same_list, append_slot), "a new list"),
+        ((StackPool, fork, append_copies_always), "alone"),
+        ((StackPool, fork, append_copies_at_boundary), "starts a new block"),
+        ((StackPool, fork, append_keeps_old_holder), "did it let go"),
+        ((FreesWhileShared, fork, append_slot), "another holder still has"),
+    ],
+)
 def test_the_message_names_the_cause(case, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_shared_pool(*case)

@@ -1,5 +1,6 @@
 """Exercise 5's check rejects known-wrong segment attentions and merges, and accepts right ones
 written differently."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs import checks  # noqa: E402
 
 
@@ -22,7 +25,9 @@ def attend(q, k, v, scale):  # the solution
     return torch.einsum("hn,nhd->hd", torch.exp(scores - lse[:, None]), v), lse
 
 
-def attend_max_shift(q, k, v, scale):  # right: the max taken out by hand, a softmax that handles n = 0
+def attend_max_shift(
+    q, k, v, scale
+):  # right: the max taken out by hand, a softmax that handles n = 0
     scores = (k * q).sum(-1).T * scale  # [heads, n]
     if scores.shape[1] == 0:
         return torch.zeros_like(q), torch.full(q.shape[:1], -math.inf)
@@ -61,8 +66,12 @@ def merge_max_shift(outs, lses):  # right: subtract the largest lse, then normal
     return (w[:, :, None] * outs).sum(0) / w.sum(0)[:, None]
 
 
-RIGHT = [(attend, merge), (attend_max_shift, merge_softmax), (attend_float64, merge_online),
-         (attend, merge_max_shift)]
+RIGHT = [
+    (attend, merge),
+    (attend_max_shift, merge_softmax),
+    (attend_float64, merge_online),
+    (attend, merge_max_shift),
+]
 
 
 # ---- wrong: attend_segment ------------------------------------------------------------------
@@ -71,9 +80,13 @@ def attend_naive_lse(q, k, v, scale):  # wrong: log(sum(exp)) overflows to inf f
     return torch.einsum("hn,nhd->hd", scores.softmax(-1), v), torch.exp(scores).sum(-1).log()
 
 
-def attend_lse_base_two(q, k, v, scale):  # wrong: log2 of the sum of exp2, as the kernel's inner loop keeps it
+def attend_lse_base_two(
+    q, k, v, scale
+):  # wrong: log2 of the sum of exp2, as the kernel's inner loop keeps it
     scores = torch.einsum("hd,nhd->hn", q, k) * scale
-    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v), torch.logsumexp(scores * math.log(2), -1) / math.log(2)
+    return torch.einsum("hn,nhd->hd", scores.softmax(-1), v), torch.logsumexp(
+        scores * math.log(2), -1
+    ) / math.log(2)
 
 
 def attend_no_scale(q, k, v, scale):  # wrong: the scale forgotten
@@ -99,7 +112,9 @@ def attend_nan_when_empty(q, k, v, scale):  # wrong: 0 / 0 for an empty segment'
     return torch.einsum("hn,nhd->hd", e, v) / e.sum(-1)[:, None], lse
 
 
-def attend_empty_lse_zero(q, k, v, scale):  # wrong: an empty segment's lse 0, as if it held exp(0) = 1
+def attend_empty_lse_zero(
+    q, k, v, scale
+):  # wrong: an empty segment's lse 0, as if it held exp(0) = 1
     out, lse = attend(q, k, v, scale)
     return out, lse.nan_to_num(neginf=0.0)
 
@@ -109,7 +124,9 @@ def merge_mean(outs, lses):  # wrong: every segment weighs the same
     return outs.mean(0)
 
 
-def merge_naive(outs, lses):  # wrong: exp(lse) without the largest taken out: inf/inf or 0/0 at the extremes
+def merge_naive(
+    outs, lses
+):  # wrong: exp(lse) without the largest taken out: inf/inf or 0/0 at the extremes
     w = torch.exp(lses)
     return (w[:, :, None] * outs).sum(0) / w.sum(0)[:, None]
 
@@ -126,15 +143,27 @@ def merge_over_heads(outs, lses):  # wrong: a softmax across heads instead of ac
     return (lses.softmax(dim=1)[:, :, None] * outs).sum(0)
 
 
-def merge_empty_as_zero(outs, lses):  # wrong: an empty segment's -inf replaced by 0, so it weighs in
+def merge_empty_as_zero(
+    outs, lses
+):  # wrong: an empty segment's -inf replaced by 0, so it weighs in
     return merge(outs, lses.nan_to_num(neginf=0.0))
 
 
-WRONG = [(attend_naive_lse, merge), (attend_lse_base_two, merge), (attend_no_scale, merge),
-         (attend_softmax_over_heads, merge), (attend_crashes_when_empty, merge), (attend_nan_when_empty, merge),
-         (attend_empty_lse_zero, merge),
-         (attend, merge_mean), (attend, merge_naive), (attend, merge_unnormalised), (attend, merge_largest_only),
-         (attend, merge_over_heads), (attend, merge_empty_as_zero)]
+WRONG = [
+    (attend_naive_lse, merge),
+    (attend_lse_base_two, merge),
+    (attend_no_scale, merge),
+    (attend_softmax_over_heads, merge),
+    (attend_crashes_when_empty, merge),
+    (attend_nan_when_empty, merge),
+    (attend_empty_lse_zero, merge),
+    (attend, merge_mean),
+    (attend, merge_naive),
+    (attend, merge_unnormalised),
+    (attend, merge_largest_only),
+    (attend, merge_over_heads),
+    (attend, merge_empty_as_zero),
+]
 
 
 def name(case) -> str:
@@ -153,11 +182,18 @@ def test_check_accepts_right_parts(case, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case, words", [
-    ((attend_naive_lse, merge), "large scores"), ((attend_crashes_when_empty, merge), "empty segment"),
-    ((attend_nan_when_empty, merge), "finite placeholder"), ((attend_lse_base_two, merge), "natural log"),
-    ((attend, merge_naive), "large scores"), ((attend, merge_empty_as_zero), "one of them empty"),
-    ((attend, merge_mean), "share of the softmax")])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ((attend_naive_lse, merge), "large scores"),
+        ((attend_crashes_when_empty, merge), "empty segment"),
+        ((attend_nan_when_empty, merge), "finite placeholder"),
+        ((attend_lse_base_two, merge), "natural log"),
+        ((attend, merge_naive), "large scores"),
+        ((attend, merge_empty_as_zero), "one of them empty"),
+        ((attend, merge_mean), "share of the softmax"),
+    ],
+)
 def test_the_message_names_the_cause(case, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_flash_decoding(*case)

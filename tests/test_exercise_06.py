@@ -1,5 +1,6 @@
 """Exercise 6's check rejects known-wrong chunk-splitting rules and accepts right ones
 written differently."""
+
 from __future__ import annotations
 
 import itertools
@@ -62,7 +63,9 @@ def prompts_before_decodes(budget, num_decodes, prompt_remaining, cap=0):
 
 def budget_not_used_up(budget, num_decodes, prompt_remaining, cap=0):
     left = max(0, budget - num_decodes)
-    return [min(remaining, left, cap or remaining) for remaining in prompt_remaining]  # each gets all that is left
+    return [
+        min(remaining, left, cap or remaining) for remaining in prompt_remaining
+    ]  # each gets all that is left
 
 
 def one_prompt_a_step(budget, num_decodes, prompt_remaining, cap=0):
@@ -90,15 +93,26 @@ def only_prompts_that_run(budget, num_decodes, prompt_remaining, cap=0):
     return chunks
 
 
-WRONG = [unclamped, ignores_cap, cap_on_the_whole_step, zero_cap_is_zero, prompts_before_decodes,
-         budget_not_used_up, one_prompt_a_step, shortest_first, only_prompts_that_run]
+WRONG = [
+    unclamped,
+    ignores_cap,
+    cap_on_the_whole_step,
+    zero_cap_is_zero,
+    prompts_before_decodes,
+    budget_not_used_up,
+    one_prompt_a_step,
+    shortest_first,
+    only_prompts_that_run,
+]
 
 
 # ---- right, written differently ---------------------------------------------------------
 def with_accumulate(budget, num_decodes, prompt_remaining, cap=0):
     wanted = [min(r, cap) if cap > 0 else r for r in prompt_remaining]
     room = max(budget - num_decodes, 0)
-    given = [min(total, room) for total in itertools.accumulate(wanted)]  # running totals, clipped to the room
+    given = [
+        min(total, room) for total in itertools.accumulate(wanted)
+    ]  # running totals, clipped to the room
     return [b - a for a, b in zip([0] + given, given)]
 
 
@@ -140,10 +154,17 @@ def test_check_accepts_a_right_rule_written_differently(split_budget, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("split_budget, words", [
-    (zero_cap_is_zero, "a cap of 0 means no cap"), (prompts_before_decodes, "decodes take their tokens first"),
-    (budget_not_used_up, "the budget is shared"), (ignores_cap, "no prompt takes more than the cap"),
-    (unclamped, "never negative"), (only_prompts_that_run, "one entry per prompt")])
+@pytest.mark.parametrize(
+    "split_budget, words",
+    [
+        (zero_cap_is_zero, "a cap of 0 means no cap"),
+        (prompts_before_decodes, "decodes take their tokens first"),
+        (budget_not_used_up, "the budget is shared"),
+        (ignores_cap, "no prompt takes more than the cap"),
+        (unclamped, "never negative"),
+        (only_prompts_that_run, "one entry per prompt"),
+    ],
+)
 def test_the_message_names_the_cause(split_budget, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_split_budget(split_budget)
@@ -174,17 +195,22 @@ def long_loop(budget, num_decodes, prompt_remaining, cap, max_long):  # the solu
 def long_two_passes(budget, num_decodes, prompt_remaining, cap, max_long):
     # right: first decide who takes part (numpy ints out), then part 1's rule over those
     import numpy as np
+
     allowed, longs = [], 0
     for r in prompt_remaining:
         ok = r <= cap or max_long is None or longs < max_long
         longs += r > cap and ok
         allowed.append(ok)
-    given = with_accumulate(budget, num_decodes, [r for r, ok in zip(prompt_remaining, allowed) if ok], cap)
+    given = with_accumulate(
+        budget, num_decodes, [r for r, ok in zip(prompt_remaining, allowed) if ok], cap
+    )
     it = iter(given)
     return np.array([next(it) if ok else 0 for ok in allowed], dtype=np.int64)
 
 
-def long_infinite_limit(budget, num_decodes, prompt_remaining, cap, max_long):  # right: None as an endless limit
+def long_infinite_limit(
+    budget, num_decodes, prompt_remaining, cap, max_long
+):  # right: None as an endless limit
     limit = float("inf") if max_long is None else max_long
     left, out = budget - min(budget, num_decodes), []
     for r in prompt_remaining:
@@ -208,7 +234,9 @@ def long_counts_every_prompt(budget, num_decodes, prompt_remaining, cap, max_lon
     return chunks
 
 
-def long_at_cap(budget, num_decodes, prompt_remaining, cap, max_long):  # wrong: exactly cap left counts as long
+def long_at_cap(
+    budget, num_decodes, prompt_remaining, cap, max_long
+):  # wrong: exactly cap left counts as long
     return _long_with(budget, num_decodes, prompt_remaining, cap, max_long, lambda r: r >= cap)
 
 
@@ -249,7 +277,9 @@ def long_share_lost(budget, num_decodes, prompt_remaining, cap, max_long):
     return chunks
 
 
-def long_no_limit(budget, num_decodes, prompt_remaining, cap, max_long):  # wrong: part 1's rule, no limit
+def long_no_limit(
+    budget, num_decodes, prompt_remaining, cap, max_long
+):  # wrong: part 1's rule, no limit
     return with_accumulate(budget, num_decodes, prompt_remaining, cap)
 
 
@@ -259,8 +289,10 @@ def test_long_check_accepts(fn, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [long_counts_every_prompt, long_at_cap, long_stops_at_limit, long_share_lost,
-                                long_no_limit])
+@pytest.mark.parametrize(
+    "fn",
+    [long_counts_every_prompt, long_at_cap, long_stops_at_limit, long_share_lost, long_no_limit],
+)
 def test_long_check_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_split_budget_long(fn)

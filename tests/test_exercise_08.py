@@ -4,6 +4,7 @@ Each wrong variant is a mistake a learner can plausibly make; each must fail
 `check_prefix_lookup` with an AssertionError. Each right variant computes the same
 hits by another route and must pass.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `labs` is a folder of the repository
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
 from labs.checks import check_prefix_lookup  # noqa: E402
 
 
@@ -22,7 +25,10 @@ def chained_keys(tokens, block_size):
     """The solution's: (hash of the parent's key, this block's tokens), full blocks only."""
     keys, parent = [], None
     for start in range(0, len(tokens) // block_size * block_size, block_size):
-        parent = (hash(parent) if parent is not None else None, tuple(tokens[start:start + block_size]))
+        parent = (
+            hash(parent) if parent is not None else None,
+            tuple(tokens[start : start + block_size]),
+        )
         keys.append(parent)
     return keys
 
@@ -31,7 +37,7 @@ def sha256_keys(tokens, block_size):
     """Right: a hex digest chain (vLLM can use sha256), written as a while loop."""
     keys, digest, start = [], b"", 0
     while start + block_size <= len(tokens):
-        digest = hashlib.sha256(digest + repr(tokens[start:start + block_size]).encode()).digest()
+        digest = hashlib.sha256(digest + repr(tokens[start : start + block_size]).encode()).digest()
         keys.append(digest.hex())
         start += block_size
     return keys
@@ -46,7 +52,9 @@ def nested_keys(tokens, block_size):
     """Right: the parent key itself (not its hash) inside the child's key."""
     keys = []
     for b in range(len(tokens) // block_size):
-        keys.append((keys[-1] if keys else None, tuple(tokens[b * block_size:(b + 1) * block_size])))
+        keys.append(
+            (keys[-1] if keys else None, tuple(tokens[b * block_size : (b + 1) * block_size]))
+        )
     return keys
 
 
@@ -54,24 +62,33 @@ def partial_block_keys(tokens, block_size):
     """Wrong: names the last, partly filled block too."""
     keys, parent = [], None
     for start in range(0, len(tokens), block_size):
-        parent = (hash(parent), tuple(tokens[start:start + block_size]))
+        parent = (hash(parent), tuple(tokens[start : start + block_size]))
         keys.append(parent)
     return keys
 
 
 def parentless_keys(tokens, block_size):
     """Wrong: a block named by its own tokens only."""
-    return [tuple(tokens[s:s + block_size]) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+    return [
+        tuple(tokens[s : s + block_size])
+        for s in range(0, len(tokens) // block_size * block_size, block_size)
+    ]
 
 
 def positional_keys(tokens, block_size):
     """Wrong: own tokens and position, still no parent."""
-    return [(s, tuple(tokens[s:s + block_size])) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+    return [
+        (s, tuple(tokens[s : s + block_size]))
+        for s in range(0, len(tokens) // block_size * block_size, block_size)
+    ]
 
 
 def parent_tokens_keys(tokens, block_size):
     """Wrong: the parent's tokens instead of the parent's key (covers one block back, not the prefix)."""
-    blocks = [tuple(tokens[s:s + block_size]) for s in range(0, len(tokens) // block_size * block_size, block_size)]
+    blocks = [
+        tuple(tokens[s : s + block_size])
+        for s in range(0, len(tokens) // block_size * block_size, block_size)
+    ]
     return [(blocks[i - 1] if i else None, b) for i, b in enumerate(blocks)]
 
 
@@ -79,6 +96,7 @@ def parent_tokens_keys(tokens, block_size):
 def lookup_with(keys_fn, variant):
     def lookup(tokens, block_size, cache):
         return variant(keys_fn, tokens, block_size, cache)
+
     return lookup
 
 
@@ -93,14 +111,18 @@ def solution_lookup(keys_fn, tokens, block_size, cache):
 
 def capped_lookup(keys_fn, tokens, block_size, cache):
     """Right: all keys, then the cap on blocks that leave the last token out."""
-    keys = keys_fn(tokens, block_size)[:(len(tokens) - 1) // block_size]
+    keys = keys_fn(tokens, block_size)[: (len(tokens) - 1) // block_size]
     return block_size * sum(1 for _ in takewhile(lambda k: k in cache, keys))
 
 
 def while_lookup(keys_fn, tokens, block_size, cache):
     """Right: counts tokens, stops one short of the prompt's end."""
     keys, n = keys_fn(tokens, block_size), 0
-    while n // block_size < len(keys) and n + block_size < len(tokens) and keys[n // block_size] in cache:
+    while (
+        n // block_size < len(keys)
+        and n + block_size < len(tokens)
+        and keys[n // block_size] in cache
+    ):
         n += block_size
     return n
 
@@ -118,7 +140,7 @@ def partial_reuse_lookup(keys_fn, tokens, block_size, cache):
 
 def off_by_one_lookup(keys_fn, tokens, block_size, cache):
     """Wrong: drops the last full block always (len // bs - 1), not only when it holds the last token."""
-    keys = keys_fn(tokens, block_size)[:max(0, len(tokens) // block_size - 1)]
+    keys = keys_fn(tokens, block_size)[: max(0, len(tokens) // block_size - 1)]
     return block_size * sum(1 for _ in takewhile(lambda k: k in cache, keys))
 
 
@@ -169,8 +191,13 @@ def test_wrong_lookups_fail_on_the_hand_made_cases_not_only_on_the_replay():
     """Each lookup mistake is caught by a named case, so its message says what went wrong."""
     from labs.checks import check_lookup_cases
 
-    for name in ("does not recompute the last token", "reuses a partial last block", "drops one block too many",
-                 "counts cached keys past a miss", "hashes a block without its parent"):
+    for name in (
+        "does not recompute the last token",
+        "reuses a partial last block",
+        "drops one block too many",
+        "counts cached keys past a miss",
+        "hashes a block without its parent",
+    ):
         keys_fn, variant = WRONG[name]
         with pytest.raises(AssertionError):
             check_lookup_cases(keys_fn, lookup_with(keys_fn, variant))
@@ -183,31 +210,52 @@ def order_solution(waiting, now, max_wait):
     return too_long + sorted(others, key=lambda i: -waiting[i][1])
 
 
-def order_one_key(waiting, now, max_wait):  # right: one sort key (waited too long?, longer prefix, position)
-    return sorted(range(len(waiting)), key=lambda i: (now - waiting[i][0] < max_wait,
-                                                      0 if now - waiting[i][0] >= max_wait else -waiting[i][1], i))
+def order_one_key(
+    waiting, now, max_wait
+):  # right: one sort key (waited too long?, longer prefix, position)
+    return sorted(
+        range(len(waiting)),
+        key=lambda i: (
+            now - waiting[i][0] < max_wait,
+            0 if now - waiting[i][0] >= max_wait else -waiting[i][1],
+            i,
+        ),
+    )
 
 
 def order_deadline(waiting, now, max_wait):  # right: a deadline per request, numpy positions out
     import numpy as np
+
     late = [i for i, (a, _) in enumerate(waiting) if a + max_wait <= now]
     rest = sorted(set(range(len(waiting))) - set(late), key=lambda i: (-waiting[i][1], i))
     return np.array(late + rest, dtype=np.int64)
 
 
 def order_strict(waiting, now, max_wait):  # wrong: waited exactly max_wait is not yet too long
-    return sorted(range(len(waiting)), key=lambda i: (now - waiting[i][0] <= max_wait,
-                                                      -waiting[i][1] if now - waiting[i][0] <= max_wait else 0, i))
+    return sorted(
+        range(len(waiting)),
+        key=lambda i: (
+            now - waiting[i][0] <= max_wait,
+            -waiting[i][1] if now - waiting[i][0] <= max_wait else 0,
+            i,
+        ),
+    )
 
 
-def order_late_by_prefix(waiting, now, max_wait):  # wrong: the late ones also ordered by their prefix
+def order_late_by_prefix(
+    waiting, now, max_wait
+):  # wrong: the late ones also ordered by their prefix
     late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
     rest = [i for i in range(len(waiting)) if i not in late]
     return sorted(late, key=lambda i: -waiting[i][1]) + sorted(rest, key=lambda i: -waiting[i][1])
 
 
-def order_late_by_arrival(waiting, now, max_wait):  # wrong: the late ones by arrival, not by queue position
-    late = sorted((i for i, (a, _) in enumerate(waiting) if now - a >= max_wait), key=lambda i: waiting[i][0])
+def order_late_by_arrival(
+    waiting, now, max_wait
+):  # wrong: the late ones by arrival, not by queue position
+    late = sorted(
+        (i for i, (a, _) in enumerate(waiting) if now - a >= max_wait), key=lambda i: waiting[i][0]
+    )
     rest = [i for i in range(len(waiting)) if i not in late]
     return late + sorted(rest, key=lambda i: -waiting[i][1])
 
@@ -220,42 +268,70 @@ def order_ties_reversed(waiting, now, max_wait):  # wrong: equal prefixes in rev
 
 def order_shortest_first(waiting, now, max_wait):  # wrong: the shortest cached prefix first
     late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
-    return late + sorted((i for i in range(len(waiting)) if i not in late), key=lambda i: waiting[i][1])
+    return late + sorted(
+        (i for i in range(len(waiting)) if i not in late), key=lambda i: waiting[i][1]
+    )
 
 
 def order_late_last(waiting, now, max_wait):  # wrong: the ones that waited too long go last
     late = [i for i, (a, _) in enumerate(waiting) if now - a >= max_wait]
-    return sorted((i for i in range(len(waiting)) if i not in late), key=lambda i: -waiting[i][1]) + late
+    return (
+        sorted((i for i in range(len(waiting)) if i not in late), key=lambda i: -waiting[i][1])
+        + late
+    )
 
 
 def order_plain_lpm(waiting, now, max_wait):  # wrong: the engine's lpm order, no limit on waiting
     return sorted(range(len(waiting)), key=lambda i: -waiting[i][1])
 
 
-def order_items_not_positions(waiting, now, max_wait):  # wrong: returns the (arrival, cached) pairs themselves
+def order_items_not_positions(
+    waiting, now, max_wait
+):  # wrong: returns the (arrival, cached) pairs themselves
     return [waiting[i] for i in order_solution(waiting, now, max_wait)]
 
 
 @pytest.mark.parametrize("fn", [order_solution, order_one_key, order_deadline])
 def test_order_check_accepts(fn, capsys):
     from labs.checks import check_admission_order
+
     check_admission_order(fn)
     assert capsys.readouterr().out.startswith("passed:")
 
 
-@pytest.mark.parametrize("fn", [order_strict, order_late_by_prefix, order_late_by_arrival, order_ties_reversed,
-                                order_shortest_first, order_late_last, order_plain_lpm, order_items_not_positions])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        order_strict,
+        order_late_by_prefix,
+        order_late_by_arrival,
+        order_ties_reversed,
+        order_shortest_first,
+        order_late_last,
+        order_plain_lpm,
+        order_items_not_positions,
+    ],
+)
 def test_order_check_rejects(fn):
     from labs.checks import check_admission_order
+
     with pytest.raises(AssertionError):
         check_admission_order(fn)
 
 
-@pytest.mark.parametrize("fn, words", [
-    (order_strict, "exactly max_wait"), (order_late_by_prefix, "whatever their prefixes"),
-    (order_late_by_arrival, "order of arrival"), (order_ties_reversed, "equal cached prefixes"),
-    (order_shortest_first, "longest cached prefix goes first"), (order_late_last, "go first")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (order_strict, "exactly max_wait"),
+        (order_late_by_prefix, "whatever their prefixes"),
+        (order_late_by_arrival, "order of arrival"),
+        (order_ties_reversed, "equal cached prefixes"),
+        (order_shortest_first, "longest cached prefix goes first"),
+        (order_late_last, "go first"),
+    ],
+)
 def test_order_message_names_the_cause(fn, words):
     from labs.checks import check_admission_order
+
     with pytest.raises(AssertionError, match=words):
         check_admission_order(fn)

@@ -1,5 +1,6 @@
 """Exercise 9's check rejects known-wrong stop-string checkers with the reason, and accepts right
 ones written another way (and the server's own, whose fixed window it rejects as too cautious)."""
+
 from __future__ import annotations
 
 import re
@@ -22,17 +23,22 @@ class WithRegex:
 
     def add(self, text, final):
         self.buf += text
-        hits = [(m.start(), len(s)) for s in self.stops for m in [re.search(re.escape(s), self.buf)] if m]
+        hits = [
+            (m.start(), len(s))
+            for s in self.stops
+            for m in [re.search(re.escape(s), self.buf)]
+            if m
+        ]
         if hits:
             start, n = min(hits)
-            return self.buf[:start + n if self.include else start], True
+            return self.buf[: start + n if self.include else start], True
         keep = 0
         if not final:
             for n in range(min(len(self.buf), max(map(len, self.stops), default=1) - 1), 0, -1):
                 if any(s.startswith(self.buf[-n:]) and len(s) > n for s in self.stops):
                     keep = n
                     break
-        out, self.buf = self.buf[:len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+        out, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
         return out, False
 
 
@@ -49,7 +55,7 @@ class CharByChar:
             hits = [(self.pending.find(s), len(s)) for s in self.stops if s in self.pending]
             if hits:
                 start, n = min(hits)
-                return out + self.pending[:start + n if self.include else start], True
+                return out + self.pending[: start + n if self.include else start], True
             while self.pending and not any(s.startswith(self.pending) for s in self.stops):
                 out, self.pending = out + self.pending[0], self.pending[1:]
         if final:
@@ -86,7 +92,7 @@ class FirstListed(Base):  # wrong: the first stop string of the list, not the fi
         for s in self.stops:
             if s in whole:
                 i = whole.find(s)
-                return whole[:i + len(s) if self.include else i], True
+                return whole[: i + len(s) if self.include else i], True
         return super().add(text, final)
 
 
@@ -105,16 +111,21 @@ class NoFlush(Base):  # wrong: keeps holding on the last token
         return super().add(text, False)
 
 
-class LongestPrefixOnly(Base):  # wrong: holds only when the end is the stop string less its last character
+class LongestPrefixOnly(
+    Base
+):  # wrong: holds only when the end is the stop string less its last character
     def add(self, text, final):
         text = self.held + text
         found = sorted((text.find(s), len(s)) for s in self.stops if s in text)
         if found:
             start, n = found[0]
-            return text[:start + n if self.include else start], True
-        keep = max((len(s) - 1 for s in self.stops if not final and len(s) > 1 and text.endswith(s[:-1])), default=0)
-        self.held = text[len(text) - keep:]
-        return text[:len(text) - keep], False
+            return text[: start + n if self.include else start], True
+        keep = max(
+            (len(s) - 1 for s in self.stops if not final and len(s) > 1 and text.endswith(s[:-1])),
+            default=0,
+        )
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
 
 
 class LongestStopOnTie(Base):  # wrong: of two stops at the same place, the longer
@@ -123,7 +134,7 @@ class LongestStopOnTie(Base):  # wrong: of two stops at the same place, the long
         found = sorted((whole.find(s), -len(s)) for s in self.stops if s in whole)
         if found:
             start, n = found[0]
-            return whole[:start - n if self.include else start], True
+            return whole[: start - n if self.include else start], True
         return super().add(text, final)
 
 
@@ -141,8 +152,10 @@ WRONG = {
     "longest prefix only": (LongestPrefixOnly, "could still be the start of a stop string"),
     "longest on a tie": (LongestStopOnTie, "the shorter on a tie"),
     "fixed window": (fixed_window, "cannot begin any stop string"),
-    "returns a string": (lambda stops, include=False: type("T", (), {"add": lambda self, t, f: t})(),
-                         "return (text to send, stopped)"),
+    "returns a string": (
+        lambda stops, include=False: type("T", (), {"add": lambda self, t, f: t})(),
+        "return (text to send, stopped)",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """Exercise 10's checks reject known-wrong acceptance rules and expected lengths, accept right
 ones written differently, and agree with the engine (model/sampling.py accept, sim/speculative.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -40,23 +41,25 @@ def exact(alpha, k):
 
 def by_distribution(alpha, k):
     """P(exactly n drafts kept) * (n + 1), summed."""
-    return sum((n + 1) * alpha ** n * (1 - alpha if n < k else 1) for n in range(k + 1))
+    return sum((n + 1) * alpha**n * (1 - alpha if n < k else 1) for n in range(k + 1))
 
 
-@pytest.mark.parametrize("right", [closed_form, by_loop, with_numpy, exact, by_distribution, expected_acceptance_length])
+@pytest.mark.parametrize(
+    "right", [closed_form, by_loop, with_numpy, exact, by_distribution, expected_acceptance_length]
+)
 def test_right_expected_tokens_pass(right, capsys):
     checks.check_expected_tokens(right)
     assert "passed" in capsys.readouterr().out
 
 
 WRONG_TOKENS = {
-    "drafts only": (lambda a, k: sum(a ** i for i in range(1, k + 1)), "accepted drafts only"),
-    "one short": (lambda a, k: sum(a ** i for i in range(k)), "up to k + 1 tokens"),
+    "drafts only": (lambda a, k: sum(a**i for i in range(1, k + 1)), "accepted drafts only"),
+    "one short": (lambda a, k: sum(a**i for i in range(k)), "up to k + 1 tokens"),
     "independent drafts": (lambda a, k: 1 + k * a, "stops at the first rejection"),
-    "all or nothing": (lambda a, k: (k + 1) * a ** k, "chance all k drafts are kept"),
+    "all or nothing": (lambda a, k: (k + 1) * a**k, "chance all k drafts are kept"),
     "closed form everywhere": (lambda a, k: (1 - a ** (k + 1)) / (1 - a), "divides by zero"),
     "alpha = 1 wrong": (lambda a, k: k if a == 1 else closed_form(a, k), "every draft is kept"),
-    "k drafts": (lambda a, k: closed_form(a, k - 1) + a ** k * 0.5, ""),
+    "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, ""),
     "integer": (lambda a, k: int(closed_form(a, k)), ""),
 }
 
@@ -103,8 +106,15 @@ def res_via_min(p, q):
     return r / (1 - torch.minimum(p, q).sum())
 
 
-@pytest.mark.parametrize("ap, res", [(ap_torch, res_torch), (ap_python, res_python), (ap_numpy, res_numpy),
-                                     (ap_torch, res_via_min)])
+@pytest.mark.parametrize(
+    "ap, res",
+    [
+        (ap_torch, res_torch),
+        (ap_python, res_python),
+        (ap_numpy, res_numpy),
+        (ap_torch, res_via_min),
+    ],
+)
 def test_right_acceptance_rules_pass(ap, res, capsys):
     checks.check_acceptance_rule(ap, res)
     assert "passed" in capsys.readouterr().out
@@ -115,7 +125,11 @@ WRONG_RULES = {
     "residual not normalised": (ap_torch, lambda p, q: (p - q).clamp_min(0), "sums to"),
     "residual q - p": (ap_torch, lambda p, q: res_torch(q, p), "distribution"),
     "no min": (lambda p, q, x: float(p[x] / q[x]), res_torch, "min(1, p(x)/q(x))"),
-    "q over p": (lambda p, q, x: min(1.0, float(q[x] / p[x])) if p[x] > 0 else 1.0, res_torch, "distribution"),
+    "q over p": (
+        lambda p, q, x: min(1.0, float(q[x] / p[x])) if p[x] > 0 else 1.0,
+        res_torch,
+        "distribution",
+    ),
     "one-hot rule for any q": (lambda p, q, x: float(p[x]), res_torch, "distribution"),
     "always keep": (lambda p, q, x: 1.0, res_torch, "distribution"),
     "residual uniform": (ap_torch, lambda p, q: torch.full_like(p, 1 / len(p)), "distribution"),
@@ -137,7 +151,11 @@ def test_the_engines_rule_is_the_one_hot_case():
     logits = torch.tensor([[0.5, 1.0, -0.3, 0.2, 0.0, -1.0], [0.0] * 6])
     params = SamplingParams(temperature=1.0)
     gen = torch.Generator().manual_seed(0)
-    kept = sum(accept(logits, [1], params, gen)[0] == 1 for _ in range(4000)) / 4000  # kept iff the first is 1
+    kept = (
+        sum(accept(logits, [1], params, gen)[0] == 1 for _ in range(4000)) / 4000
+    )  # kept iff the first is 1
     p = target_probs(logits[0], params)
     assert abs(kept - float(p[1])) < 4 * (float(p[1]) * (1 - float(p[1])) / 4000) ** 0.5  # 4 sigma
-    assert checks.close(ap_torch(p.double(), torch.eye(6, dtype=torch.float64)[1], 1), float(p[1]), 1e-6)
+    assert checks.close(
+        ap_torch(p.double(), torch.eye(6, dtype=torch.float64)[1], 1), float(p[1]), 1e-6
+    )

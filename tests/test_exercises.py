@@ -6,6 +6,7 @@ exactly that, so an unsolved exercise can never pass by accident. The solution
 notebooks (labs/solutions/) run the same checks (labs/checks.py) and must pass.
 The notebooks' code cells run here in-process, in order, like a kernel would.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -64,7 +65,9 @@ def test_solution_passes_checks(path):
 
 def test_notebooks_match_their_sources():
     """Every notebook is built from labs/src/ by labs/build_notebooks.py: edit the source, rebuild."""
-    sys.path.insert(0, str(LABS.parent))  # `labs` is a folder of the repository, not an installed package
+    sys.path.insert(
+        0, str(LABS.parent)
+    )  # `labs` is a folder of the repository, not an installed package
     from labs import build_notebooks as b
 
     sources = sorted(b.SRC.glob("*.py"))
@@ -74,4 +77,6 @@ def test_notebooks_match_their_sources():
         for path, variant in b.targets(src):
             want = [c.source for c in b.make_notebook(cells, variant).cells]
             have = [c.source for c in nbformat.read(path, as_version=4).cells]
-            assert have == want, f"{path.relative_to(LABS)} is stale: run .venv/bin/python labs/build_notebooks.py"
+            assert have == want, (
+                f"{path.relative_to(LABS)} is stale: run .venv/bin/python labs/build_notebooks.py"
+            )

@@ -9,6 +9,7 @@ counted, by the line of minilm that made it. On a CPU the same calls run as on a
 count is the same; only their cost differs. (Host-to-device copies, and syncs made inside
 PyTorch's C++ such as `nonzero`, are not seen here.)
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,10 @@ def caller_in_minilm() -> tuple[str, int]:
 
 
 def is_mask(index) -> bool:
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
-               for i in (index if isinstance(index, tuple) else (index,)))
+    return any(
+        isinstance(i, torch.Tensor) and i.dtype == torch.bool
+        for i in (index if isinstance(index, tuple) else (index,))
+    )
 
 
 @contextmanager
@@ -51,6 +54,7 @@ def counting_host_reads():
         def read(self, *args, **kwargs):
             reads[caller_in_minilm()] += 1
             return method(self, *args, **kwargs)
+
         return read
 
     def counted_if_mask(method):
@@ -58,6 +62,7 @@ def counting_host_reads():
             if is_mask(index):
                 reads[caller_in_minilm()] += 1
             return method(self, index, *value)
+
         return index
 
     with pytest.MonkeyPatch.context() as patch:
@@ -73,15 +78,22 @@ def step_reads(engine: Engine) -> tuple[Counter, int, set]:
     with counting_host_reads() as reads:
         record = engine.step()
     sampling = sum(n for (file, _), n in reads.items() if file == SAMPLING)
-    others = Counter({(os.path.relpath(f, os.path.dirname(PACKAGE)), line): n
-                      for (f, line), n in reads.items() if f != SAMPLING})
+    others = Counter(
+        {
+            (os.path.relpath(f, os.path.dirname(PACKAGE)), line): n
+            for (f, line), n in reads.items()
+            if f != SAMPLING
+        }
+    )
     return others, sampling, {i.kind for i in record.items}
 
 
 def decode_and_mixed_step(backend: str, num_layers: int, batch: int) -> dict:
     """Host reads of a decode-only step of `batch` sequences, then of one with a whole new prompt too."""
     model = LlamaModel(replace(MODEL_PRESETS["tiny"], num_hidden_layers=num_layers)).init_random(0)
-    engine = Engine(model, EngineConfig(policy="continuous", attention_backend=backend, max_model_len=64))
+    engine = Engine(
+        model, EngineConfig(policy="continuous", attention_backend=backend, max_model_len=64)
+    )
     for i in range(batch):
         engine.add_request(f"r{i}", [3 + i] * (5 + 3 * i), max_tokens=8, ignore_eos=True)
     engine.step()  # every prompt's prefill
@@ -96,9 +108,13 @@ def decode_and_mixed_step(backend: str, num_layers: int, batch: int) -> dict:
 def test_a_step_reads_back_only_its_sampled_tokens(backend):
     for num_layers in (1, 3):
         for batch in (1, 4):
-            for step, (others, sampling) in decode_and_mixed_step(backend, num_layers, batch).items():
+            for step, (others, sampling) in decode_and_mixed_step(
+                backend, num_layers, batch
+            ).items():
                 where = f"{backend}, {num_layers} layers, batch {batch}, {step} step"
                 assert not others, f"{where}: host reads outside sampling at {dict(others)}"
                 # at most one per sampled sequence (each decode, and the new prompt in the mixed step):
                 # sampling.accept reads its tokens per sequence for now (issue 34 has that as its own item)
-                assert 0 < sampling <= batch + (step == "mixed"), f"{where}: {sampling} reads in sampling"
+                assert 0 < sampling <= batch + (step == "mixed"), (
+                    f"{where}: {sampling} reads in sampling"
+                )

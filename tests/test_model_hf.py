@@ -1,27 +1,43 @@
 """The model's logits equal Hugging Face transformers' on the same random weights."""
+
 import random
 
 import pytest
 import torch
 
-from minilm.model.attention import get_backend
 from minilm.config import ModelConfig
 from minilm.core.kv_cache import KVCacheManager
-from minilm.model.loader import load_model
-from training.checkpoint import save_checkpoint
+from minilm.model.attention import get_backend
 from minilm.model.llama import LlamaModel
+from minilm.model.loader import load_model
 from minilm.model.runner import allocate_kv_cache, build_step_inputs
-from minilm.request import Request, SamplingParams, Status
 from minilm.plan import SeqWork, StepPlan
+from minilm.request import Request, SamplingParams, Status
+from training.checkpoint import save_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
 CONFIGS = {
-    "llama": ModelConfig(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, rope_theta=500.0),
-    "qwen2": ModelConfig(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=8, num_key_value_heads=2, attention_bias=True,
-                         tie_word_embeddings=True, model_type="qwen2"),
+    "llama": ModelConfig(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_theta=500.0,
+    ),
+    "qwen2": ModelConfig(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        attention_bias=True,
+        tie_word_embeddings=True,
+        model_type="qwen2",
+    ),
 }
 
 
@@ -51,8 +67,26 @@ def run_steps(model, steps, num_blocks=64, block_size=4, seed=0):
     attention, write_kv = get_backend("reference")
     out = []
     for work in steps:
-        plan = StepPlan([SeqWork(r, n, 0, r.num_computed_tokens, r.num_computed_tokens + n,
-                                 kv_manager.allocate_slots(r, n), "prefill", True) for r, n in work], [], 0, 0, 0, 0)
+        plan = StepPlan(
+            [
+                SeqWork(
+                    r,
+                    n,
+                    0,
+                    r.num_computed_tokens,
+                    r.num_computed_tokens + n,
+                    kv_manager.allocate_slots(r, n),
+                    "prefill",
+                    True,
+                )
+                for r, n in work
+            ],
+            [],
+            0,
+            0,
+            0,
+            0,
+        )
         inp = build_step_inputs(plan, block_size, 0)
         with torch.no_grad():
             h = model(inp.input_ids, inp.positions, kv, inp.meta, attention, write_kv)
@@ -70,7 +104,9 @@ def make_request(rid, ids):
 
 def test_full_prompt_logits_match(pair):
     ours, hf = pair
-    ids = torch.randint(0, ours.config.vocab_size, (23,), generator=torch.Generator().manual_seed(1)).tolist()
+    ids = torch.randint(
+        0, ours.config.vocab_size, (23,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
     req = make_request("a", ids)
     (logits,) = run_steps(ours, [[(req, len(ids))]])
     with torch.no_grad():
@@ -82,10 +118,15 @@ def test_token_by_token_decode_matches(pair):
     """Prefill a prefix, then feed one token per step, two sequences interleaved in one batch."""
     ours, hf = pair
     g = torch.Generator().manual_seed(2)
-    seqs = {rid: torch.randint(0, ours.config.vocab_size, (n,), generator=g).tolist() for rid, n in (("a", 19), ("b", 11))}
+    seqs = {
+        rid: torch.randint(0, ours.config.vocab_size, (n,), generator=g).tolist()
+        for rid, n in (("a", 19), ("b", 11))
+    }
     # the model sees each sequence's full ids; a request's "prompt" holds them all
     reqs = {rid: make_request(rid, ids) for rid, ids in seqs.items()}
-    steps = [[(reqs["a"], 7), (reqs["b"], 5)]] + [[(reqs["a"], 1), (reqs["b"], 1)] for _ in range(6)]
+    steps = [[(reqs["a"], 7), (reqs["b"], 5)]] + [
+        [(reqs["a"], 1), (reqs["b"], 1)] for _ in range(6)
+    ]
     logits = run_steps(ours, steps)
     with torch.no_grad():
         ref = {rid: hf(torch.tensor([ids])).logits[0] for rid, ids in seqs.items()}

@@ -1,17 +1,21 @@
 """Batching must never change what is generated; each policy does what docs/DESIGN.md's table says."""
+
 from dataclasses import replace
 
 import pytest
-
-from minilm import Engine, EngineConfig, make_workload
-from minilm.metrics import summarize
-from minilm.core.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
-
 from helpers import MICRO, engine, micro_model
 
+from minilm import make_workload
+from minilm.core.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
+from minilm.metrics import summarize
+
 # mixed lengths, shortened so the whole file runs in seconds
-WORKLOAD = [replace(s, prompt_ids=s.prompt_ids[:40], max_tokens=min(s.max_tokens, 20))
-            for s in make_workload("mixed", num_requests=12, seed=5, vocab_size=MICRO.vocab_size, max_model_len=256)]
+WORKLOAD = [
+    replace(s, prompt_ids=s.prompt_ids[:40], max_tokens=min(s.max_tokens, 20))
+    for s in make_workload(
+        "mixed", num_requests=12, seed=5, vocab_size=MICRO.vocab_size, max_model_len=256
+    )
+]
 
 
 def outputs(policy, **knobs):
@@ -26,15 +30,18 @@ def reference_outputs():
     return outputs("continuous", max_num_seqs=1)[0]  # one request at a time: no batching at all
 
 
-@pytest.mark.parametrize("policy,knobs", [
-    ("static", dict(max_num_seqs=4)),
-    ("static", dict(max_num_seqs=8, block_size=8)),
-    ("continuous", dict(max_num_seqs=6, block_size=4)),
-    ("continuous", dict(max_num_seqs=8, num_blocks=14, block_size=8)),  # tight KV: preemption
-    ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=16, block_size=4)),
-    ("chunked", dict(max_num_seqs=5, max_num_batched_tokens=37, block_size=16)),
-    ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=64, num_blocks=24, block_size=4)),
-])
+@pytest.mark.parametrize(
+    "policy,knobs",
+    [
+        ("static", dict(max_num_seqs=4)),
+        ("static", dict(max_num_seqs=8, block_size=8)),
+        ("continuous", dict(max_num_seqs=6, block_size=4)),
+        ("continuous", dict(max_num_seqs=8, num_blocks=14, block_size=8)),  # tight KV: preemption
+        ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=16, block_size=4)),
+        ("chunked", dict(max_num_seqs=5, max_num_batched_tokens=37, block_size=16)),
+        ("chunked", dict(max_num_seqs=8, max_num_batched_tokens=64, num_blocks=24, block_size=4)),
+    ],
+)
 def test_greedy_outputs_do_not_depend_on_batching(reference_outputs, policy, knobs):
     got, tl = outputs(policy, **knobs)
     assert got == reference_outputs
@@ -86,13 +93,21 @@ def test_chunked_schedules_decodes_first_within_budget(budget):
         assert step.tokens() <= budget
         kinds = [i.kind for i in step.items]
         assert kinds == sorted(kinds, key=lambda k: k != "decode"), "decodes come first"
-    assert any(i.kind == "prefill" and i.num_tokens == budget for s in tl.steps for i in s.items) or budget == 50
+    assert (
+        any(i.kind == "prefill" and i.num_tokens == budget for s in tl.steps for i in s.items)
+        or budget == 50
+    )
 
 
 def test_prefill_only_steps_option():
     from minilm.core.policies import ContinuousPolicy
 
-    e = engine(ContinuousPolicy(prefill_only_steps=True), model=micro_model(), max_model_len=256, max_num_seqs=6)
+    e = engine(
+        ContinuousPolicy(prefill_only_steps=True),
+        model=micro_model(),
+        max_model_len=256,
+        max_num_seqs=6,
+    )
     e.add_workload(WORKLOAD, ignore_eos=True)
     tl = e.run()
     assert all(len({i.kind for i in s.items}) == 1 for s in tl.steps)
@@ -109,8 +124,12 @@ def test_a_budget_equal_to_the_batch_serves_every_decode_every_step():
     """max_num_batched_tokens == max_num_seqs: no running request ever skips a step."""
     _, tl = outputs("chunked", max_num_seqs=6, max_num_batched_tokens=6)
     for r in tl.requests:
-        decode_steps = [s.step for s in tl.steps for i in s.items
-                        if i.request_id == r.request_id and i.kind == "decode"]
+        decode_steps = [
+            s.step
+            for s in tl.steps
+            for i in s.items
+            if i.request_id == r.request_id and i.kind == "decode"
+        ]
         assert decode_steps == list(range(decode_steps[0], decode_steps[0] + len(decode_steps)))
 
 
@@ -140,12 +159,20 @@ def test_default_budget_comes_from_the_policy_class_not_its_name():
         name = "renamed"
 
     renamed = engine(Renamed(), model=micro_model(), max_model_len=256).config
-    assert by_name.max_num_batched_tokens == by_object.max_num_batched_tokens == renamed.max_num_batched_tokens
-    assert engine("static", model=micro_model(), max_model_len=256).config.max_num_batched_tokens is None
+    assert (
+        by_name.max_num_batched_tokens
+        == by_object.max_num_batched_tokens
+        == renamed.max_num_batched_tokens
+    )
+    assert (
+        engine("static", model=micro_model(), max_model_len=256).config.max_num_batched_tokens
+        is None
+    )
     _, chunked = outputs("chunked", max_num_seqs=8, max_num_batched_tokens=16)
     _, mine = outputs(Renamed(), max_num_seqs=8, max_num_batched_tokens=16)
-    assert [[(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in mine.steps] == \
-        [[(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in chunked.steps]
+    assert [[(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in mine.steps] == [
+        [(i.request_id, i.kind, i.num_tokens) for i in s.items] for s in chunked.steps
+    ]
 
 
 def test_a_policy_mistake_is_refused_with_its_name():
@@ -161,7 +188,9 @@ def test_a_policy_mistake_is_refused_with_its_name():
     e = engine(Greedy(), model=micro_model(), max_model_len=64)
     e.add_request("a", [1, 2, 3], max_tokens=4)
     e.step()
-    with pytest.raises(RuntimeError, match="policy 'greedy': 'a' is already scheduled in this step"):
+    with pytest.raises(
+        RuntimeError, match="policy 'greedy': 'a' is already scheduled in this step"
+    ):
         e.step()
 
 
@@ -169,11 +198,18 @@ def test_long_prefill_token_threshold_caps_each_chunk():
     """The sources' example: a 4,096-token prompt, a 1,024-token budget, 512-token chunks."""
     from minilm.sim import simulated_engine
 
-    e = simulated_engine("llama-3-8b", "h100", policy="chunked", max_num_batched_tokens=1024,
-                         long_prefill_token_threshold=512)
+    e = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy="chunked",
+        max_num_batched_tokens=1024,
+        long_prefill_token_threshold=512,
+    )
     e.add_request("long", [1] * 4096, max_tokens=2)
     e.add_request("short", [1] * 100, max_tokens=2)
     tl = e.run()
-    chunks = [(i.request_id, i.num_tokens) for s in tl.steps for i in s.items if i.kind == "prefill"]
+    chunks = [
+        (i.request_id, i.num_tokens) for s in tl.steps for i in s.items if i.kind == "prefill"
+    ]
     assert chunks[:3] == [("long", 512), ("short", 100), ("long", 512)]
     assert [n for r, n in chunks if r == "long"] == [512] * 8

@@ -1,9 +1,9 @@
 """Sampling: filters are right, and a seeded request samples the same tokens in any batch."""
+
 import torch
+from helpers import engine, micro_model
 
 from minilm.model.sampling import filter_logits
-
-from helpers import engine, micro_model
 
 
 def test_top_k_and_top_p_filters():
@@ -17,9 +17,19 @@ def test_top_k_and_top_p_filters():
 
 
 def run(max_num_seqs, policy):
-    e = engine(policy, model=micro_model(), max_model_len=128, max_num_seqs=max_num_seqs, block_size=4)
+    e = engine(
+        policy, model=micro_model(), max_model_len=128, max_num_seqs=max_num_seqs, block_size=4
+    )
     for i in range(6):
-        e.add_request(f"s{i}", [1 + i, 2, 3], max_tokens=12, temperature=0.9, top_k=20, top_p=0.95, seed=100 + i)
+        e.add_request(
+            f"s{i}",
+            [1 + i, 2, 3],
+            max_tokens=12,
+            temperature=0.9,
+            top_k=20,
+            top_p=0.95,
+            seed=100 + i,
+        )
     return {r.request_id: r.output_ids for r in e.run().requests}
 
 

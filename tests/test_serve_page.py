@@ -5,18 +5,20 @@ token and token count, and the request is on the engine's timeline under the typ
 (the live Gantt's row). On a server with a key, the page asks for it once and keeps it for
 the visit. Skipped, saying so, where /usr/bin/chromium is absent.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from chromium import CHROMIUM, CHROMIUM_ARGS
 from serving import docstrings_engine, serving, wait_idle
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`",
+)
 
 
 MODEL_SHOWN = "document.getElementById('model').textContent === 'docstrings'"
@@ -70,7 +72,9 @@ def test_on_a_keyed_server_the_page_asks_for_the_key_once_per_visit():
             asked = page.text_content("#keynote")
             page.fill("#key", "a-wrong-guess")
             page.click("#usekey")
-            page.wait_for_function("document.getElementById('keynote').textContent.includes('not accepted')")
+            page.wait_for_function(
+                "document.getElementById('keynote').textContent.includes('not accepted')"
+            )
             page.fill("#key", key)
             page.click("#usekey")
             page.wait_for_function(MODEL_SHOWN)

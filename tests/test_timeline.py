@@ -1,18 +1,20 @@
 """Timeline exports and the metrics computed from them."""
+
 import json
 
 import numpy as np
 import pytest
+from helpers import engine
 
 from minilm import Timeline, items_df, requests_df, steps_df, summarize
 from minilm.metrics import itls, ttfts
 
-from helpers import engine
-
 
 @pytest.fixture(scope="module")
 def timeline():
-    e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
+    e = engine(
+        "chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4
+    )
     for i, (p, m, t) in enumerate([(20, 6, 0.0), (5, 4, 0.0), (9, 7, 0.0), (3, 3, 0.5)]):
         e.add_request(f"q{i}", list(range(1, p + 1)), max_tokens=m, arrival=t, ignore_eos=True)
     return e.run()
@@ -23,8 +25,12 @@ def test_records_are_consistent(timeline):
     assert [s.step for s in tl.steps] == list(range(len(tl.steps)))
     assert all(a.t_end <= b.t_start for a, b in zip(tl.steps, tl.steps[1:]))
     for r in tl.requests:
-        produced = [s.t_end for s in tl.steps for i in s.items
-                    if i.request_id == r.request_id and i.kind == "decode"]
+        produced = [
+            s.t_end
+            for s in tl.steps
+            for i in s.items
+            if i.request_id == r.request_id and i.kind == "decode"
+        ]
         assert r.token_times[1:] == produced  # the first token comes from the prefill's last chunk
     late = next(r for r in tl.requests if r.request_id == "q3")
     assert late.t_scheduled >= 0.5, "the engine jumps to an arrival, it does not admit early"
@@ -40,9 +46,15 @@ def test_dataframes(timeline):
     steps, items, reqs = steps_df(timeline), items_df(timeline), requests_df(timeline)
     assert len(steps) == len(timeline.steps) and len(reqs) == 4
     assert items.num_tokens.sum() == steps.num_tokens.sum()
-    assert (steps.prefill_tokens + steps.decode_tokens + steps.padding_tokens == steps.num_tokens).all()
-    assert (steps.draft_tokens == 0).all() and (steps.verify_time == steps.model_time).all()  # no speculation
-    assert list(items_df(Timeline()).columns) == list(items.columns)  # an empty run has the same columns
+    assert (
+        steps.prefill_tokens + steps.decode_tokens + steps.padding_tokens == steps.num_tokens
+    ).all()
+    assert (steps.draft_tokens == 0).all() and (
+        steps.verify_time == steps.model_time
+    ).all()  # no speculation
+    assert list(items_df(Timeline()).columns) == list(
+        items.columns
+    )  # an empty run has the same columns
 
 
 def test_chrome_trace(timeline, tmp_path):
@@ -64,7 +76,9 @@ def test_metrics_from_records(timeline):
     m = summarize(timeline, ttft_slo=1e9, tpot_slo=1e9)
     reqs = timeline.requests
     assert m["output_tokens"] == sum(r.output_len for r in reqs) == 6 + 4 + 7 + 3
-    assert m["ttft_p50"] == pytest.approx(np.percentile([r.t_first_token - r.arrival for r in reqs], 50))
+    assert m["ttft_p50"] == pytest.approx(
+        np.percentile([r.t_first_token - r.arrival for r in reqs], 50)
+    )
     assert len(itls(timeline)) == sum(r.output_len - 1 for r in reqs)
     assert len(ttfts(timeline)) == 4
     assert m["slo_attainment"] == 1.0
@@ -88,7 +102,9 @@ def test_step_time_is_the_engines_work_not_the_recording(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(minilm.core.engine, "StepItem", slow_item)
-    e = engine("chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4)
+    e = engine(
+        "chunked", max_model_len=128, max_num_seqs=3, max_num_batched_tokens=12, block_size=4
+    )
     e.add_request("a", list(range(1, 15)), max_tokens=3, ignore_eos=True)
     tl = e.run()
     assert all(s.duration < 0.05 for s in tl.steps), [round(s.duration, 3) for s in tl.steps]
@@ -102,7 +118,7 @@ def test_abort_frees_now_and_records_the_request_once(policy):
         e.add_request(f"a{i}", list(range(1, 10)), max_tokens=8, ignore_eos=True)
     e.step()
     e.step()
-    running = next(r for r in e.requests.values() if r.status.value == 'running').request_id
+    running = next(r for r in e.requests.values() if r.status.value == "running").request_id
     held_before = e.kv_manager.num_used_blocks
     assert e.abort(running) and e.abort("a3")  # one running, one still waiting
     assert not e.abort(running), "aborting twice finishes nothing twice"

@@ -15,6 +15,7 @@ counts what each (token, head) gets, which must be exactly once; and reference c
 on shapes where query blocks end on key-tile boundaries, run with the grid walked in
 order and in reverse (the `grid_order` fixture).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -25,10 +26,12 @@ from functools import partial
 import pytest
 import torch
 
-triton = pytest.importorskip("triton", reason="Triton is not installed here (it has wheels for Linux only)")
+triton = pytest.importorskip(
+    "triton", reason="Triton is not installed here (it has wheels for Linux only)"
+)
 import triton.language as tl  # noqa: E402
-
 from helpers import paged_attention_batch  # noqa: E402
+
 from minilm import Engine, EngineConfig
 from minilm.model.attention import reference, triton_paged
 from minilm.model.attention.triton_paged import _key_tiles, _program_rows
@@ -36,11 +39,11 @@ from minilm.model.attention.triton_paged import _key_tiles, _program_rows
 TOL = {torch.float32: 1e-3, torch.float16: 1e-2}
 
 # (new tokens per sequence, context length per sequence: cached + new)
-DECODE = ([1, 1, 1, 1], [1, 17, 64, 130])                      # incl. a single-token context
-PREFILL = ([1, 20, 37], [1, 20, 37])                           # whole prompts, lengths not multiples of 16
-MIXED = ([1, 24, 0, 13, 1, 40], [90, 24, 5, 61, 33, 40])       # decodes, a prompt, a chunk continuing
-                                                                # a prefill (48 cached + 13), an idle sequence
-LONG = ([1, 20, 1], [700, 820, 1000])                          # long contexts: many tiles and blocks
+DECODE = ([1, 1, 1, 1], [1, 17, 64, 130])  # incl. a single-token context
+PREFILL = ([1, 20, 37], [1, 20, 37])  # whole prompts, lengths not multiples of 16
+MIXED = ([1, 24, 0, 13, 1, 40], [90, 24, 5, 61, 33, 40])  # decodes, a prompt, a chunk continuing
+# a prefill (48 cached + 13), an idle sequence
+LONG = ([1, 20, 1], [700, 820, 1000])  # long contexts: many tiles and blocks
 
 
 # random numbers everywhere: reading a wrong slot changes the answer
@@ -67,12 +70,17 @@ def poisoned(q):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("head_dim", [32, 64])
 @pytest.mark.parametrize("group", [1, 2, 4, 8])
-@pytest.mark.parametrize("case,block_size", [(MIXED, 16), (DECODE, 16), (PREFILL, 32)],
-                         ids=["mixed", "decode", "prefill"])
+@pytest.mark.parametrize(
+    "case,block_size",
+    [(MIXED, 16), (DECODE, 16), (PREFILL, 32)],
+    ids=["mixed", "decode", "prefill"],
+)
 def test_unified_matches_reference(case, block_size, group, head_dim, dtype):
-    q, kc, vc, meta = make_batch(*case, group, head_dim, dtype, block_size=block_size, seed=group * head_dim)
-    out = triton_paged.attention_unified(q, kc, vc, meta, head_dim ** -0.5, out=poisoned(q))
-    check(out, q, kc, vc, meta, head_dim ** -0.5)
+    q, kc, vc, meta = make_batch(
+        *case, group, head_dim, dtype, block_size=block_size, seed=group * head_dim
+    )
+    out = triton_paged.attention_unified(q, kc, vc, meta, head_dim**-0.5, out=poisoned(q))
+    check(out, q, kc, vc, meta, head_dim**-0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -84,24 +92,43 @@ def test_long_contexts(dtype):
 
 def test_block_size_not_a_power_of_two():
     # The kernel maps each key position to (block, slot) itself, so any block size works.
-    q, kc, vc, meta = make_batch(*MIXED, group=2, head_dim=32, dtype=torch.float32, block_size=12, seed=2)
-    check(triton_paged.attention_unified(q, kc, vc, meta, 0.2, out=poisoned(q)), q, kc, vc, meta, 0.2)
+    q, kc, vc, meta = make_batch(
+        *MIXED, group=2, head_dim=32, dtype=torch.float32, block_size=12, seed=2
+    )
+    check(
+        triton_paged.attention_unified(q, kc, vc, meta, 0.2, out=poisoned(q)), q, kc, vc, meta, 0.2
+    )
 
 
 @pytest.mark.parametrize("segments", [2, 16])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 def test_split_kv_matches_reference(segments, dtype):
     # Contexts from 3 tokens (most of its 16 segments are empty) to 700.
-    q, kc, vc, meta = make_batch([1, 1, 1], [3, 200, 700], group=4, head_dim=32, dtype=dtype, seed=segments)
-    partials = tuple(torch.full_like(p, float("nan")) for p in triton_paged.new_partials(q, segments))
-    out = triton_paged.attention_split_kv(q, kc, vc, meta, 0.2, segments, out=poisoned(q), partials=partials)
+    q, kc, vc, meta = make_batch(
+        [1, 1, 1], [3, 200, 700], group=4, head_dim=32, dtype=dtype, seed=segments
+    )
+    partials = tuple(
+        torch.full_like(p, float("nan")) for p in triton_paged.new_partials(q, segments)
+    )
+    out = triton_paged.attention_split_kv(
+        q, kc, vc, meta, 0.2, segments, out=poisoned(q), partials=partials
+    )
     check(out, q, kc, vc, meta, 0.2)
 
 
 def test_split_kv_is_exact_for_prompt_chunks_too():
     # The dispatcher only splits decode steps, but the split path is correct for any batch.
-    q, kc, vc, meta = make_batch([1, 6, 3], [40, 70, 3], group=2, head_dim=32, dtype=torch.float32, seed=3)
-    check(triton_paged.attention_split_kv(q, kc, vc, meta, 0.2, 4, out=poisoned(q)), q, kc, vc, meta, 0.2)
+    q, kc, vc, meta = make_batch(
+        [1, 6, 3], [40, 70, 3], group=2, head_dim=32, dtype=torch.float32, seed=3
+    )
+    check(
+        triton_paged.attention_split_kv(q, kc, vc, meta, 0.2, 4, out=poisoned(q)),
+        q,
+        kc,
+        vc,
+        meta,
+        0.2,
+    )
 
 
 def test_dispatcher_splits_only_few_long_decodes():
@@ -124,7 +151,9 @@ def test_dispatcher_splits_only_few_long_decodes():
 @triton.jit
 def _record_program_order(next_slot_ptr, order_ptr):
     """Each program appends its linear id to `order`: the order the grid was walked in."""
-    pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+    pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(
+        2
+    ) + tl.program_id(2)
     slot = tl.atomic_add(next_slot_ptr, 1)
     tl.store(order_ptr + slot, pid)
 
@@ -147,19 +176,29 @@ def reverse_grid_walk(monkeypatch) -> None:
     """
     from triton.runtime import interpreter
 
-    call = getattr(getattr(interpreter, "GridExecutor", None), "__call__", None)
+    call = (
+        getattr(interpreter, "GridExecutor", None).__call__
+        if hasattr(interpreter, "GridExecutor")
+        else None
+    )
     code = getattr(call, "__code__", None)
     if code is None or not {"range", "set_grid_idx"} <= set(code.co_names):
-        pytest.skip("cannot reverse the grid: triton.runtime.interpreter.GridExecutor.__call__ no longer "
-                    "walks the grid with `range` (a private detail of Triton's interpreter has moved)")
+        pytest.skip(
+            "cannot reverse the grid: triton.runtime.interpreter.GridExecutor.__call__ no longer "
+            "walks the grid with `range` (a private detail of Triton's interpreter has moved)"
+        )
     reversed_globals = dict(call.__globals__, range=lambda *args: builtins.range(*args)[::-1])
-    walk_reversed = types.FunctionType(code, reversed_globals, call.__name__, call.__defaults__, call.__closure__)
+    walk_reversed = types.FunctionType(
+        code, reversed_globals, call.__name__, call.__defaults__, call.__closure__
+    )
     walk_reversed.__kwdefaults__ = call.__kwdefaults__
     monkeypatch.setattr(interpreter.GridExecutor, "__call__", walk_reversed)
     order = program_order()
     if order != sorted(order, reverse=True):
-        pytest.skip(f"cannot reverse the grid: rebinding `range` in Triton's interpreter walked programs "
-                    f"{order} (a private detail of triton/runtime/interpreter.py has moved)")
+        pytest.skip(
+            f"cannot reverse the grid: rebinding `range` in Triton's interpreter walked programs "
+            f"{order} (a private detail of triton/runtime/interpreter.py has moved)"
+        )
 
 
 @pytest.fixture(params=["in_order", "reversed"])
@@ -167,7 +206,9 @@ def grid_order(request, monkeypatch):
     """Run the test's Triton launches with their programs in order, and again in reverse."""
     if request.param == "reversed":
         if not triton_paged.interpreting():
-            pytest.skip("the grid is reversed in Triton's CPU interpreter only; a GPU picks its own order")
+            pytest.skip(
+                "the grid is reversed in Triton's CPU interpreter only; a GPU picks its own order"
+            )
         reverse_grid_walk(monkeypatch)
     return request.param
 
@@ -180,9 +221,20 @@ def test_grid_order_fixture_reverses_the_program_order(grid_order):
 
 
 @triton.jit
-def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr, tiles_ptr, unmasked_ptr,
-                       GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
-                       TILE_N: tl.constexpr, NUM_SEGMENTS: tl.constexpr, MAX_TILES: tl.constexpr):
+def _count_rows_kernel(
+    cu_seqlens_q_ptr,
+    context_lens_ptr,
+    num_seqs,
+    writes_ptr,
+    tiles_ptr,
+    unmasked_ptr,
+    GROUP: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    TILE_N: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr,
+    MAX_TILES: tl.constexpr,
+):
     """The attention kernel's programs, counting instead of computing, with its own helpers.
 
     writes[token, head, segment] += 1 for every row a program stores;
@@ -193,16 +245,29 @@ def _count_rows_kernel(cu_seqlens_q_ptr, context_lens_ptr, num_seqs, writes_ptr,
     kv_head = tl.program_id(1)
     segment = tl.program_id(2)
     seq, q_start, query_len, local_block, query_pos, head, row_ok = _program_rows(
-        cu_seqlens_q_ptr, num_seqs, q_block, kv_head, GROUP, BLOCK_Q, BLOCK_M)
+        cu_seqlens_q_ptr, num_seqs, q_block, kv_head, GROUP, BLOCK_Q, BLOCK_M
+    )
     context_len = tl.load(context_lens_ptr + seq)
-    lo, full, hi = _key_tiles(context_len - query_len, query_len, context_len, local_block, segment,
-                              BLOCK_Q, TILE_N, NUM_SEGMENTS)
+    lo, full, hi = _key_tiles(
+        context_len - query_len,
+        query_len,
+        context_len,
+        local_block,
+        segment,
+        BLOCK_Q,
+        TILE_N,
+        NUM_SEGMENTS,
+    )
     row = tl.where(row_ok, (q_start + query_pos) * (GROUP * tl.num_programs(1)) + head, 0)
     tl.atomic_add(writes_ptr + row * NUM_SEGMENTS + segment, 1, mask=row_ok)
     tile = tl.arange(0, MAX_TILES)
     walked = row_ok[:, None] & (tile >= lo)[None, :] & (tile < hi)[None, :]
     tl.atomic_add(tiles_ptr + row[:, None] * MAX_TILES + tile[None, :], 1, mask=walked)
-    tl.atomic_add(unmasked_ptr + row[:, None] * MAX_TILES + tile[None, :], 1, mask=walked & (tile < full)[None, :])
+    tl.atomic_add(
+        unmasked_ptr + row[:, None] * MAX_TILES + tile[None, :],
+        1,
+        mask=walked & (tile < full)[None, :],
+    )
 
 
 BLOCK_MS = (16, 32, 64, 128)  # every BLOCK_M launch_config can choose (checked below)
@@ -214,7 +279,15 @@ def test_launch_config_chooses_only_the_covered_configurations():
     for group in range(1, 9):
         for head_dim in (32, 64, 128):
             for elem_bytes in (2, 4):
-                for tokens, seqs in [(1, 1), (8, 8), (300, 300), (40, 4), (100, 3), (4096, 1), (37, 5)]:
+                for tokens, seqs in [
+                    (1, 1),
+                    (8, 8),
+                    (300, 300),
+                    (40, 4),
+                    (100, 3),
+                    (4096, 1),
+                    (37, 5),
+                ]:
                     cfg = triton_paged.launch_config(tokens, seqs, group, head_dim, elem_bytes)
                     assert cfg["BLOCK_M"] in BLOCK_MS and cfg["TILE_N"] in TILE_NS, cfg
                     assert cfg["BLOCK_Q"] == cfg["BLOCK_M"] // group >= 1, cfg
@@ -227,12 +300,20 @@ def ragged_batch(rng: random.Random, block_q: int, tile_n: int):
     BLOCK_Q, cached lengths that make a query block end on, or one off, a key-tile boundary."""
     q_lens, ctx_lens = [], []
     for i in range(rng.randint(2, 5)):
-        n = rng.choice([block_q + 1, 2 * block_q, 2 * block_q + 1])  # the first spans several blocks
+        n = rng.choice(
+            [block_q + 1, 2 * block_q, 2 * block_q + 1]
+        )  # the first spans several blocks
         if i:
             n = rng.choice([0, 1, 1, 1, block_q - 1, block_q, n, rng.randint(2, 3 * block_q)])
-        k = rng.randint(1, max(1, (n - 1) // block_q))  # cached + k * BLOCK_Q on a tile boundary: block
-        on_tile = (-k * block_q) % tile_n + tile_n * rng.randint(0, 1)  # k-1 ends there, and the chunk goes on
-        cached = rng.choice([0, on_tile, on_tile, on_tile + 1, max(0, on_tile - 1), rng.randint(0, 3 * tile_n)])
+        k = rng.randint(
+            1, max(1, (n - 1) // block_q)
+        )  # cached + k * BLOCK_Q on a tile boundary: block
+        on_tile = (-k * block_q) % tile_n + tile_n * rng.randint(
+            0, 1
+        )  # k-1 ends there, and the chunk goes on
+        cached = rng.choice(
+            [0, on_tile, on_tile, on_tile + 1, max(0, on_tile - 1), rng.randint(0, 3 * tile_n)]
+        )
         q_lens.append(max(n, 0))
         ctx_lens.append(cached + max(n, 0))
     if not sum(q_lens):  # a step has at least one new token (the host skips empty launches)
@@ -250,9 +331,20 @@ def count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments)
     unmasked = torch.zeros_like(tiles)
     cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     grid = triton_paged.attention_grid(num_tokens, num_seqs, num_kv_heads, segments, block_q)
-    _count_rows_kernel[grid](cu, torch.tensor(ctx_lens, dtype=torch.int32), num_seqs, writes, tiles, unmasked,
-                             GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n,
-                             NUM_SEGMENTS=segments, MAX_TILES=max_tiles)
+    _count_rows_kernel[grid](
+        cu,
+        torch.tensor(ctx_lens, dtype=torch.int32),
+        num_seqs,
+        writes,
+        tiles,
+        unmasked,
+        GROUP=group,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        TILE_N=tile_n,
+        NUM_SEGMENTS=segments,
+        MAX_TILES=max_tiles,
+    )
     return writes, tiles, unmasked
 
 
@@ -270,33 +362,45 @@ def test_every_row_is_written_once_and_sees_its_key_tiles_once(group):
         split = (group + i) % 2 == 0
         tile_n, segments, num_kv_heads = (32, (2, 4)[group // 2 % 2], 1) if split else (64, 1, 2)
         q_lens, ctx_lens = ragged_batch(rng, block_q, tile_n)
-        writes, tiles, unmasked = count_rows(q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments)
-        where = (f"group={group} BLOCK_M={block_m} BLOCK_Q={block_q} TILE_N={tile_n} segments={segments} "
-                 f"Hkv={num_kv_heads} q_lens={q_lens} ctx_lens={ctx_lens}")
+        writes, tiles, unmasked = count_rows(
+            q_lens, ctx_lens, group, num_kv_heads, block_m, tile_n, segments
+        )
+        where = (
+            f"group={group} BLOCK_M={block_m} BLOCK_Q={block_q} TILE_N={tile_n} segments={segments} "
+            f"Hkv={num_kv_heads} q_lens={q_lens} ctx_lens={ctx_lens}"
+        )
         bad = (writes != 1).nonzero().tolist()
-        assert not bad, (f"{len(bad)} (token, head, segment) written {sorted(set(writes.flatten().tolist()))} "
-                         f"times, not once, e.g. {bad[:4]}; {where}")
+        assert not bad, (
+            f"{len(bad)} (token, head, segment) written {sorted(set(writes.flatten().tolist()))} "
+            f"times, not once, e.g. {bad[:4]}; {where}"
+        )
         twice = (tiles > 1).nonzero().tolist()
-        assert not twice, f"{len(twice)} (token, head, key tile) walked twice, e.g. {twice[:4]}; {where}"
+        assert not twice, (
+            f"{len(twice)} (token, head, key tile) walked twice, e.g. {twice[:4]}; {where}"
+        )
         # Every key tile up to and including the one holding the token's own position; without
         # the mask, only tiles that end at or before it.
         positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens)])[:, None]
         tile = torch.arange(tiles.shape[2])[None, :]
         needed = tile <= positions // tile_n  # [T, tiles]
         missing = ((tiles == 0) & needed[:, None, :]).nonzero().tolist()
-        assert not missing, (f"{len(missing)} (token, head, key tile) that the row must see never walked, "
-                             f"e.g. {missing[:4]}; {where}")
+        assert not missing, (
+            f"{len(missing)} (token, head, key tile) that the row must see never walked, "
+            f"e.g. {missing[:4]}; {where}"
+        )
         past = (tile + 1) * tile_n > positions + 1  # the tile holds keys after the token
         peeked = ((unmasked > 0) & past[:, None, :]).nonzero().tolist()
-        assert not peeked, (f"{len(peeked)} (token, head, key tile) walked without the causal mask, yet holding "
-                            f"keys after the token, e.g. {peeked[:4]}; {where}")
+        assert not peeked, (
+            f"{len(peeked)} (token, head, key tile) walked without the causal mask, yet holding "
+            f"keys after the token, e.g. {peeked[:4]}; {where}"
+        )
 
 
 # Query blocks that end exactly on a key-tile boundary: a block's tiles then stop right
 # before the next block's first key, so any row computed by the wrong program is wrong.
-CHUNKS = [40, 1, 17, 1, 26]               # prompt chunks among decodes: BLOCK_M 32-128
+CHUNKS = [40, 1, 17, 1, 26]  # prompt chunks among decodes: BLOCK_M 32-128
 DECODE_HEAVY = [1, 1, 1, 1, 1, 1, 20, 13]  # mostly decodes: BLOCK_M 16-32, BLOCK_Q 4-16
-SPLIT = [18, 1]                            # few tokens: the merge runs one program per (token, head)
+SPLIT = [18, 1]  # few tokens: the merge runs one program per (token, head)
 
 
 def tile_boundary_batch(q_lens, group, head_dim, dtype, num_kv_heads, seed):
@@ -307,14 +411,20 @@ def tile_boundary_batch(q_lens, group, head_dim, dtype, num_kv_heads, seed):
     rng = random.Random(seed)
     ctx_lens = []
     for i, n in enumerate(q_lens):
-        if n > block_q:  # blocks 0..k-1 end at cached + k * BLOCK_Q, a multiple of TILE_N; the chunk goes on
+        if (
+            n > block_q
+        ):  # blocks 0..k-1 end at cached + k * BLOCK_Q, a multiple of TILE_N; the chunk goes on
             k = 1 + i % ((n - 1) // block_q)
             cached = (-k * block_q) % tile_n + tile_n * (i % 2)
         else:
             cached = rng.randint(0, 3 * tile_n)
         ctx_lens.append(cached + n)
-    assert any(n > block_q for n in q_lens), f"no query block ends inside a chunk (BLOCK_Q={block_q})"
-    return make_batch(q_lens, ctx_lens, group, head_dim, dtype, num_kv_heads=num_kv_heads, seed=seed)
+    assert any(n > block_q for n in q_lens), (
+        f"no query block ends inside a chunk (BLOCK_Q={block_q})"
+    )
+    return make_batch(
+        q_lens, ctx_lens, group, head_dim, dtype, num_kv_heads=num_kv_heads, seed=seed
+    )
 
 
 def gqa_shape(group):
@@ -322,27 +432,47 @@ def gqa_shape(group):
     return dict(head_dim=32 if group % 2 else 64, num_kv_heads=2 if group <= 4 else 1)
 
 
-@pytest.mark.parametrize("q_lens,dtype,group",
-                         [(CHUNKS, torch.float32, g) for g in range(1, 9)]
-                         + [(DECODE_HEAVY, torch.float32, g) for g in range(1, 9)]
-                         + [(CHUNKS, torch.float16, g) for g in (3, 5, 6, 7)],  # fp16: the groups with spare rows
-                         ids=[f"{name}-{g}" for name, groups in [("chunks-fp32", range(1, 9)),
-                                                                 ("decodes-fp32", range(1, 9)),
-                                                                 ("chunks-fp16", (3, 5, 6, 7))] for g in groups])
+@pytest.mark.parametrize(
+    "q_lens,dtype,group",
+    [(CHUNKS, torch.float32, g) for g in range(1, 9)]
+    + [(DECODE_HEAVY, torch.float32, g) for g in range(1, 9)]
+    + [(CHUNKS, torch.float16, g) for g in (3, 5, 6, 7)],  # fp16: the groups with spare rows
+    ids=[
+        f"{name}-{g}"
+        for name, groups in [
+            ("chunks-fp32", range(1, 9)),
+            ("decodes-fp32", range(1, 9)),
+            ("chunks-fp16", (3, 5, 6, 7)),
+        ]
+        for g in groups
+    ],
+)
 def test_unified_any_group_any_program_order(q_lens, dtype, group, grid_order):
     shape = gqa_shape(group)
-    q, kc, vc, meta = tile_boundary_batch(q_lens, group, shape["head_dim"], dtype, shape["num_kv_heads"],
-                                          seed=10 + group)
+    q, kc, vc, meta = tile_boundary_batch(
+        q_lens, group, shape["head_dim"], dtype, shape["num_kv_heads"], seed=10 + group
+    )
     scale = shape["head_dim"] ** -0.5
-    check(triton_paged.attention_unified(q, kc, vc, meta, scale, out=poisoned(q)), q, kc, vc, meta, scale)
+    check(
+        triton_paged.attention_unified(q, kc, vc, meta, scale, out=poisoned(q)),
+        q,
+        kc,
+        vc,
+        meta,
+        scale,
+    )
 
 
 @pytest.mark.parametrize("group", range(1, 9))
 def test_split_kv_any_group_any_program_order(group, grid_order):
     # One KV head and 2 segments keep the interpreter's program count (and time) down.
-    q, kc, vc, meta = tile_boundary_batch(SPLIT, group, 32, torch.float32, num_kv_heads=1, seed=20 + group)
+    q, kc, vc, meta = tile_boundary_batch(
+        SPLIT, group, 32, torch.float32, num_kv_heads=1, seed=20 + group
+    )
     partials = tuple(torch.full_like(p, float("nan")) for p in triton_paged.new_partials(q, 2))
-    out = triton_paged.attention_split_kv(q, kc, vc, meta, 0.2, 2, out=poisoned(q), partials=partials)
+    out = triton_paged.attention_split_kv(
+        q, kc, vc, meta, 0.2, 2, out=poisoned(q), partials=partials
+    )
     check(out, q, kc, vc, meta, 0.2)
 
 
@@ -353,7 +483,9 @@ def test_write_kv_matches_reference(cache_dtype):
     k, v = torch.randn(t, hkv, d, generator=gen), torch.randn(t, hkv, d, generator=gen)
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:t]
     slots[[2, 7]] = -1  # -1: do not store (e.g. padding)
-    caches = [torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(cache_dtype) for _ in range(2)]
+    caches = [
+        torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(cache_dtype) for _ in range(2)
+    ]
     expected = [c.clone() for c in caches]
     keep = slots >= 0  # the reference stores every token it is given: give it only the kept ones
     reference.write_kv(k[keep], v[keep], *expected, slots[keep])
@@ -376,8 +508,16 @@ def test_engine_greedy_tokens_match_reference():
     prompts = {"a": list(range(3, 40)), "b": [7, 8, 9], "c": list(range(100, 121)), "d": [5] * 50}
 
     def run(backend):
-        engine = Engine("tiny", EngineConfig(policy="chunked", attention_backend=backend, max_num_seqs=4,
-                                             max_num_batched_tokens=24, max_model_len=128))
+        engine = Engine(
+            "tiny",
+            EngineConfig(
+                policy="chunked",
+                attention_backend=backend,
+                max_num_seqs=4,
+                max_num_batched_tokens=24,
+                max_model_len=128,
+            ),
+        )
         for rid, ids in prompts.items():
             engine.add_request(rid, ids, max_tokens=5, ignore_eos=True)
         timeline = engine.run()
@@ -392,7 +532,7 @@ def test_engine_greedy_tokens_match_reference():
 
 # Compiled for an H100/H200 (sm_90) by Triton's own GPU compiler and the ptxas it ships, with
 # no GPU present: the interpreter accepts code this rejects. Runs outside the interpreter.
-GPU_COMPILE = r'''
+GPU_COMPILE = r"""
 import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from minilm.model.attention import triton_paged as tp
@@ -435,7 +575,7 @@ types = dict(k_ptr="*fp32", v_ptr="*fp32", k_cache_ptr="*fp16", v_cache_ptr="*fp
 compile_for_sm90(tp._write_kv_kernel, types, dict(NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_DIM=128, HEAD_DIM_PAD=128,
                                                   BLOCK_SIZE=16))
 print("compiled")
-'''
+"""
 
 
 def test_kernels_compile_for_a_gpu():
@@ -444,6 +584,10 @@ def test_kernels_compile_for_a_gpu():
     import sys
     from pathlib import Path
 
-    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    run = subprocess.run([sys.executable, "-c", GPU_COMPILE], env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(Path(__file__).resolve().parents[1])
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", GPU_COMPILE], env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]

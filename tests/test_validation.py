@@ -1,16 +1,16 @@
 """Bad input: a ValueError that names the value, raised before any state changes; the engine carries on."""
+
 import json
 
 import pytest
 import torch
+from helpers import MICRO, engine, micro_model
 
 from minilm import Engine, EngineConfig
 from minilm.config import InvalidValue
 from minilm.model.loader import load_model
-from training.checkpoint import save_checkpoint
 from minilm.workload import RequestSpec, get_workload
-
-from helpers import MICRO, engine, micro_model
+from training.checkpoint import save_checkpoint
 
 
 @pytest.fixture
@@ -20,22 +20,52 @@ def e():
     return eng
 
 
-@pytest.mark.parametrize("kwargs,name,match", [
-    (dict(request_id="x", prompt_ids=[]), "prompt", r"^request 'x': prompt=\[\]: empty"),
-    (dict(request_id="x", prompt_ids=[1] * 60, max_tokens=10), "max_tokens", "max_tokens=10: .*max_model_len=64"),
-    (dict(request_id="x", prompt_ids=[1] * 64, max_tokens=1), "prompt", "prompt=64: .*max_model_len=64"),
-    (dict(request_id="x", prompt_ids=[1], max_tokens=0), "max_tokens", "max_tokens=0: must be an integer >= 1"),
-    (dict(request_id="x", prompt_ids=[1, MICRO.vocab_size]), "prompt",
-     f"prompt={MICRO.vocab_size}: a token id outside the vocabulary"),
-    (dict(request_id="x", prompt_ids=[1, -1]), "prompt", "prompt=-1: a token id outside"),
-    (dict(request_id="x", prompt_ids=[1], stop_token_ids=(500,)), "stop_token_ids", "stop_token_ids=500"),
-    (dict(request_id="ok", prompt_ids=[1]), "request_id", "request_id='ok': already in use"),
-    (dict(request_id="x", prompt_ids=[1] * 40, max_tokens=20), "max_tokens", "needs 15 KV blocks"),
-    (dict(request_id="x", prompt_ids=[1], temperature=-1.0), "temperature", "temperature=-1.0: must be"),
-    (dict(request_id="x", prompt_ids=[1], top_p=0.0), "top_p", "top_p=0.0: must be"),
-    (dict(request_id="x", prompt_ids=[1], top_k=-2), "top_k", "top_k=-2: must be"),
-    (dict(request_id="x", prompt_ids=[1], arrival=-2.0), "arrival", "arrival=-2.0: must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name,match",
+    [
+        (dict(request_id="x", prompt_ids=[]), "prompt", r"^request 'x': prompt=\[\]: empty"),
+        (
+            dict(request_id="x", prompt_ids=[1] * 60, max_tokens=10),
+            "max_tokens",
+            "max_tokens=10: .*max_model_len=64",
+        ),
+        (
+            dict(request_id="x", prompt_ids=[1] * 64, max_tokens=1),
+            "prompt",
+            "prompt=64: .*max_model_len=64",
+        ),
+        (
+            dict(request_id="x", prompt_ids=[1], max_tokens=0),
+            "max_tokens",
+            "max_tokens=0: must be an integer >= 1",
+        ),
+        (
+            dict(request_id="x", prompt_ids=[1, MICRO.vocab_size]),
+            "prompt",
+            f"prompt={MICRO.vocab_size}: a token id outside the vocabulary",
+        ),
+        (dict(request_id="x", prompt_ids=[1, -1]), "prompt", "prompt=-1: a token id outside"),
+        (
+            dict(request_id="x", prompt_ids=[1], stop_token_ids=(500,)),
+            "stop_token_ids",
+            "stop_token_ids=500",
+        ),
+        (dict(request_id="ok", prompt_ids=[1]), "request_id", "request_id='ok': already in use"),
+        (
+            dict(request_id="x", prompt_ids=[1] * 40, max_tokens=20),
+            "max_tokens",
+            "needs 15 KV blocks",
+        ),
+        (
+            dict(request_id="x", prompt_ids=[1], temperature=-1.0),
+            "temperature",
+            "temperature=-1.0: must be",
+        ),
+        (dict(request_id="x", prompt_ids=[1], top_p=0.0), "top_p", "top_p=0.0: must be"),
+        (dict(request_id="x", prompt_ids=[1], top_k=-2), "top_k", "top_k=-2: must be"),
+        (dict(request_id="x", prompt_ids=[1], arrival=-2.0), "arrival", "arrival=-2.0: must be"),
+    ],
+)
 def test_bad_request_is_rejected_and_engine_carries_on(e, kwargs, name, match):
     """One wording everywhere: `request 'id': name=value: what is allowed`, and the name is
     the field's (the HTTP server turns it into OpenAI's `param`)."""
@@ -66,16 +96,19 @@ def test_continuous_budget_smaller_than_a_prompt():
     eng.add_request("y", [1] * 10, max_tokens=2)  # fits: still accepted
 
 
-@pytest.mark.parametrize("knobs,match", [
-    (dict(block_size=0), "block_size=0"),
-    (dict(num_blocks=0), "num_blocks=0"),
-    (dict(max_num_seqs=-1), "max_num_seqs=-1"),
-    (dict(policy="chunked", max_num_batched_tokens=0), "max_num_batched_tokens=0"),
-    (dict(policy="fifo"), "policy='fifo'"),
-    (dict(kv_mode="contiguous"), "kv_mode='contiguous'"),
-    (dict(attention_backend="flash"), "attention_backend='flash'"),
-    (dict(kv_cache_bytes=10), "kv_cache_bytes=10"),
-])
+@pytest.mark.parametrize(
+    "knobs,match",
+    [
+        (dict(block_size=0), "block_size=0"),
+        (dict(num_blocks=0), "num_blocks=0"),
+        (dict(max_num_seqs=-1), "max_num_seqs=-1"),
+        (dict(policy="chunked", max_num_batched_tokens=0), "max_num_batched_tokens=0"),
+        (dict(policy="fifo"), "policy='fifo'"),
+        (dict(kv_mode="contiguous"), "kv_mode='contiguous'"),
+        (dict(attention_backend="flash"), "attention_backend='flash'"),
+        (dict(kv_cache_bytes=10), "kv_cache_bytes=10"),
+    ],
+)
 def test_bad_knobs(knobs, match):
     with pytest.raises(ValueError, match=match):
         Engine(micro_model(), EngineConfig(**knobs))
@@ -101,7 +134,9 @@ def test_bad_checkpoints(tmp_path):
     bad = dict(tensors)
     bad["model.norm.weight"] = torch.ones(7)
     save_file(bad, str(path / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"model.norm.weight has shape \(7,\), the config needs \(32,\)"):
+    with pytest.raises(
+        ValueError, match=r"model.norm.weight has shape \(7,\), the config needs \(32,\)"
+    ):
         load_model(path)
     cfg = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps(cfg | {"num_attention_heads": 3}))
@@ -113,12 +148,18 @@ def test_budget_smaller_than_the_batch_is_rejected():
     """A step must hold a decode token of every running request; with fewer tokens than
     max_num_seqs, the newest requests would wait every step (vLLM rejects it too)."""
     with pytest.raises(ValueError, match="max_num_batched_tokens=4: must be >= max_num_seqs=8"):
-        Engine(micro_model(), EngineConfig(policy="chunked", max_num_seqs=8, max_num_batched_tokens=4))
+        Engine(
+            micro_model(), EngineConfig(policy="chunked", max_num_seqs=8, max_num_batched_tokens=4)
+        )
     Engine(micro_model(), EngineConfig(policy="chunked", max_num_seqs=8, max_num_batched_tokens=8))
 
 
 def test_max_model_len_is_capped_by_the_model():
     e = Engine("docstrings")
-    assert e.config.max_model_len == e.model_config.max_position_embeddings == 256  # its trained context
-    with pytest.raises(ValueError, match="max_model_len=257: must be <= the model's max_position_embeddings=256"):
+    assert (
+        e.config.max_model_len == e.model_config.max_position_embeddings == 256
+    )  # its trained context
+    with pytest.raises(
+        ValueError, match="max_model_len=257: must be <= the model's max_position_embeddings=256"
+    ):
         Engine("docstrings", max_model_len=257)

@@ -10,6 +10,7 @@ Without Triton the lab imports minilm and widgets, runs the engine and the simul
 request over HTTP and refuses the Triton backend with a clear error; and the kernel's notebooks
 pass nbval exactly as scripts/test.sh runs it, each checked cell that runs the kernel showing a
 one-line reason instead of its stored output and skipped by ./conftest.py with that reason."""
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ class NoTriton:
 sys.meta_path.insert(0, NoTriton())
 '''
 
-CHECKS = '''
+CHECKS = """
 import threading, time
 import pytest
 
@@ -69,7 +70,7 @@ from minilm.model.loader import resolve_model_path
 from minilm.model.tokenizer import load_tokenizer
 from minilm.serve.engine_core import ProcessEngineClient
 from minilm.serve.metrics import ServerMetrics
-from minilm.serve.process import free_port
+from minilm.client.process import free_port
 from minilm.serve.server import create_app
 
 port = free_port()
@@ -85,7 +86,7 @@ assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >
 server.should_exit = True
 
 print("ok")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,11 @@ def no_triton(tmp_path_factory) -> dict[str, str]:
     """The environment of a process, and of every process it starts, in which `import triton` fails."""
     site = tmp_path_factory.mktemp("no_triton")
     (site / "sitecustomize.py").write_text(NO_TRITON)
-    return {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+    }
 
 
 def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -102,13 +107,22 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_the_lab_runs_where_triton_cannot_be_imported(no_triton):
     result = run([sys.executable, "-c", CHECKS], no_triton)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), (
+        result.stdout[-3000:] + result.stderr[-3000:]
+    )
 
 
 def kernel_notebooks() -> list[Path]:
     """The notebooks of every source named for the kernel or whose code touches Triton."""
-    sources = [src for src in sorted(SRC.glob("*.py")) if "triton" in src.stem or any(
-        kind != "markdown" and "triton" in source.lower() for kind, source in split_cells(src.read_text()))]
+    sources = [
+        src
+        for src in sorted(SRC.glob("*.py"))
+        if "triton" in src.stem
+        or any(
+            kind != "markdown" and "triton" in source.lower()
+            for kind, source in split_cells(src.read_text())
+        )
+    ]
     return [path for src in sources for path, _ in targets(src)]
 
 
@@ -143,7 +157,9 @@ print(json.dumps(shown))
 
 
 def stored_text(cell) -> str:
-    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs).strip()
+    return "".join(
+        o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs
+    ).strip()
 
 
 def skipped_cells(report: Path) -> dict[str, dict[int, str]]:
@@ -154,7 +170,9 @@ def skipped_cells(report: Path) -> dict[str, dict[int, str]]:
             continue  # conftest.py's figure check after each notebook's cells is not a cell
         for skip in case.iter("skipped"):
             notebook = case.get("classname").split(".ipynb")[0].replace(".", "/") + ".ipynb"
-            skipped.setdefault(notebook, {})[int(case.get("name").split()[-1])] = skip.get("message")
+            skipped.setdefault(notebook, {})[int(case.get("name").split()[-1])] = skip.get(
+                "message"
+            )
     return skipped
 
 
@@ -166,20 +184,35 @@ def test_the_kernel_notebooks_pass_nbval_where_triton_cannot_be_imported(no_trit
     assert result.returncode == 0, result.stderr[-3000:]
     differ = {}
     for notebook, shown in json.loads(result.stdout.splitlines()[-1]).items():
-        cells = [c for c in nbformat.read(ROOT / notebook, as_version=4).cells if c.cell_type == "code"]
-        differ[notebook] = {int(i): text for i, text in shown.items() if text != stored_text(cells[int(i)])}
+        cells = [
+            c for c in nbformat.read(ROOT / notebook, as_version=4).cells if c.cell_type == "code"
+        ]
+        differ[notebook] = {
+            int(i): text for i, text in shown.items() if text != stored_text(cells[int(i)])
+        }
     assert differ["labs/05_triton_kernel.ipynb"], "no checked cell of lesson 5 runs the kernel?"
     for notebook, cells in differ.items():
-        for i, text in cells.items():  # the Triton-missing variant of a checked cell says why it skips
-            assert "not installed here" in text, f"{notebook} code cell {i} shows, without Triton: {text!r}"
+        for (
+            i,
+            text,
+        ) in cells.items():  # the Triton-missing variant of a checked cell says why it skips
+            assert "not installed here" in text, (
+                f"{notebook} code cell {i} shows, without Triton: {text!r}"
+            )
     # nbval as scripts/test.sh runs it: those cells, and only those, are skipped by ./conftest.py with its reason
     report = tmp_path / "nbval.xml"
-    result = run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", f"--junitxml={report}", *notebooks], no_triton)
+    result = run(
+        [sys.executable, "-m", "pytest", "-q", "--nbval-lax", f"--junitxml={report}", *notebooks],
+        no_triton,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     skipped = skipped_cells(report)
     for notebook in notebooks:
-        assert set(skipped.get(notebook, {})) == set(differ[notebook]), \
-            f"{notebook}: nbval skipped code cells {sorted(skipped.get(notebook, {}))}, " \
+        assert set(skipped.get(notebook, {})) == set(differ[notebook]), (
+            f"{notebook}: nbval skipped code cells {sorted(skipped.get(notebook, {}))}, "
             f"but without Triton these show other than their stored output: {sorted(differ[notebook])}"
+        )
         for i, reason in skipped.get(notebook, {}).items():
-            assert "Triton is not installed here" in reason, f"{notebook} code cell {i} skipped for: {reason!r}"
+            assert "Triton is not installed here" in reason, (
+                f"{notebook} code cell {i} skipped for: {reason!r}"
+            )

@@ -6,6 +6,7 @@ cache); training sees every position of every row at once. The weights are the s
 modules, so a trained model loads into the engine as it is (tests/test_trained_model.py
 checks that both paths give the same logits).
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,15 +15,18 @@ import torch.nn.functional as F
 from minilm.model.llama import Attention, LlamaModel, apply_rope, rope_cos_sin
 
 
-def dense_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def dense_attention(
+    attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
     """x [B, L, hidden] -> [B, L, hidden]: causal self-attention of each row."""
     B, L, _ = x.shape
     q = attn.q_proj(x).view(B, L, attn.num_heads, attn.head_dim)
     k = attn.k_proj(x).view(B, L, attn.num_kv_heads, attn.head_dim)
     v = attn.v_proj(x).view(B, L, attn.num_kv_heads, attn.head_dim)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # cos/sin [L, 1, D] broadcast over B
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         is_causal=True, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+    )
     return attn.o_proj(out.transpose(1, 2).reshape(B, L, attn.num_heads * attn.head_dim))
 
 

@@ -5,6 +5,9 @@ nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figur
 only the timeline, never the engine. The radix-tree view (lesson 8) draws a workload's
 prompts instead: what a prefix cache can find before anything runs.
 """
+
+from minilm.trace import save_trace
+
 from .bench import load_bench_result
 from .compare import compare_figure, metrics_table, metrics_table_figure
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
@@ -17,10 +20,32 @@ from .radix import build_radix_tree, prefix_hits, radix_figure
 from .report import write_report
 from .states import states_figure, transition_counts
 from .steps import steps_figure
-from minilm.trace import save_trace
 
-__all__ = ["LiveGantt", "build_radix_tree", "compare_figure", "fill_width", "gantt_figure", "gantt_segments",
-           "kv_cells", "kvmap_figure", "latency_cdfs_figure", "live_gantt", "load_bench_result", "mask_counts", "masks_figure",
-           "metrics_table", "metrics_table_figure", "prefix_hits", "radix_figure", "save_trace", "set_gantt_step",
-           "states_figure", "steps_figure", "sweep", "sweep_figure", "transition_counts", "update_figure",
-           "write_report"]
+__all__ = [
+    "LiveGantt",
+    "build_radix_tree",
+    "compare_figure",
+    "fill_width",
+    "gantt_figure",
+    "gantt_segments",
+    "kv_cells",
+    "kvmap_figure",
+    "latency_cdfs_figure",
+    "live_gantt",
+    "load_bench_result",
+    "mask_counts",
+    "masks_figure",
+    "metrics_table",
+    "metrics_table_figure",
+    "prefix_hits",
+    "radix_figure",
+    "save_trace",
+    "set_gantt_step",
+    "states_figure",
+    "steps_figure",
+    "sweep",
+    "sweep_figure",
+    "transition_counts",
+    "update_figure",
+    "write_report",
+]

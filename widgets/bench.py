@@ -5,15 +5,16 @@
     widgets.latency_cdfs_figure({"vLLM": tl, ...})     # TTFT and ITL as the client measured them
 
 A result file holds what the client saw, not the engine's steps, so the timeline has
-requests only (minilm/serve/bench_result.py explains the format). `minilm.bench_result.
+requests only (minilm/client/bench_result.py explains the format). `minilm.bench_result.
 simulate_result(tl, model, device, policy)` replays the same requests on the simulator:
 what an engine would have done with them, side by side in `compare_figure`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from minilm.serve.bench_result import result_to_timeline
+from minilm.client.bench_result import result_to_timeline
 from minilm.timeline import Timeline
 
 

@@ -3,6 +3,7 @@
 The shared x axis is the point: static batching's last bar ends visibly later than
 continuous batching's, and each panel marks where its run finished.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -12,8 +13,22 @@ from plotly.subplots import make_subplots
 from minilm.metrics import metrics_frame, summarize
 from minilm.timeline import Timeline
 
-from .gantt import (HIGHLIGHT_NAME, LEGEND_ON_TOP, MS, SEGMENT_KINDS, aborted_trace, check_step, failed_note,
-                    failed_traces, gantt_segments, highlight_trace, request_axis, segment_trace, token_ticks_trace)
+from .gantt import (
+    HIGHLIGHT_NAME,
+    LEGEND_ON_TOP,
+    MS,
+    SEGMENT_KINDS,
+    aborted_trace,
+    check_step,
+    failed_note,
+    failed_traces,
+    gantt_segments,
+    highlight_trace,
+    request_axis,
+    segment_trace,
+    token_ticks_trace,
+)
+
 
 def finish_time(tl: Timeline) -> float:
     """The last step's end, or (a client's view, no steps) the last request's."""
@@ -31,9 +46,15 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
     names = list(timelines)
     rows = len(names)
     finish = {n: finish_time(tl) for n, tl in timelines.items()}
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 / rows,
-                        subplot_titles=[f"{n}: finished at {finish[n] * MS:.1f} ms{failed_note(timelines[n])}"
-                                        for n in names])
+    fig = make_subplots(
+        rows=rows,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06 / rows,
+        subplot_titles=[
+            f"{n}: finished at {finish[n] * MS:.1f} ms{failed_note(timelines[n])}" for n in names
+        ],
+    )
     in_legend: set[str] = set()
     for row, name in enumerate(names, start=1):
         tl = timelines[name]
@@ -45,7 +66,9 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
             fig.add_trace(segment_trace(seg, kind, showlegend=bool(first)), row=row, col=1)
         fig.add_trace(highlight_trace(tl, step.get(name), showlegend=row == 1), row=row, col=1)
         if not tl.steps and tl.requests:  # a client's view: a tick per token
-            fig.add_trace(token_ticks_trace(tl, showlegend="token" not in in_legend), row=row, col=1)
+            fig.add_trace(
+                token_ticks_trace(tl, showlegend="token" not in in_legend), row=row, col=1
+            )
             in_legend.add("token")
         if (aborted := aborted_trace(tl, showlegend="aborted" not in in_legend)) is not None:
             fig.add_trace(aborted, row=row, col=1)
@@ -55,17 +78,30 @@ def compare_figure(timelines: dict[str, Timeline], step: dict[str, int] | None =
             in_legend.add(trace.name)
         fig.update_yaxes(request_axis(tl), title_text=name, row=row, col=1)
         fig.update_yaxes(showticklabels=len(tl.requests) <= 30, row=row, col=1)
-        fig.add_vline(x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1)
-    clock = " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in timelines.values()) else ""
+        fig.add_vline(
+            x=finish[name] * MS, line=dict(color="black", dash="dot", width=1), row=row, col=1
+        )
+    clock = (
+        " (simulated time)"
+        if any(t.meta.get("clock") == "simulated" for t in timelines.values())
+        else ""
+    )
     fig.update_xaxes(title_text=f"time (ms){clock}", row=rows, col=1)
     most = max(len(t.requests) for t in timelines.values())
-    fig.update_layout(barmode="overlay", bargap=0.1, height=100 + rows * min(450, max(200, 60 + 10 * most)),
-                      title=f"one workload, {rows} policies", legend=dict(LEGEND_ON_TOP, y=1.02),
-                      margin=dict(l=70, r=20, t=60, b=40))
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0.1,
+        height=100 + rows * min(450, max(200, 60 + 10 * most)),
+        title=f"one workload, {rows} policies",
+        legend=dict(LEGEND_ON_TOP, y=1.02),
+        margin=dict(l=70, r=20, t=60, b=40),
+    )
     return fig
 
 
-def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[str, int | None]) -> None:
+def set_compare_step(
+    fig: go.Figure, timelines: dict[str, Timeline], step: dict[str, int | None]
+) -> None:
     """Move the highlighted step of some rows of `compare_figure`, in place (only those traces change)."""
     names = list(timelines)
     with fig.batch_update():
@@ -73,23 +109,36 @@ def set_compare_step(fig: go.Figure, timelines: dict[str, Timeline], step: dict[
             tl = timelines[name]
             check_step(tl, k)
             yaxis = "y" if names.index(name) == 0 else f"y{names.index(name) + 1}"
-            trace = next(t for t in fig.data if t.name == HIGHLIGHT_NAME and (t.yaxis or "y") == yaxis)
+            trace = next(
+                t for t in fig.data if t.name == HIGHLIGHT_NAME and (t.yaxis or "y") == yaxis
+            )
             new = highlight_trace(tl, k)
-            trace.update(base=new.base, x=new.x, y=new.y, customdata=new.customdata,
-                         hovertemplate=new.hovertemplate)
+            trace.update(
+                base=new.base,
+                x=new.x,
+                y=new.y,
+                customdata=new.customdata,
+                hovertemplate=new.hovertemplate,
+            )
 
 
 def metrics_table(timelines: dict[str, Timeline]) -> pd.DataFrame:
     """`summarize` of each timeline, a row per name: the CLI's table (minilm/metrics.py's
     METRIC_COLUMNS), numeric, units in the headers, latencies in ms, already rounded."""
-    return metrics_frame({name: summarize(tl) | {"max_num_batched_tokens": tl.meta.get("max_num_batched_tokens")}
-                          for name, tl in timelines.items()})
+    return metrics_frame(
+        {
+            name: summarize(tl) | {"max_num_batched_tokens": tl.meta.get("max_num_batched_tokens")}
+            for name, tl in timelines.items()
+        }
+    )
 
 
 def metrics_table_figure(timelines: dict[str, Timeline]) -> go.Figure:
     """The same table as a Plotly figure (for pages without pandas' HTML)."""
     df = metrics_table(timelines)
     cells = [list(df.index)] + [["-" if pd.isna(v) else v for v in df[c]] for c in df.columns]
-    fig = go.Figure(go.Table(header=dict(values=[df.index.name, *df.columns]), cells=dict(values=cells)))
+    fig = go.Figure(
+        go.Table(header=dict(values=[df.index.name, *df.columns]), cells=dict(values=cells))
+    )
     fig.update_layout(height=80 + 30 * len(df), margin=dict(l=10, r=10, t=10, b=10))
     return fig

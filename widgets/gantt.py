@@ -26,6 +26,7 @@ incomplete an open red cross where one that broke off got its last token; the ho
 Plotly's `px.timeline` only takes datetimes, so the chart is horizontal bars on a
 numeric axis: `go.Bar(base=start, x=duration, orientation="h")` (`x` is the length).
 """
+
 from __future__ import annotations
 
 import html
@@ -39,16 +40,47 @@ import plotly.graph_objects as go
 from minilm.metrics import DRAFT_KINDS
 from minilm.timeline import ERROR, INCOMPLETE, Timeline
 
-SEGMENT_KINDS = ("queued", "prefill", "recompute", "decode", "preempted", "padding", "cached", *DRAFT_KINDS,
-                 "waiting")
-KIND_COLORS = {"queued": "#d9d9d9", "prefill": "#1f77b4", "recompute": "#ff7f0e", "decode": "#2ca02c",
-               "preempted": "#f4a3a3", "padding": "#7f7f7f", "cached": "#fd8d3c", "waiting": "#c5b0d5",
-               "accepted": "#98df8a", "rejected": "#d62728"}  # drafts: a kept one is a decode token (green)
-KIND_LABELS = {"accepted": "draft accepted", "rejected": "draft rejected"}  # legend names; a kind's own otherwise
+SEGMENT_KINDS = (
+    "queued",
+    "prefill",
+    "recompute",
+    "decode",
+    "preempted",
+    "padding",
+    "cached",
+    *DRAFT_KINDS,
+    "waiting",
+)
+KIND_COLORS = {
+    "queued": "#d9d9d9",
+    "prefill": "#1f77b4",
+    "recompute": "#ff7f0e",
+    "decode": "#2ca02c",
+    "preempted": "#f4a3a3",
+    "padding": "#7f7f7f",
+    "cached": "#fd8d3c",
+    "waiting": "#c5b0d5",
+    "accepted": "#98df8a",
+    "rejected": "#d62728",
+}  # drafts: a kept one is a decode token (green)
+KIND_LABELS = {
+    "accepted": "draft accepted",
+    "rejected": "draft rejected",
+}  # legend names; a kind's own otherwise
 STRIPES = ("padding", "cached", *DRAFT_KINDS)  # drawn thin over their row's work in the same step
 STRIPE_WIDTH = 0.45
-SEGMENT_COLUMNS = ["request_id", "kind", "start", "end", "first_step", "last_step", "tokens", "context_len",
-                   "drafts", "accepted"]
+SEGMENT_COLUMNS = [
+    "request_id",
+    "kind",
+    "start",
+    "end",
+    "first_step",
+    "last_step",
+    "tokens",
+    "context_len",
+    "drafts",
+    "accepted",
+]
 HIGHLIGHT_NAME = "selected step"
 LEGEND_ON_TOP = dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom")
 MS = 1000.0
@@ -61,7 +93,10 @@ def natural_key(request_id: str) -> list:
 
 def request_order(tl: Timeline) -> list[str]:
     """Rows top to bottom: by arrival, then by id."""
-    return [r.request_id for r in sorted(tl.requests, key=lambda r: (r.arrival, natural_key(r.request_id)))]
+    return [
+        r.request_id
+        for r in sorted(tl.requests, key=lambda r: (r.arrival, natural_key(r.request_id)))
+    ]
 
 
 def row_labels(ids: list[str]) -> list[str]:
@@ -69,7 +104,7 @@ def row_labels(ids: list[str]) -> list[str]:
     benchmark client's `bench-3f9c2a1e-17` reads `17` (the hover text keeps the whole id)."""
     if len(ids) < 2:
         return list(ids)
-    common = ids[0][:min(len(i) for i in ids)]
+    common = ids[0][: min(len(i) for i in ids)]
     for i in ids[1:]:
         while not i.startswith(common):
             common = common[:-1]
@@ -81,8 +116,14 @@ def request_axis(tl: Timeline) -> dict:
     """A Gantt's y axis: a row per request, the first to arrive on top, short labels (no tick
     labels past 60 rows)."""
     order = request_order(tl)
-    return dict(categoryorder="array", categoryarray=order, autorange="reversed", tickvals=order,
-                ticktext=row_labels(order), showticklabels=len(order) <= 60)
+    return dict(
+        categoryorder="array",
+        categoryarray=order,
+        autorange="reversed",
+        tickvals=order,
+        ticktext=row_labels(order),
+        showticklabels=len(order) <= 60,
+    )
 
 
 def gantt_segments(tl: Timeline) -> pd.DataFrame:
@@ -95,8 +136,8 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
         return client_segments(tl)
     rows: list[list] = []
     runs: dict[str, dict[str, list]] = {"decode": {}, "padding": {}}  # open stretch of each request
-    last_end: dict[str, float] = {}          # t_end of each request's latest item
-    last_ctx: dict[str, int] = {}            # and the context it reached
+    last_end: dict[str, float] = {}  # t_end of each request's latest item
+    last_ctx: dict[str, int] = {}  # and the context it reached
     recomputing: set[str] = set()
     for s in tl.steps:
         k, t0, t1 = s.step, s.t_start, s.t_end
@@ -104,29 +145,47 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
             rid, kind = it.request_id, it.kind
             if kind in ("prefill", "cached"):
                 first_pos = 0 if kind == "cached" else it.context_len - it.num_tokens
-                if rid in last_ctx and first_pos < last_ctx[rid]:   # preempted, now rebuilt from the start
+                if (
+                    rid in last_ctx and first_pos < last_ctx[rid]
+                ):  # preempted, now rebuilt from the start
                     recomputing.add(rid)
                     rows.append([rid, "preempted", last_end[rid], t0, k, k - 1, 0, 0, 0, 0])
-                shown = kind if kind == "cached" else "recompute" if rid in recomputing else "prefill"
+                shown = (
+                    kind if kind == "cached" else "recompute" if rid in recomputing else "prefill"
+                )
                 rows.append([rid, shown, t0, t1, k, k, it.num_tokens, it.context_len, 0, 0])
             else:
                 if recomputing and kind == "decode":
                     recomputing.discard(rid)
                 run = runs[kind].get(rid)
-                if run is not None and run[5] == k - 1:   # the stretch goes on: extend its bar
+                if run is not None and run[5] == k - 1:  # the stretch goes on: extend its bar
                     run[3], run[5], run[6], run[7] = t1, k, run[6] + it.num_tokens, it.context_len
                     if it.num_draft:
                         run[8], run[9] = run[8] + it.num_draft, run[9] + it.num_accepted
                 else:
-                    run = runs[kind][rid] = [rid, kind, t0, t1, k, k, it.num_tokens, it.context_len,
-                                             it.num_draft, it.num_accepted]
+                    run = runs[kind][rid] = [
+                        rid,
+                        kind,
+                        t0,
+                        t1,
+                        k,
+                        k,
+                        it.num_tokens,
+                        it.context_len,
+                        it.num_draft,
+                        it.num_accepted,
+                    ]
                     rows.append(run)
             last_end[rid], last_ctx[rid] = t1, it.context_len
     starts = [s.t_start for s in tl.steps]
     for r in tl.requests:
         if r.t_scheduled is not None and r.t_scheduled > r.arrival:
-            first = tl.steps[min(bisect_left(starts, r.t_scheduled), len(starts) - 1)].step  # admitted here
-            rows.append([r.request_id, "queued", r.arrival, r.t_scheduled, first, first, 0, 0, 0, 0])
+            first = tl.steps[
+                min(bisect_left(starts, r.t_scheduled), len(starts) - 1)
+            ].step  # admitted here
+            rows.append(
+                [r.request_id, "queued", r.arrival, r.t_scheduled, first, first, 0, 0, 0, 0]
+            )
     return draft_segments(pd.DataFrame(rows, columns=SEGMENT_COLUMNS))
 
 
@@ -136,8 +195,10 @@ def draft_segments(seg: pd.DataFrame) -> pd.DataFrame:
     spec = seg[(seg["kind"] == "decode") & (seg["drafts"] > 0)]
     if spec.empty:
         return seg
-    parts = [spec.assign(kind="accepted", tokens=spec["accepted"]),
-             spec.assign(kind="rejected", tokens=spec["drafts"] - spec["accepted"])]
+    parts = [
+        spec.assign(kind="accepted", tokens=spec["accepted"]),
+        spec.assign(kind="rejected", tokens=spec["drafts"] - spec["accepted"]),
+    ]
     return pd.concat([seg, *(p[p["tokens"] > 0] for p in parts)], ignore_index=True)
 
 
@@ -150,11 +211,35 @@ def client_segments(tl: Timeline) -> pd.DataFrame:
         if r.finish_reason == ERROR:
             continue
         first = r.t_first_token
-        rows.append([r.request_id, "waiting", r.arrival, first if first is not None else (r.t_finished or r.arrival),
-                     nan, nan, r.prompt_len, r.prompt_len, 0, 0])
+        rows.append(
+            [
+                r.request_id,
+                "waiting",
+                r.arrival,
+                first if first is not None else (r.t_finished or r.arrival),
+                nan,
+                nan,
+                r.prompt_len,
+                r.prompt_len,
+                0,
+                0,
+            ]
+        )
         if first is not None and r.token_times:
-            rows.append([r.request_id, "decode", first, r.token_times[-1], nan, nan, r.output_len,
-                         r.prompt_len + r.output_len, 0, 0])
+            rows.append(
+                [
+                    r.request_id,
+                    "decode",
+                    first,
+                    r.token_times[-1],
+                    nan,
+                    nan,
+                    r.output_len,
+                    r.prompt_len + r.output_len,
+                    0,
+                    0,
+                ]
+            )
     return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
 
 
@@ -162,9 +247,16 @@ def token_ticks_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter:
     """A tick at every token a client received (timelines without engine steps)."""
     x = [t * MS for r in tl.requests for t in r.token_times]
     y = [r.request_id for r in tl.requests for _ in r.token_times]
-    return go.Scatter(name="token", legendgroup="token", showlegend=showlegend, x=x, y=y, mode="markers",
-                      marker=dict(symbol="line-ns-open", size=8, color="#0b4d0b"),
-                      hovertemplate="%{y}: a token at %{x:.1f} ms<extra></extra>")
+    return go.Scatter(
+        name="token",
+        legendgroup="token",
+        showlegend=showlegend,
+        x=x,
+        y=y,
+        mode="markers",
+        marker=dict(symbol="line-ns-open", size=8, color="#0b4d0b"),
+        hovertemplate="%{y}: a token at %{x:.1f} ms<extra></extra>",
+    )
 
 
 def aborted_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter | None:
@@ -172,22 +264,32 @@ def aborted_trace(tl: Timeline, showlegend: bool = True) -> go.Scatter | None:
     aborted = [r for r in tl.requests if r.finish_reason == "aborted" and r.t_finished is not None]
     if not aborted:
         return None
-    return go.Scatter(name="aborted", legendgroup="aborted", showlegend=showlegend, mode="markers",
-                      x=[r.t_finished * MS for r in aborted], y=[r.request_id for r in aborted],
-                      marker=dict(symbol="x", size=10, color="#d62728"),
-                      hovertemplate="%{y}: aborted at %{x:.1f} ms (its client went away)<extra></extra>")
+    return go.Scatter(
+        name="aborted",
+        legendgroup="aborted",
+        showlegend=showlegend,
+        mode="markers",
+        x=[r.t_finished * MS for r in aborted],
+        y=[r.request_id for r in aborted],
+        marker=dict(symbol="x", size=10, color="#d62728"),
+        hovertemplate="%{y}: aborted at %{x:.1f} ms (its client went away)<extra></extra>",
+    )
 
 
 # a failed request of a client's run (minilm/timeline.py): its legend name and marker
-FAILURE_MARKS = {ERROR: ("failed", dict(symbol="x", size=11, color="#8b0000")),
-                 INCOMPLETE: ("incomplete", dict(symbol="x-open", size=11, color="#d62728"))}
+FAILURE_MARKS = {
+    ERROR: ("failed", dict(symbol="x", size=11, color="#8b0000")),
+    INCOMPLETE: ("incomplete", dict(symbol="x-open", size=11, color="#d62728")),
+}
 
 
 def error_line(error: str, limit: int = 160) -> str:
     """An error for a hover: a traceback's last line (the exception), shortened, made safe for HTML."""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     text = lines[-1] if lines else "no message"
-    return html.escape(text if len(text) <= limit else text[:limit - 1] + "…", quote=False)  # plotly reads &lt; not &quot;
+    return html.escape(
+        text if len(text) <= limit else text[: limit - 1] + "…", quote=False
+    )  # plotly reads &lt; not &quot;
 
 
 def failed_traces(tl: Timeline, in_legend: set[str] = frozenset()) -> list[go.Scatter]:
@@ -199,18 +301,29 @@ def failed_traces(tl: Timeline, in_legend: set[str] = frozenset()) -> list[go.Sc
         rows = [r for r in tl.requests if r.finish_reason == reason]
         if not rows:
             continue
-        what = ("sent at %{x:.1f} ms, no token came" if reason == ERROR else
-                "stopped at %{x:.1f} ms after %{customdata[1]} tokens")
-        traces.append(go.Scatter(
-            name=name, legendgroup=name, showlegend=name not in in_legend, mode="markers", marker=marker,
-            x=[r.t_finished * MS for r in rows], y=[r.request_id for r in rows],
-            customdata=[[error_line(r.error), r.output_len] for r in rows],
-            hovertemplate="%{y}: " + name + ", " + what + "<br>%{customdata[0]}<extra></extra>"))
+        what = (
+            "sent at %{x:.1f} ms, no token came"
+            if reason == ERROR
+            else "stopped at %{x:.1f} ms after %{customdata[1]} tokens"
+        )
+        traces.append(
+            go.Scatter(
+                name=name,
+                legendgroup=name,
+                showlegend=name not in in_legend,
+                mode="markers",
+                marker=marker,
+                x=[r.t_finished * MS for r in rows],
+                y=[r.request_id for r in rows],
+                customdata=[[error_line(r.error), r.output_len] for r in rows],
+                hovertemplate="%{y}: " + name + ", " + what + "<br>%{customdata[0]}<extra></extra>",
+            )
+        )
     return traces
 
 
 def failed_note(tl: Timeline) -> str:
-    """", 2 of 40 failed" for a client's run with failed requests; "" otherwise."""
+    """ ", 2 of 40 failed" for a client's run with failed requests; "" otherwise."""
     failed = sum(r.failed for r in tl.requests)
     return f", {failed} of {len(tl.requests)} failed" if failed else ""
 
@@ -223,26 +336,49 @@ def segment_trace(seg: pd.DataFrame, kind: str, showlegend: bool = True) -> go.B
     drafts = kind in DRAFT_KINDS or (kind == "decode" and bool(part["drafts"].any()))
     # numbers only: plotly copies customdata, and copying a float array is a memcpy (1,000
     # requests: an object array of strings made the figure 3x slower to build)
-    columns = ["first_step", "last_step", "tokens", "context_len"] + (["drafts", "accepted"] if drafts else [])
-    custom = np.column_stack([part[c].to_numpy(float) for c in columns] + [start_ms + dur_ms]) if len(part) \
+    columns = ["first_step", "last_step", "tokens", "context_len"] + (
+        ["drafts", "accepted"] if drafts else []
+    )
+    custom = (
+        np.column_stack([part[c].to_numpy(float) for c in columns] + [start_ms + dur_ms])
+        if len(part)
         else np.empty((0, len(columns) + 1))
+    )
     end = len(columns)  # customdata's last column: the end in ms
     if kind in DRAFT_KINDS:
         what = f"<br>%{{customdata[2]}} of %{{customdata[4]}} drafts {kind}"
     else:
-        what = "<br>tokens %{customdata[2]}<br>context len %{customdata[3]}" + \
-               ("<br>%{customdata[4]} drafts, %{customdata[5]} accepted" if drafts else "")
+        what = "<br>tokens %{customdata[2]}<br>context len %{customdata[3]}" + (
+            "<br>%{customdata[4]} drafts, %{customdata[5]} accepted" if drafts else ""
+        )
     return go.Bar(
-        name=KIND_LABELS.get(kind, kind), legendgroup=kind, showlegend=showlegend, orientation="h",
-        base=start_ms, x=dur_ms, y=part["request_id"].to_numpy(object), customdata=custom,
+        name=KIND_LABELS.get(kind, kind),
+        legendgroup=kind,
+        showlegend=showlegend,
+        orientation="h",
+        base=start_ms,
+        x=dur_ms,
+        y=part["request_id"].to_numpy(object),
+        customdata=custom,
         # padding, cached and draft tokens overlap their row's work in the same steps: thinner stripes on top
         **stripe_geometry(part, kind),
-        marker=dict(color=KIND_COLORS[kind], line=dict(width=0),
-                    pattern=dict(shape="/") if kind in ("padding", "preempted") else None),
-        hovertemplate=("%{y} · " + KIND_LABELS.get(kind, kind) +
-                       ("" if len(part) and part["first_step"].isna().all() else
-                        "<br>steps %{customdata[0]}–%{customdata[1]}") + what +
-                       f"<br>%{{base:.2f}} – %{{customdata[{end}]:.2f}} ms<extra></extra>"))
+        marker=dict(
+            color=KIND_COLORS[kind],
+            line=dict(width=0),
+            pattern=dict(shape="/") if kind in ("padding", "preempted") else None,
+        ),
+        hovertemplate=(
+            "%{y} · "
+            + KIND_LABELS.get(kind, kind)
+            + (
+                ""
+                if len(part) and part["first_step"].isna().all()
+                else "<br>steps %{customdata[0]}–%{customdata[1]}"
+            )
+            + what
+            + f"<br>%{{base:.2f}} – %{{customdata[{end}]:.2f}} ms<extra></extra>"
+        ),
+    )
 
 
 def stripe_geometry(part: pd.DataFrame, kind: str) -> dict:
@@ -250,7 +386,9 @@ def stripe_geometry(part: pd.DataFrame, kind: str) -> dict:
     and its rejected drafts, in their proportion (accepted on one side, rejected on the other)."""
     if kind not in DRAFT_KINDS:
         return {"width": STRIPE_WIDTH if kind in STRIPES else 0.8}
-    share = part["tokens"].to_numpy(float) / part["drafts"].to_numpy(float) * STRIPE_WIDTH  # this kind's part
+    share = (
+        part["tokens"].to_numpy(float) / part["drafts"].to_numpy(float) * STRIPE_WIDTH
+    )  # this kind's part
     before = 0.0 if kind == "accepted" else STRIPE_WIDTH - share  # the accepted part comes first
     return {"width": share, "offset": -STRIPE_WIDTH / 2 + before}
 
@@ -260,12 +398,21 @@ def highlight_trace(tl: Timeline, step: int | None, showlegend: bool = True) -> 
     items = tl.steps[step].items if step is not None else []
     s = tl.steps[step] if step is not None else None
     ids = [it.request_id for it in items]
-    return go.Bar(name=HIGHLIGHT_NAME, legendgroup=HIGHLIGHT_NAME, showlegend=showlegend, orientation="h",
-                  base=[s.t_start * MS] * len(ids) if s else [], x=[s.duration * MS] * len(ids) if s else [],
-                  y=ids, width=0.95, customdata=[[it.kind, it.num_tokens] for it in items],
-                  marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2)),
-                  hovertemplate="%{y} in step " + (str(step) if s else "") +
-                                ": %{customdata[0]}, %{customdata[1]} tokens<extra></extra>")
+    return go.Bar(
+        name=HIGHLIGHT_NAME,
+        legendgroup=HIGHLIGHT_NAME,
+        showlegend=showlegend,
+        orientation="h",
+        base=[s.t_start * MS] * len(ids) if s else [],
+        x=[s.duration * MS] * len(ids) if s else [],
+        y=ids,
+        width=0.95,
+        customdata=[[it.kind, it.num_tokens] for it in items],
+        marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2)),
+        hovertemplate="%{y} in step "
+        + (str(step) if s else "")
+        + ": %{customdata[0]}, %{customdata[1]} tokens<extra></extra>",
+    )
 
 
 def step_band(tl: Timeline, step: int | None, xref: str = "x", yref: str = "paper") -> list[dict]:
@@ -273,13 +420,27 @@ def step_band(tl: Timeline, step: int | None, xref: str = "x", yref: str = "pape
     if step is None:
         return []
     s = tl.steps[step]
-    return [dict(type="rect", xref=xref, yref=yref, x0=s.t_start * MS, x1=s.t_end * MS, y0=0, y1=1,
-                 fillcolor="rgba(255,215,0,0.35)", line=dict(width=0), layer="below")]
+    return [
+        dict(
+            type="rect",
+            xref=xref,
+            yref=yref,
+            x0=s.t_start * MS,
+            x1=s.t_end * MS,
+            y0=0,
+            y1=1,
+            fillcolor="rgba(255,215,0,0.35)",
+            line=dict(width=0),
+            layer="below",
+        )
+    ]
 
 
 def check_step(tl: Timeline, step: int | None) -> None:
     if step is not None and not 0 <= step < len(tl.steps):
-        raise ValueError(f"step={step}; allowed: 0..{len(tl.steps) - 1} (the timeline has {len(tl.steps)} steps)")
+        raise ValueError(
+            f"step={step}; allowed: 0..{len(tl.steps) - 1} (the timeline has {len(tl.steps)} steps)"
+        )
 
 
 def gantt_axes(tl: Timeline) -> tuple[dict, dict]:
@@ -293,17 +454,27 @@ def gantt_figure(tl: Timeline, step: int | None = None, title: str | None = None
     seg = gantt_segments(tl)
     # a kind in the legend only when the run has it (as compare_figure): drafts only where it speculated
     present = set(seg["kind"])
-    fig = go.Figure([segment_trace(seg, k, showlegend=k in present) for k in SEGMENT_KINDS] +
-                    [highlight_trace(tl, step)])
+    fig = go.Figure(
+        [segment_trace(seg, k, showlegend=k in present) for k in SEGMENT_KINDS]
+        + [highlight_trace(tl, step)]
+    )
     if not tl.steps and tl.requests:  # a client's view: no steps, a tick per token instead
         fig.add_trace(token_ticks_trace(tl))
     if (aborted := aborted_trace(tl)) is not None:
         fig.add_trace(aborted)
     fig.add_traces(failed_traces(tl))
     xaxis, yaxis = gantt_axes(tl)
-    fig.update_layout(barmode="overlay", xaxis=xaxis, yaxis=yaxis, shapes=step_band(tl, step),
-                      title=title or gantt_title(tl), height=gantt_height(len(tl.requests)),
-                      bargap=0.1, margin=dict(l=60, r=20, t=70, b=40), legend=LEGEND_ON_TOP)
+    fig.update_layout(
+        barmode="overlay",
+        xaxis=xaxis,
+        yaxis=yaxis,
+        shapes=step_band(tl, step),
+        title=title or gantt_title(tl),
+        height=gantt_height(len(tl.requests)),
+        bargap=0.1,
+        margin=dict(l=60, r=20, t=70, b=40),
+        legend=LEGEND_ON_TOP,
+    )
     return fig
 
 
@@ -326,5 +497,11 @@ def set_gantt_step(fig: go.Figure, tl: Timeline, step: int | None) -> None:
     new = highlight_trace(tl, step)
     trace = next(t for t in fig.data if t.name == HIGHLIGHT_NAME)
     with fig.batch_update():
-        trace.update(base=new.base, x=new.x, y=new.y, customdata=new.customdata, hovertemplate=new.hovertemplate)
+        trace.update(
+            base=new.base,
+            x=new.x,
+            y=new.y,
+            customdata=new.customdata,
+            hovertemplate=new.hovertemplate,
+        )
         fig.layout.shapes = step_band(tl, step)

@@ -5,6 +5,7 @@ would flicker and lose the user's zoom; instead copy a freshly built figure's
 traces and layout into the shown one inside `batch_update()`, which sends all
 changes to the browser in one message.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go

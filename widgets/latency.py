@@ -4,9 +4,10 @@ A CDF shows the whole distribution: its median and its tail (p99) in one line pe
 policy. ITL is the gap between consecutive tokens of one request; a long prompt run
 in one step shows as a tail of long gaps that chunked prefill removes (lesson 6).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,19 +35,34 @@ def cdf_xy(values_s: list[float]) -> tuple[np.ndarray, np.ndarray]:
 def latency_cdfs_figure(timelines: dict[str, Timeline]) -> go.Figure:
     """TTFT (left) and ITL (right) CDFs, one line per named timeline. A client's failed requests are
     not in them (minilm/metrics.py); the legend says how many each run left out."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("time to first token", "inter-token latency"))
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("time to first token", "inter-token latency")
+    )
     for i, (name, tl) in enumerate(timelines.items()):
         failed = sum(r.failed for r in tl.requests)
         label = name + (f" (without its {failed} failed)" if failed else "")
         for col, values in ((1, ttfts(tl)), (2, itls(tl))):
             x, y = cdf_xy(values)
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label, legendgroup=name, showlegend=col == 1,
-                                     line=dict(color=policy_color(name, i), shape="hv"),
-                                     hovertemplate=name + ": %{y:.0%} <= %{x:.2f} ms<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    name=label,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line=dict(color=policy_color(name, i), shape="hv"),
+                    hovertemplate=name + ": %{y:.0%} <= %{x:.2f} ms<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="ms")
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1, range=[0, 1.02])
     fig.update_yaxes(title_text="fraction of token gaps", row=1, col=2, range=[0, 1.02])
-    fig.update_layout(title=f"latency distributions{simulated_note(timelines.values())}", height=380)
+    fig.update_layout(
+        title=f"latency distributions{simulated_note(timelines.values())}", height=380
+    )
     return fig
 
 
@@ -54,7 +70,9 @@ def simulated_note(tls) -> str:
     return " (simulated time)" if any(t.meta.get("clock") == "simulated" for t in tls) else ""
 
 
-def sweep(run: Callable[..., Timeline], policies: list[str], knob: str, values: list) -> pd.DataFrame:
+def sweep(
+    run: Callable[..., Timeline], policies: list[str], knob: str, values: list
+) -> pd.DataFrame:
     """Run `run(policy=p, **{knob: v})` for every policy and value; one `summarize` row each."""
     rows = []
     for p in policies:
@@ -71,11 +89,23 @@ def sweep_figure(df: pd.DataFrame, latency: str = "itl_p99") -> go.Figure:
         raise ValueError(f"latency={latency!r}; allowed: {', '.join(allowed)}")
     fig = go.Figure()
     for i, (policy, part) in enumerate(df.groupby("policy", sort=False)):
-        fig.add_trace(go.Scatter(x=part["output_tok_per_s"], y=part[latency] * MS, mode="lines+markers+text",
-                                 name=policy, text=[f"{part['knob'].iloc[0]}={v}" for v in part["value"]],
-                                 textposition="top center", line=dict(color=policy_color(policy, i)),
-                                 hovertemplate="%{text}: %{x:.0f} tok/s, %{y:.2f} ms<extra>" + policy + "</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=part["output_tok_per_s"],
+                y=part[latency] * MS,
+                mode="lines+markers+text",
+                name=policy,
+                text=[f"{part['knob'].iloc[0]}={v}" for v in part["value"]],
+                textposition="top center",
+                line=dict(color=policy_color(policy, i)),
+                hovertemplate="%{text}: %{x:.0f} tok/s, %{y:.2f} ms<extra>" + policy + "</extra>",
+            )
+        )
     clock = " (simulated)" if (df.get("clock") == "simulated").any() else ""
-    fig.update_layout(title=f"throughput vs {latency}{clock}", xaxis_title="output tokens / s",
-                      yaxis_title=f"{latency} (ms)", height=420)
+    fig.update_layout(
+        title=f"throughput vs {latency}{clock}",
+        xaxis_title="output tokens / s",
+        yaxis_title=f"{latency} (ms)",
+        height=420,
+    )
     return fig

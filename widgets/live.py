@@ -14,6 +14,7 @@ does not).
 Given an `Engine` instead of a URL, it draws that engine's timeline as it grows (an
 engine stepped elsewhere, e.g. in a thread); requests show once they run, from the steps.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,15 +39,21 @@ class LiveGantt:
         self.url = source.rstrip("/") if isinstance(source, str) else None
         self.engine = None if self.url else source
         if self.engine is not None and not hasattr(self.engine, "timeline"):
-            raise ValueError(f"live_gantt({source!r}): give a server URL ('http://host:port') or an Engine")
-        self.finished: list[RequestRecord] = []   # finished requests, in the order they finished
-        self.unfinished: list[RequestRecord] = []  # the server's unfinished requests at the last poll
-        self.timeline = Timeline()                 # what is drawn: steps + finished + unfinished
+            raise ValueError(
+                f"live_gantt({source!r}): give a server URL ('http://host:port') or an Engine"
+            )
+        self.finished: list[RequestRecord] = []  # finished requests, in the order they finished
+        self.unfinished: list[
+            RequestRecord
+        ] = []  # the server's unfinished requests at the last poll
+        self.timeline = Timeline()  # what is drawn: steps + finished + unfinished
         self.now = 0.0
         self.polls = self.errors = 0
         self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
         self.status = W.HTML("starting…")
-        self.gantt = fill_width(go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests")))
+        self.gantt = fill_width(
+            go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
+        )
         self.steps = fill_width(go.FigureWidget(steps_figure(self.timeline))) if steps else None
         self.widget = W.VBox([self.status, self.gantt] + ([self.steps] if steps else []))
         self.task = asyncio.ensure_future(self.run())
@@ -64,13 +71,16 @@ class LiveGantt:
 
         params = {"since": len(self.timeline.steps), "since_request": len(self.finished)}
         async with httpx.AsyncClient(timeout=10) as client:
-            data = (await client.get(f"{self.url}/timeline", params=params)).raise_for_status().json()
+            data = (
+                (await client.get(f"{self.url}/timeline", params=params)).raise_for_status().json()
+            )
         # the timeline's own parsing, finished and unfinished requests together (every field survives)
         new = Timeline.from_dict({**data, "requests": data["requests"] + data["unfinished"]})
         steps, n = new.steps, len(data["requests"])
         finished, unfinished = new.requests[:n], new.requests[n:]
-        changed = bool(steps or finished) or [r.request_id for r in unfinished] != \
-            [r.request_id for r in self.unfinished]
+        changed = bool(steps or finished) or [r.request_id for r in unfinished] != [
+            r.request_id for r in self.unfinished
+        ]
         self.timeline.meta, self.now = data["meta"], data["now"]
         self.timeline.steps += steps
         self.finished += finished
@@ -79,7 +89,7 @@ class LiveGantt:
 
     def read_engine(self) -> bool:
         tl = self.engine.timeline
-        steps, finished = tl.steps[len(self.timeline.steps):], tl.requests[len(self.finished):]
+        steps, finished = tl.steps[len(self.timeline.steps) :], tl.requests[len(self.finished) :]
         self.timeline.meta = tl.meta
         self.timeline.steps += steps
         self.finished += finished
@@ -89,8 +99,10 @@ class LiveGantt:
     # ---- drawing ------------------------------------------------------------------------
     def shown_requests(self) -> list[RequestRecord]:
         """Finished requests, then unfinished ones; one still in the queue is drawn queued until now."""
-        waiting = [dataclasses.replace(r, t_scheduled=self.now) if r.t_scheduled is None else r
-                   for r in self.unfinished]
+        waiting = [
+            dataclasses.replace(r, t_scheduled=self.now) if r.t_scheduled is None else r
+            for r in self.unfinished
+        ]
         return self.finished + waiting
 
     def redraw(self) -> None:
@@ -100,10 +112,12 @@ class LiveGantt:
         if self.steps is not None:
             update_figure(self.steps, steps_figure(tl), keep_view=True)
         running = sum(r.t_scheduled is not None for r in self.unfinished)
-        self.status.value = (f"<b>{self.url or 'engine'}</b> · {tl.meta.get('policy', '?')} · "
-                             f"{len(self.finished)} finished, {len(self.unfinished)} in flight "
-                             f"({len(self.unfinished) - running} queued) · {len(tl.steps)} steps · "
-                             f"server time {self.now:.1f} s")
+        self.status.value = (
+            f"<b>{self.url or 'engine'}</b> · {tl.meta.get('policy', '?')} · "
+            f"{len(self.finished)} finished, {len(self.unfinished)} in flight "
+            f"({len(self.unfinished) - running} queued) · {len(tl.steps)} steps · "
+            f"server time {self.now:.1f} s"
+        )
 
     async def run(self) -> None:
         while True:
@@ -115,7 +129,9 @@ class LiveGantt:
                 raise
             except Exception as e:  # the server went away: say so, keep trying a little
                 self.errors += 1
-                self.status.value = f"<b>{self.url}</b>: {type(e).__name__}: {e} (poll {self.errors} failed)"
+                self.status.value = (
+                    f"<b>{self.url}</b>: {type(e).__name__}: {e} (poll {self.errors} failed)"
+                )
                 if self.errors >= 20:
                     return
             await asyncio.sleep(self.interval)

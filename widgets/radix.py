@@ -22,10 +22,11 @@ Only prompts go into the tree: the engine also caches blocks of generated tokens
 which a later prompt matches only if it repeats that output (multi-turn workloads
 resend the conversation's own text, not the engine's output).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -38,9 +39,11 @@ class RadixNode:
     """A node and the edge into it: `tokens` is the run of token ids on that edge."""
 
     tokens: tuple[int, ...] = ()
-    start: int = 0                                   # position of tokens[0] in every prompt through here
-    children: dict[int, "RadixNode"] = field(default_factory=dict)  # first token of the child's edge -> child
-    requests: list[str] = field(default_factory=list)               # prompts whose path passes through
+    start: int = 0  # position of tokens[0] in every prompt through here
+    children: dict[int, RadixNode] = field(
+        default_factory=dict
+    )  # first token of the child's edge -> child
+    requests: list[str] = field(default_factory=list)  # prompts whose path passes through
 
     @property
     def end(self) -> int:
@@ -107,14 +110,17 @@ def walk(root: RadixNode) -> Iterator[tuple[RadixNode, int]]:
         stack.extend((c, level + 1) for c in reversed(list(node.children.values())))
 
 
-def workload_prompts(specs: Iterable[RequestSpec], encode: Callable[[str], list[int]] | None = None
-                     ) -> dict[str, list[int]]:
+def workload_prompts(
+    specs: Iterable[RequestSpec], encode: Callable[[str], list[int]] | None = None
+) -> dict[str, list[int]]:
     """Request id -> prompt token ids, in arrival order (ties keep the list's order, as the
     engine's queue does). Text prompts need `encode` (e.g. `engine.tokenizer.encode`)."""
     out = {}
     for s in sorted(specs, key=lambda s: s.arrival):
         if s.prompt_ids is None and encode is None:
-            raise ValueError(f"request {s.id!r} has a text prompt: pass encode=engine.tokenizer.encode")
+            raise ValueError(
+                f"request {s.id!r} has a text prompt: pass encode=engine.tokenizer.encode"
+            )
         out[s.id] = list(s.prompt_ids) if s.prompt_ids is not None else encode(s.prompt)
     return out
 
@@ -130,7 +136,9 @@ def block_key(parent: tuple | None, tokens: Sequence[int]) -> tuple:
     return (hash(parent) if parent is not None else None, tuple(tokens))
 
 
-def prefix_hits(prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], block_size: int) -> pd.DataFrame:
+def prefix_hits(
+    prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], block_size: int
+) -> pd.DataFrame:
     """For each request in arrival order, the prompt tokens an earlier request already
     computed, as a radix tree finds them (`radix_hit`) and as vLLM's block hash table
     finds them (`block_hit`), each seeing every earlier prompt and evicting nothing."""
@@ -143,14 +151,21 @@ def prefix_hits(prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], bl
         radix = min(match(root, tokens), n - 1)  # the last token is always computed: it samples
         keys, parent = [], None
         for b in range(n // block_size):  # full blocks only
-            parent = block_key(parent, tokens[b * block_size:(b + 1) * block_size])
+            parent = block_key(parent, tokens[b * block_size : (b + 1) * block_size])
             keys.append(parent)
         hit_blocks = 0
-        for key in keys[:(n - 1) // block_size]:  # blocks that leave the last token out
+        for key in keys[: (n - 1) // block_size]:  # blocks that leave the last token out
             if key not in table:
                 break
             hit_blocks += 1
-        rows.append({"request": rid, "prompt_len": n, "radix_hit": radix, "block_hit": hit_blocks * block_size})
+        rows.append(
+            {
+                "request": rid,
+                "prompt_len": n,
+                "radix_hit": radix,
+                "block_hit": hit_blocks * block_size,
+            }
+        )
         insert(root, tokens, rid)
         table.update(keys)
     return pd.DataFrame(rows, columns=["request", "prompt_len", "radix_hit", "block_hit"])
@@ -177,8 +192,12 @@ def tree_layout(root: RadixNode) -> dict[RadixNode, tuple[int, float]]:
     return pos
 
 
-def radix_figure(prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], title: str | None = None,
-                 decode: Callable[[list[int]], str] | None = None, max_hover_tokens: int = 24) -> go.Figure:
+def radix_figure(
+    prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec],
+    title: str | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    max_hover_tokens: int = 24,
+) -> go.Figure:
     """The prompts' radix tree: one marker per node (x: its level in the tree), labelled
     with its edge's token count and how many requests pass through it; hover shows its
     tokens (`decode` turns them into text, for a real tokenizer)."""
@@ -197,24 +216,57 @@ def radix_figure(prompts: Mapping[str, Sequence[int]] | Iterable[RequestSpec], t
         body = repr(decode(toks)) if decode else " ".join(map(str, toks))
         return f"{body}{more}"
 
-    hover = [f"tokens {n.start}–{n.end - 1} ({len(n.tokens)})<br>{len(n.requests)} requests pass through<br>"
-             f"{shown(n)}" for n in nodes]
-    fig = go.Figure([
-        go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999", width=1), hoverinfo="skip", showlegend=False),
-        go.Scatter(x=[pos[root][0]], y=[pos[root][1]], mode="markers+text", text=[f"root · {len(root.requests)} req"],
-                   textposition="top center", marker=dict(size=10, color="black"), hoverinfo="skip",
-                   showlegend=False),
-        go.Scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes], mode="markers+text",
-                   text=[f"{len(n.tokens)} tok · {len(n.requests)} req" for n in nodes], textposition="top center",
-                   textfont=dict(size=10), hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
-                   marker=dict(size=[8 + 3 * len(n.requests) ** 0.5 for n in nodes],
-                               color=["#d62728" if len(n.requests) > 1 else "#1f77b4" for n in nodes]),
-                   showlegend=False),
-    ])
+    hover = [
+        f"tokens {n.start}–{n.end - 1} ({len(n.tokens)})<br>{len(n.requests)} requests pass through<br>"
+        f"{shown(n)}"
+        for n in nodes
+    ]
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=ex,
+                y=ey,
+                mode="lines",
+                line=dict(color="#999", width=1),
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=[pos[root][0]],
+                y=[pos[root][1]],
+                mode="markers+text",
+                text=[f"root · {len(root.requests)} req"],
+                textposition="top center",
+                marker=dict(size=10, color="black"),
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=[pos[n][0] for n in nodes],
+                y=[pos[n][1] for n in nodes],
+                mode="markers+text",
+                text=[f"{len(n.tokens)} tok · {len(n.requests)} req" for n in nodes],
+                textposition="top center",
+                textfont=dict(size=10),
+                hovertext=hover,
+                hovertemplate="%{hovertext}<extra></extra>",
+                marker=dict(
+                    size=[8 + 3 * len(n.requests) ** 0.5 for n in nodes],
+                    color=["#d62728" if len(n.requests) > 1 else "#1f77b4" for n in nodes],
+                ),
+                showlegend=False,
+            ),
+        ]
+    )
     leaves = sum(1 for n in nodes if not n.children)
-    fig.update_layout(title=title or f"radix tree of {len(root.requests)} prompts: {len(nodes)} nodes, "
-                                     f"{leaves} leaves (red: shared by several requests)",
-                      xaxis=dict(title="level in the tree (root = 0)", dtick=1, zeroline=False),
-                      yaxis=dict(visible=False, autorange="reversed"), plot_bgcolor="white",
-                      height=min(900, max(300, 120 + 22 * leaves)), margin=dict(l=20, r=20, t=50, b=40))
+    fig.update_layout(
+        title=title
+        or f"radix tree of {len(root.requests)} prompts: {len(nodes)} nodes, "
+        f"{leaves} leaves (red: shared by several requests)",
+        xaxis=dict(title="level in the tree (root = 0)", dtick=1, zeroline=False),
+        yaxis=dict(visible=False, autorange="reversed"),
+        plot_bgcolor="white",
+        height=min(900, max(300, 120 + 22 * leaves)),
+        margin=dict(l=20, r=20, t=50, b=40),
+    )
     return fig

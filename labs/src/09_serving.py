@@ -31,8 +31,8 @@ import numpy as np
 
 import widgets
 from minilm import Timeline, summarize
-from minilm.serve.bench_result import engine_view, load_result, simulate_result
-from minilm.serve.process import ServerProcess
+from minilm.client.bench_result import engine_view, load_result, simulate_result
+from minilm.client.process import ServerProcess
 from labs.prose import say
 
 RUNS = Path(tempfile.mkdtemp(prefix="lesson09-"))  # result files and timelines of this lesson's runs

@@ -85,7 +85,7 @@ say(f"Simulated: five tokens per sequence cost **{step_ms(1, 5) / step_ms(1, 1):
 # - **a draft model** (`"method": "draft_model"`): `docstrings-draft`, a small model the
 #   lab's trainer made on the same tokenizer as the target `docstrings` (its card:
 #   `minilm/checkpoints/docstrings-draft`). It keeps its own paged K/V, indexed by the
-#   target's block tables (`minilm/spec/draft_model.py`).
+#   target's block tables (`minilm/spec_decode/draft_model.py`).
 #
 # Eight held-out docstrings, one request at a time, greedy, with speculation off and with
 # each proposer (measured here, once, on whatever else this machine is doing: section 4

@@ -109,7 +109,7 @@ widgets.compare_figure(simulated)
 
 # %%
 from minilm.serve.auth import room_key
-from minilm.serve.process import ServerProcess
+from minilm.client.process import ServerProcess
 
 lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8, api_key=room_key(),
                                max_inflight_per_client=2)

@@ -7,10 +7,11 @@ WallClock      real time since the engine started, idle time included: a server'
 
 The first two skip idle time: with nothing to run they jump to the next arrival.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -6,12 +6,13 @@
 
 Building the parts (model or simulator, KV cache, clock) happens in builder.py.
 """
+
 from __future__ import annotations
 
 import gc
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from tqdm.auto import tqdm
 
@@ -23,8 +24,16 @@ from ..workload import RequestSpec
 from .builder import build
 from .scheduler import Scheduler
 
-META_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks", "max_model_len", "kv_mode",
-              "enable_prefix_caching", "scheduling_policy")
+META_KNOBS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_blocks",
+    "max_model_len",
+    "kv_mode",
+    "enable_prefix_caching",
+    "scheduling_policy",
+)
 
 
 class Engine:
@@ -33,10 +42,25 @@ class Engine:
     ("docstrings"), a checkpoint directory, a LlamaModel or an Executor (builder.py).
     Keyword knobs override fields of `config`."""
 
-    def __init__(self, model="tiny", config: EngineConfig | None = None, *, tokenizer=None, clock=None,
-                 block_pool=None, **knobs):
-        self.config, self.policy, self.tokenizer, self.kv_manager, self.executor, self.clock = build(
-            model, replace(config or EngineConfig(), **knobs), tokenizer=tokenizer, clock=clock, block_pool=block_pool)
+    def __init__(
+        self,
+        model="tiny",
+        config: EngineConfig | None = None,
+        *,
+        tokenizer=None,
+        clock=None,
+        block_pool=None,
+        **knobs,
+    ):
+        self.config, self.policy, self.tokenizer, self.kv_manager, self.executor, self.clock = (
+            build(
+                model,
+                replace(config or EngineConfig(), **knobs),
+                tokenizer=tokenizer,
+                clock=clock,
+                block_pool=block_pool,
+            )
+        )
         self.model_config = self.executor.model_config
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
         self.requests: dict[str, Request] = {}
@@ -45,8 +69,14 @@ class Engine:
     def describe(self) -> dict:
         """The timeline's meta: what ran, on what, with which knobs."""
         c = self.config
-        return {"policy": self.policy.name, "clock": self.clock.kind, "device": c.device, "dtype": c.dtype,
-                **self.executor.describe(), **{k: getattr(c, k) for k in META_KNOBS}}
+        return {
+            "policy": self.policy.name,
+            "clock": self.clock.kind,
+            "device": c.device,
+            "dtype": c.dtype,
+            **self.executor.describe(),
+            **{k: getattr(c, k) for k in META_KNOBS},
+        }
 
     # ---- what a server asks -------------------------------------------------------
     @property
@@ -63,17 +93,29 @@ class Engine:
         return self.kv_manager.num_used_blocks / self.kv_manager.num_blocks
 
     # ---- requests --------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt_ids: list[int] | None = None, *, prompt: str | None = None,
-                    max_tokens: int = 16, arrival: float = 0.0, **sampling) -> Request:
+    def add_request(
+        self,
+        request_id: str,
+        prompt_ids: list[int] | None = None,
+        *,
+        prompt: str | None = None,
+        max_tokens: int = 16,
+        arrival: float = 0.0,
+        **sampling,
+    ) -> Request:
         """Validate and queue one request; InvalidValue (engine untouched) on bad input."""
-        return self.add_workload([RequestSpec(str(request_id), prompt_ids, max_tokens, arrival, prompt)], **sampling)[0]
+        return self.add_workload(
+            [RequestSpec(str(request_id), prompt_ids, max_tokens, arrival, prompt)], **sampling
+        )[0]
 
     def add_workload(self, specs: Iterable[RequestSpec], **sampling) -> list[Request]:
         """Queue many requests; all are checked before any is added."""
         specs = list(specs)
         dup = next((i for i, n in Counter(s.id for s in specs).items() if n > 1), None)
         if dup is not None:
-            raise InvalidValue("request_id", dup, "appears twice in the workload; ids must be unique")
+            raise InvalidValue(
+                "request_id", dup, "appears twice in the workload; ids must be unique"
+            )
         staged = [self.make_request(s, **sampling) for s in specs]
         for req in staged:
             self.check_request(req)
@@ -85,10 +127,17 @@ class Engine:
     def make_request(self, spec: RequestSpec, **sampling) -> Request:
         if spec.prompt_ids is None and spec.prompt is None:
             raise InvalidValue("prompt", None, "give prompt_ids or prompt", spec.id)
-        prompt_ids = spec.prompt_ids if spec.prompt_ids is not None else self.tokenizer.encode(spec.prompt)
+        prompt_ids = (
+            spec.prompt_ids if spec.prompt_ids is not None else self.tokenizer.encode(spec.prompt)
+        )
         eos = self.model_config.eos_token_id
-        return Request(spec.id, list(prompt_ids), SamplingParams(max_tokens=spec.max_tokens, **sampling),
-                       float(spec.arrival), eos_token_id=self.tokenizer.eos_token_id if eos is None else eos)
+        return Request(
+            spec.id,
+            list(prompt_ids),
+            SamplingParams(max_tokens=spec.max_tokens, **sampling),
+            float(spec.arrival),
+            eos_token_id=self.tokenizer.eos_token_id if eos is None else eos,
+        )
 
     def check_request(self, req: Request) -> None:
         """Every check of a request, in one place (docs/DESIGN.md, "Bad input")."""
@@ -97,25 +146,49 @@ class Engine:
             raise InvalidValue("request_id", rid, "already in use; request ids must be unique")
         req.params.validate(rid)
         if not req.prompt_ids:
-            raise InvalidValue("prompt", req.prompt_ids, "empty; a prompt needs at least one token", rid)
+            raise InvalidValue(
+                "prompt", req.prompt_ids, "empty; a prompt needs at least one token", rid
+            )
         vocab = self.model_config.vocab_size
-        for name, ids in (("prompt", req.prompt_ids), ("stop_token_ids", req.params.stop_token_ids)):
-            bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+        for name, ids in (
+            ("prompt", req.prompt_ids),
+            ("stop_token_ids", req.params.stop_token_ids),
+        ):
+            bad = [
+                t
+                for t in ids
+                if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
+            ]
             if bad:
-                raise InvalidValue(name, bad[0], f"a token id outside the vocabulary [0, {vocab})", rid)
+                raise InvalidValue(
+                    name, bad[0], f"a token id outside the vocabulary [0, {vocab})", rid
+                )
         if req.max_len > c.max_model_len:  # OpenAI's words, which clients look for
-            name, value = ("prompt", req.prompt_len) if req.prompt_len >= c.max_model_len else \
-                ("max_tokens", req.params.max_tokens)
-            raise InvalidValue(name, value, f"prompt ({req.prompt_len}) + max_tokens ({req.params.max_tokens}) = "
-                               f"{req.max_len} tokens > max_model_len={c.max_model_len}, this model's maximum "
-                               f"context length", rid, "context_length_exceeded")
+            name, value = (
+                ("prompt", req.prompt_len)
+                if req.prompt_len >= c.max_model_len
+                else ("max_tokens", req.params.max_tokens)
+            )
+            raise InvalidValue(
+                name,
+                value,
+                f"prompt ({req.prompt_len}) + max_tokens ({req.params.max_tokens}) = "
+                f"{req.max_len} tokens > max_model_len={c.max_model_len}, this model's maximum "
+                f"context length",
+                rid,
+                "context_length_exceeded",
+            )
         if req.arrival < 0:
             raise InvalidValue("arrival", req.arrival, "must be >= 0 seconds", rid)
         blocks = self.kv_manager.blocks_needed(req, req.max_len)
         if blocks > c.num_blocks:
-            raise InvalidValue("max_tokens", req.params.max_tokens,
-                               f"the request needs {blocks} KV blocks at its longest but the cache has "
-                               f"{c.num_blocks}; it could never run", rid)
+            raise InvalidValue(
+                "max_tokens",
+                req.params.max_tokens,
+                f"the request needs {blocks} KV blocks at its longest but the cache has "
+                f"{c.num_blocks}; it could never run",
+                rid,
+            )
         self.policy.check_request(req, c)
 
     def abort(self, request_id: str, reason: str = "aborted") -> bool:
@@ -144,8 +217,10 @@ class Engine:
         t_start = clock.start_step()
         plan = s.schedule(t_start)
         if not plan.work:
-            raise RuntimeError(f"policy {self.policy.name!r} scheduled nothing while "
-                               f"{len(s.waiting)} request(s) wait and {len(s.running)} run")
+            raise RuntimeError(
+                f"policy {self.policy.name!r} scheduled nothing while "
+                f"{len(s.waiting)} request(s) wait and {len(s.running)} run"
+            )
         output, model_time = clock.timed(self.executor.execute, plan)
         finished = s.update_from_output(plan, output)
         t_end = clock.end_step()
@@ -155,8 +230,15 @@ class Engine:
             req.token_times += [t_end] * (len(req.output_ids) - len(req.token_times))
             if req.t_first_token is None:
                 req.t_first_token = t_end
-        record = record_step(index=len(self.timeline.steps), plan=plan, output=output, t_start=t_start,
-                             t_end=t_end, model_time=model_time, kv_blocks_total=self.config.num_blocks)
+        record = record_step(
+            index=len(self.timeline.steps),
+            plan=plan,
+            output=output,
+            t_start=t_start,
+            t_end=t_end,
+            model_time=model_time,
+            kv_blocks_total=self.config.num_blocks,
+        )
         self.timeline.steps.append(record)
         self._retire(finished, t_end)
         return record
@@ -175,7 +257,13 @@ class Engine:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with tqdm(total=len(self.requests), desc=self.policy.name, unit="req", delay=2, disable=not progress) as bar:
+            with tqdm(
+                total=len(self.requests),
+                desc=self.policy.name,
+                unit="req",
+                delay=2,
+                disable=not progress,
+            ) as bar:
                 while self.step() is not None:
                     bar.update(len(self.timeline.requests) - bar.n)
         finally:
@@ -186,8 +274,13 @@ class Engine:
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
         """Complete a few prompts (batched by the engine's policy) and return the texts."""
         base = len(self.requests)
-        reqs = self.add_workload([RequestSpec(f"gen{base + i}", None, max_tokens, prompt=p)
-                                  for i, p in enumerate(prompts)], **sampling)
+        reqs = self.add_workload(
+            [
+                RequestSpec(f"gen{base + i}", None, max_tokens, prompt=p)
+                for i, p in enumerate(prompts)
+            ],
+            **sampling,
+        )
         while not all(r.finished for r in reqs):
             self.step()
         return [self.tokenizer.decode(r.output_ids) for r in reqs]
@@ -197,8 +290,16 @@ class Engine:
 
 
 # ---- recording: functions of the plan and the step's times, after the clock stopped ----
-def record_step(*, index: int, plan: StepPlan, output: ModelOutput, t_start: float, t_end: float,
-                model_time: float, kv_blocks_total: int) -> StepRecord:
+def record_step(
+    *,
+    index: int,
+    plan: StepPlan,
+    output: ModelOutput,
+    t_start: float,
+    t_end: float,
+    model_time: float,
+    kv_blocks_total: int,
+) -> StepRecord:
     items = []
     for w in plan.work:
         rid = w.request.request_id
@@ -207,29 +308,63 @@ def record_step(*, index: int, plan: StepPlan, output: ModelOutput, t_start: flo
         if w.num_new_tokens:
             drafts = len(w.draft_token_ids)
             accepted = len(output.sampled_token_ids[rid]) - 1 if drafts else 0
-            items.append(StepItem(rid, w.kind, w.num_new_tokens, w.start + w.num_new_tokens - drafts + accepted,
-                                  drafts, accepted))
+            items.append(
+                StepItem(
+                    rid,
+                    w.kind,
+                    w.num_new_tokens,
+                    w.start + w.num_new_tokens - drafts + accepted,
+                    drafts,
+                    accepted,
+                )
+            )
         if w.num_padding:
             items.append(StepItem(rid, "padding", w.num_padding, w.end))
-    return StepRecord(step=index, t_start=t_start, t_end=t_end, items=items, num_running=plan.num_running,
-                      num_waiting=plan.num_waiting, kv_blocks_used=plan.kv_blocks_used,
-                      kv_blocks_total=kv_blocks_total, num_preempted=len(plan.preempted), kv_blocks=plan.block_tables,
-                      # a draft the target rejected leaves no token of the sequence in its slot
-                      kv_tokens_stored=plan.kv_tokens_stored - sum(i.num_draft - i.num_accepted for i in items),
-                      model_time=model_time, kv_cached_free=plan.cached_free_blocks, draft_time=output.draft_time)
+    return StepRecord(
+        step=index,
+        t_start=t_start,
+        t_end=t_end,
+        items=items,
+        num_running=plan.num_running,
+        num_waiting=plan.num_waiting,
+        kv_blocks_used=plan.kv_blocks_used,
+        kv_blocks_total=kv_blocks_total,
+        num_preempted=len(plan.preempted),
+        kv_blocks=plan.block_tables,
+        # a draft the target rejected leaves no token of the sequence in its slot
+        kv_tokens_stored=plan.kv_tokens_stored - sum(i.num_draft - i.num_accepted for i in items),
+        model_time=model_time,
+        kv_cached_free=plan.cached_free_blocks,
+        draft_time=output.draft_time,
+    )
 
 
 def record_request(req: Request) -> RequestRecord:
-    return RequestRecord(request_id=req.request_id, arrival=req.arrival, prompt_len=req.prompt_len,
-                         max_tokens=req.params.max_tokens, t_scheduled=req.t_scheduled,
-                         t_first_token=req.t_first_token, token_times=list(req.token_times),
-                         t_finished=req.t_finished, output_len=len(req.output_ids), finish_reason=req.finish_reason,
-                         preemptions=req.preemptions, output_ids=list(req.output_ids),
-                         num_cached_tokens=req.num_cached_tokens)
+    return RequestRecord(
+        request_id=req.request_id,
+        arrival=req.arrival,
+        prompt_len=req.prompt_len,
+        max_tokens=req.params.max_tokens,
+        t_scheduled=req.t_scheduled,
+        t_first_token=req.t_first_token,
+        token_times=list(req.token_times),
+        t_finished=req.t_finished,
+        output_len=len(req.output_ids),
+        finish_reason=req.finish_reason,
+        preemptions=req.preemptions,
+        output_ids=list(req.output_ids),
+        num_cached_tokens=req.num_cached_tokens,
+    )
 
 
-def run_workload(specs: list[RequestSpec], model="tiny", policy="continuous", progress: bool = False,
-                 sampling: dict | None = None, **knobs) -> Timeline:
+def run_workload(
+    specs: list[RequestSpec],
+    model="tiny",
+    policy="continuous",
+    progress: bool = False,
+    sampling: dict | None = None,
+    **knobs,
+) -> Timeline:
     """Run one workload under one policy and return its timeline (the lab's one-liner)."""
     engine = Engine(model, policy=policy, **knobs)
     engine.add_workload(specs, **(sampling or {}))

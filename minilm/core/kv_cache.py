@@ -11,10 +11,11 @@ Two parts, as in vLLM V1: a `BlockPool` hands out block ids and takes them back
 owns every request's block table. Only block ids live here: the K/V tensors they
 index are the model runner's (model/runner.py).
 """
+
 from __future__ import annotations
 
-from .prefix_cache import PrefixCachingBlockPool, block_keys
 from ..request import Request
+from .prefix_cache import PrefixCachingBlockPool, block_keys
 
 
 def cdiv(a: int, b: int) -> int:
@@ -49,15 +50,27 @@ class KVCacheManager:
     With prefix caching a new request shares the blocks of its longest cached prefix, and
     every block that fills up with computed tokens is named for later ones."""
 
-    def __init__(self, num_blocks: int, block_size: int, reserved: bool = False, pool=None,
-                 enable_prefix_caching: bool = False):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        reserved: bool = False,
+        pool=None,
+        enable_prefix_caching: bool = False,
+    ):
         self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
         self.caching = enable_prefix_caching
         if pool is None:
-            pool = PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
+            pool = (
+                PrefixCachingBlockPool(num_blocks)
+                if enable_prefix_caching
+                else BlockPool(num_blocks)
+            )
         self.pool = pool
         self.block_tables: dict[str, list[int]] = {}
-        self.num_cached_blocks: dict[str, int] = {}  # blocks of each table already named in the cache
+        self.num_cached_blocks: dict[
+            str, int
+        ] = {}  # blocks of each table already named in the cache
         # free blocks that keep a cached prefix, kept as blocks come and go: the KV map asks
         # every step, and a simulated GPU has tens of thousands of free blocks to scan
         self.cached_free: set[int] = set()
@@ -76,30 +89,52 @@ class KVCacheManager:
         yet; never all of its tokens: the last one is recomputed so that it can sample."""
         if not self.caching or request.request_id in self.block_tables:
             return []
-        return self.pool.lookup(block_keys(request, self.block_size, (request.num_tokens - 1) // self.block_size))
+        return self.pool.lookup(
+            block_keys(request, self.block_size, (request.num_tokens - 1) // self.block_size)
+        )
 
-    def blocks_needed(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
-                      computed: list[int] = ()) -> int:
+    def blocks_needed(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        reserve_tokens: int = 0,
+        computed: list[int] = (),
+    ) -> int:
         """Fresh blocks `request` must get so its table covers its computed tokens, the
         `computed` cached blocks it is about to share and `num_new_tokens` (at least
         `reserve_tokens` slots; all of `max_len` in reserved mode)."""
         owned = len(self.block_tables.get(request.request_id, ())) + len(computed)
-        slots = max(request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens, reserve_tokens)
+        slots = max(
+            request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens,
+            reserve_tokens,
+        )
         if self.reserved:
             slots = max(slots, request.max_len)
         return max(0, cdiv(slots, self.block_size) - owned)
 
-    def can_allocate(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
-                     computed: list[int] = ()) -> bool:
-        return self._fits(self.blocks_needed(request, num_new_tokens, reserve_tokens, computed), computed)
+    def can_allocate(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        reserve_tokens: int = 0,
+        computed: list[int] = (),
+    ) -> bool:
+        return self._fits(
+            self.blocks_needed(request, num_new_tokens, reserve_tokens, computed), computed
+        )
 
     def _fits(self, need: int, computed: list[int]) -> bool:
         """`need` fresh blocks are free, besides the cached ones a request is about to share
         (which leave the free queue too)."""
         return need <= self.pool.num_free_blocks - (self.pool.num_free(computed) if computed else 0)
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, reserve_tokens: int = 0,
-                       computed: list[int] = ()) -> list[int] | None:
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        reserve_tokens: int = 0,
+        computed: list[int] = (),
+    ) -> list[int] | None:
         """Grow the request's table by the `computed` cached blocks it shares and fresh
         blocks for `num_new_tokens` more tokens; its table, or None (and nothing changed)
         when there are not enough free blocks."""
@@ -118,7 +153,10 @@ class KVCacheManager:
                 self.cached_free.difference_update(table)
                 self._cached_free_list = None
         if self.caching:  # not draft tokens (past num_tokens): they may be rejected
-            end = min(request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens, request.num_tokens)
+            end = min(
+                request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens,
+                request.num_tokens,
+            )
             self.cache_blocks(request, table, end // self.block_size)
         return table
 
@@ -141,7 +179,9 @@ class KVCacheManager:
         if table:
             self.pool.free_blocks(table[::-1])
             if self.caching:
-                kept = {b for b in table if self.pool.ref_cnt[b] == 0 and self.pool.key[b] is not None}
+                kept = {
+                    b for b in table if self.pool.ref_cnt[b] == 0 and self.pool.key[b] is not None
+                }
                 if kept:
                     self.cached_free |= kept
                     self._cached_free_list = None

@@ -7,6 +7,7 @@ static      a batch forms when the last has fully finished; prompts padded to th
 continuous  Orca: a decode for every running request, then whole prompts (lesson 3)
 chunked     Sarathi-Serve: decodes first, then prompt chunks fill the budget (lesson 6)
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -35,10 +36,13 @@ class Policy(ABC):
         """Raise InvalidValue for a request this policy could never run."""
         if self.whole_prompts and req.max_len - 1 > config.max_num_batched_tokens:
             raise InvalidValue(
-                "max_tokens", req.params.max_tokens,
+                "max_tokens",
+                req.params.max_tokens,
                 f"prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} tokens > max_num_batched_tokens="
                 f"{config.max_num_batched_tokens}; policy {self.name!r} runs a whole prompt (or a whole preempted "
-                f"sequence) in one step; raise the budget or use policy='chunked'", req.request_id)
+                f"sequence) in one step; raise the budget or use policy='chunked'",
+                req.request_id,
+            )
 
     def on_finish(self, req: Request) -> list[Request]:
         return [req]  # whose KV blocks can be freed now that `req` has finished: its own
@@ -100,7 +104,9 @@ class StaticPolicy(Policy):
         end = padded_len(self.batch)
         for req in self.batch:  # dead rows: the padded tensor still computes them
             start = self.padded_end.get(req.request_id, req.num_computed_tokens)
-            if req.finished and start < end:  # (with speculation a row can reach its end steps early)
+            if (
+                req.finished and start < end
+            ):  # (with speculation a row can reach its end steps early)
                 step.schedule_padding(req, start, 1)
                 self.padded_end[req.request_id] = start + 1
 
@@ -116,12 +122,18 @@ class StaticPolicy(Policy):
             rows = grown
         prompt_len, reserve = max((r.prompt_len for r in rows), default=0), padded_len(rows)
         for req in rows:
-            step.admit(req, req.prompt_len, num_padding=prompt_len - req.prompt_len, reserve_tokens=reserve)
+            step.admit(
+                req, req.prompt_len, num_padding=prompt_len - req.prompt_len, reserve_tokens=reserve
+            )
         return rows
 
     def kept_kv(self) -> dict[str, int]:
         """The dead rows: their tokens, then the padding computed over them."""
-        return {r.request_id: self.padded_end.get(r.request_id, r.num_computed_tokens) for r in self.batch if r.finished}
+        return {
+            r.request_id: self.padded_end.get(r.request_id, r.num_computed_tokens)
+            for r in self.batch
+            if r.finished
+        }
 
     def on_finish(self, req: Request) -> list[Request]:
         """A row's KV stays until the batch's last row ends; then the whole batch's goes."""
@@ -160,7 +172,9 @@ class ChunkedPolicy(Policy):
 
     def schedule(self, step: StepBuilder) -> None:
         schedule_decodes(step)
-        for req in step.unscheduled_running():  # prompts part-way through their prefill, oldest first
+        for (
+            req
+        ) in step.unscheduled_running():  # prompts part-way through their prefill, oldest first
             if step.budget == 0:
                 break
             step.schedule_running(req, chunk_size(step, req))

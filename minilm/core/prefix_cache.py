@@ -10,6 +10,7 @@ vLLM's design (SGLang's RadixAttention finds the same hits with a radix tree):
 * A freed block keeps its key and joins the free queue's tail; it loses its key only when
   it reaches the head and a fresh block is needed: least-recently-used eviction.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -23,7 +24,9 @@ def block_keys(request: Request, block_size: int, num_blocks: int) -> list[tuple
     keys = request.block_keys
     while len(keys) < num_blocks:
         i = len(keys)
-        parent = hash(keys[-1]) if keys else 0  # ints and tuples of ints hash the same in every process
+        parent = (
+            hash(keys[-1]) if keys else 0
+        )  # ints and tuples of ints hash the same in every process
         keys.append((parent, tuple(request.token_ids(i * block_size, block_size))))
     return keys[:num_blocks]
 
@@ -36,7 +39,9 @@ class PrefixCachingBlockPool:
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.key: list[tuple | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # head: evicted first
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(
+            range(num_blocks)
+        )  # head: evicted first
         self.cached: dict[tuple, int] = {}  # key -> block
 
     @property

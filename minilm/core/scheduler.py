@@ -7,6 +7,7 @@
 It lives as long as the engine; a step's own state lives on the `StepBuilder` (step.py)
 made for that step alone, so nothing of one step is left behind for the next.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -30,7 +31,9 @@ class Scheduler:
 
     def add(self, req: Request) -> None:
         req.status = Status.PENDING
-        self.pending.insert(bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req)
+        self.pending.insert(
+            bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req
+        )
 
     def admit_arrivals(self, now: float) -> None:
         arrived = bisect.bisect_right(self.pending, now, key=lambda r: r.arrival)
@@ -102,7 +105,9 @@ class Scheduler:
         """The one way a request ends (stop, length, aborted): out of its queue, and its KV
         freed once the policy lets go of it (a static batch keeps its rows' KV until its
         longest row ends: `Policy.on_finish`)."""
-        {Status.PENDING: self.pending, Status.WAITING: self.waiting, Status.RUNNING: self.running}[req.status].remove(req)
+        {Status.PENDING: self.pending, Status.WAITING: self.waiting, Status.RUNNING: self.running}[
+            req.status
+        ].remove(req)
         req.status, req.finish_reason = Status.FINISHED, reason
         for r in self.policy.on_finish(req):
             self.kv_manager.free(r)

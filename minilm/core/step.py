@@ -6,9 +6,11 @@ request, asks the KV cache manager for slots, preempts when blocks run out and c
 the budget, so a policy cannot schedule a request twice, overrun the budget or touch a
 block it does not own: the verb refuses with an error that names the mistake (exercise 3).
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..plan import SeqWork, StepPlan
 from ..request import Request, Status
@@ -24,13 +26,17 @@ class StepBuilder:
         self.config = scheduler.config
         self.now = now
         budget = self.config.max_num_batched_tokens
-        self.budget = budget if budget is not None else 1 << 62  # tokens left in this step (static: no budget)
+        self.budget = (
+            budget if budget is not None else 1 << 62
+        )  # tokens left in this step (static: no budget)
         self.work: list[SeqWork] = []
         self.preempted: list[Request] = []
         self.scheduled: set[str] = set()
-        self.owed = len(scheduler.running)  # running requests not yet scheduled: drafts leave each a token
-        spec = self.config.speculative_config
-        self.lookahead = spec.num_lookahead_tokens if spec else 0
+        self.owed = len(
+            scheduler.running
+        )  # running requests not yet scheduled: drafts leave each a token
+        speculative = self.config.speculative_config
+        self.lookahead = speculative.num_lookahead_tokens if speculative else 0
 
     # ---- what a policy reads ----------------------------------------------------------
     @property
@@ -65,14 +71,25 @@ class StepBuilder:
         verifies its draft tokens, as many as the budget allows (lesson 10)."""
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
-            raise RuntimeError(f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
-                               f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
+            raise RuntimeError(
+                f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
+                f"max_num_batched_tokens={self.config.max_num_batched_tokens}"
+            )
         samples = num_tokens == req.num_remaining
-        drafts = req.spec_token_ids[:max(0, self.budget - num_tokens - (self.owed - 1))] if samples else []
+        drafts = (
+            req.spec_token_ids[: max(0, self.budget - num_tokens - (self.owed - 1))]
+            if samples
+            else []
+        )
         n = num_tokens + len(drafts)
-        while (table := self._kv.allocate_slots(req, n, self._lookahead(req, req.num_computed_tokens + n, samples))) \
-                is None:
-            victim = next(r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled)
+        while (
+            table := self._kv.allocate_slots(
+                req, n, self._lookahead(req, req.num_computed_tokens + n, samples)
+            )
+        ) is None:
+            victim = next(
+                r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled
+            )
             self._scheduler.preempt(victim)
             self.preempted.append(victim)
             self.owed -= 1
@@ -82,23 +99,31 @@ class StepBuilder:
         self._add_work(req, num_tokens, 0, table, drafts=drafts)
         return True
 
-    def can_admit(self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0) -> bool:
+    def can_admit(
+        self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0
+    ) -> bool:
         """Whether `admit` would succeed: a free seat (`max_num_seqs`), budget, KV blocks, and no
         preemption in this step (vLLM's rule: admitting into a step that evicted would thrash)."""
         return self._admission(req, num_tokens, num_padding, reserve_tokens) is not None
 
-    def admit(self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0) -> None:
+    def admit(
+        self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0
+    ) -> None:
         """Move the head of the waiting queue into the batch and schedule its first `num_tokens`
         (+ `num_padding` dummy tokens); a prefix found in the prefix cache needs no compute.
         `reserve_tokens`: KV slots it holds from now on, used or not (static's padded row)."""
         if not self.waiting or self.waiting[0] is not req:
-            raise RuntimeError(f"policy {self._policy_name!r}: admit() takes the head of the waiting queue, "
-                               f"not {req.request_id!r}")
+            raise RuntimeError(
+                f"policy {self._policy_name!r}: admit() takes the head of the waiting queue, "
+                f"not {req.request_id!r}"
+            )
         self._check(req, num_tokens, Status.WAITING)
         admission = self._admission(req, num_tokens, num_padding, reserve_tokens)
         if admission is None:
-            raise RuntimeError(f"policy {self._policy_name!r}: cannot admit {req.request_id!r} now "
-                               f"(check can_admit first)")
+            raise RuntimeError(
+                f"policy {self._policy_name!r}: cannot admit {req.request_id!r} now "
+                f"(check can_admit first)"
+            )
         computed, num_tokens, reserve_tokens = admission
         table = self._kv.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
         num_cached = len(computed) * self._kv.block_size
@@ -111,44 +136,74 @@ class StepBuilder:
         batch's longest row ends (lesson 2)."""
         rid, table = req.request_id, self._kv.block_tables.get(req.request_id)
         # one test on the hot path (a simulated static run pads a few hundred thousand rows)
-        if (table is None or req.status is not Status.FINISHED or rid in self.scheduled
-                or start + num_padding > len(table) * self._kv.block_size or num_padding > self.budget):
-            raise RuntimeError(f"policy {self._policy_name!r}: cannot pad {rid!r} by {num_padding} at {start}: "
-                               f"padding is for finished requests that hold their KV, once a step, within their "
-                               f"KV slots and the budget")
+        if (
+            table is None
+            or req.status is not Status.FINISHED
+            or rid in self.scheduled
+            or start + num_padding > len(table) * self._kv.block_size
+            or num_padding > self.budget
+        ):
+            raise RuntimeError(
+                f"policy {self._policy_name!r}: cannot pad {rid!r} by {num_padding} at {start}: "
+                f"padding is for finished requests that hold their KV, once a step, within their "
+                f"KV slots and the budget"
+            )
         self.scheduled.add(rid)
         self.budget -= num_padding
-        self.work.append(SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False))
+        self.work.append(
+            SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False)
+        )
 
     def plan(self) -> StepPlan:
         """The step as planned, with the state it leaves as it runs."""
         s, kv = self._scheduler, self._kv
         tables, cached_free = kv.snapshot() if self.config.record_kv_blocks else (None, None)
-        return StepPlan(self.work, self.preempted, len(s.running), len(s.waiting),
-                        kv.num_used_blocks, self._stored_tokens(), tables, cached_free)
+        return StepPlan(
+            self.work,
+            self.preempted,
+            len(s.running),
+            len(s.waiting),
+            kv.num_used_blocks,
+            self._stored_tokens(),
+            tables,
+            cached_free,
+        )
 
     def _stored_tokens(self) -> int:
         """KV slots holding a token once the step has run: each block table's up to its request's end,
         a block in several tables (always a full one: prefix caching, lesson 8) counted once."""
-        ends = self._scheduler.policy.kept_kv()  # finished requests a policy keeps (a static batch's dead rows)
+        ends = (
+            self._scheduler.policy.kept_kv()
+        )  # finished requests a policy keeps (a static batch's dead rows)
         ends.update((r.request_id, r.num_computed_tokens) for r in self._scheduler.running)
-        ends.update((w.request.request_id, w.end) for w in self.work)  # the step's requests at their new end
+        ends.update(
+            (w.request.request_id, w.end) for w in self.work
+        )  # the step's requests at their new end
         kv, bs = self._kv, self._kv.block_size
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
-        return sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items()) - repeats * bs
+        return (
+            sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items())
+            - repeats * bs
+        )
 
     # ---- bookkeeping ------------------------------------------------------------------
-    def _admission(self, req: Request, num_tokens: int, num_padding: int,
-                   reserve_tokens: int) -> tuple[list[int], int, int] | None:
+    def _admission(
+        self, req: Request, num_tokens: int, num_padding: int, reserve_tokens: int
+    ) -> tuple[list[int], int, int] | None:
         """(its cached prefix blocks, the tokens left to compute after them, the KV slots to hold)
         if `req` can be admitted now."""
         computed = self._kv.get_computed_blocks(req)
         end = len(computed) * self._kv.block_size + num_tokens
         num_tokens -= max(0, end - req.num_tokens)
-        reserve_tokens = max(reserve_tokens, self._lookahead(req, min(end, req.num_tokens), end >= req.num_tokens))
-        if (not self.preempted and len(self._scheduler.running) < self.config.max_num_seqs
-                and num_tokens + num_padding <= self.budget
-                and self._kv.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)):
+        reserve_tokens = max(
+            reserve_tokens, self._lookahead(req, min(end, req.num_tokens), end >= req.num_tokens)
+        )
+        if (
+            not self.preempted
+            and len(self._scheduler.running) < self.config.max_num_seqs
+            and num_tokens + num_padding <= self.budget
+            and self._kv.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)
+        ):
             return computed, num_tokens, reserve_tokens
         return None
 
@@ -160,20 +215,43 @@ class StepBuilder:
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:
         name, rid = self._policy_name, req.request_id
         if req.status is not status:
-            raise RuntimeError(f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}")
+            raise RuntimeError(
+                f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}"
+            )
         if rid in self.scheduled:
             raise RuntimeError(f"policy {name!r}: {rid!r} is already scheduled in this step")
         if not 0 < num_tokens <= req.num_remaining:
-            raise RuntimeError(f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
-                               f"{req.num_remaining} left to compute")
+            raise RuntimeError(
+                f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
+                f"{req.num_remaining} left to compute"
+            )
 
-    def _add_work(self, req: Request, num_tokens: int, num_padding: int, table: list[int],
-                  num_cached: int = 0, drafts: list[int] = ()) -> None:
+    def _add_work(
+        self,
+        req: Request,
+        num_tokens: int,
+        num_padding: int,
+        table: list[int],
+        num_cached: int = 0,
+        drafts: list[int] = (),
+    ) -> None:
         start = req.num_computed_tokens
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
         num_tokens += len(drafts)
-        self.work.append(SeqWork(req, num_tokens, num_padding, start, start + num_tokens + num_padding, table,
-                                 "decode" if decode else "prefill", samples, num_cached, list(drafts)))
+        self.work.append(
+            SeqWork(
+                req,
+                num_tokens,
+                num_padding,
+                start,
+                start + num_tokens + num_padding,
+                table,
+                "decode" if decode else "prefill",
+                samples,
+                num_cached,
+                list(drafts),
+            )
+        )
         self.scheduled.add(req.request_id)
         self.budget -= num_tokens + num_padding

@@ -9,10 +9,11 @@ so it runs on the flat batch as if it were one long sequence.
 Parameter names match Hugging Face's `LlamaForCausalLM` / `Qwen2ForCausalLM`, so a
 `state_dict` loads from and saves to an HF checkpoint unchanged.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,9 @@ class AttentionMetadata:
         return self.scratch["host"]
 
 
-AttentionFn = Callable[..., torch.Tensor]  # attention(q, k_cache, v_cache, meta, scale): attention/__init__.py
+AttentionFn = Callable[
+    ..., torch.Tensor
+]  # attention(q, k_cache, v_cache, meta, scale): attention/__init__.py
 WriteKVFn = Callable[..., None]  # write_kv(k, v, k_cache, v_cache, slot_mapping)
 
 
@@ -66,12 +69,19 @@ class RMSNorm(nn.Module):
         return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding angles for each token's own position (not its index in the batch)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (
+        theta
+        ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    )
     angles = positions.float()[:, None] * inv_freq[None, :]
     # HF's non-interleaved ("rotate_half") layout; the sin of the first half carries rotate_half's minus sign
-    return torch.cat([angles, angles], dim=-1).cos()[:, None, :], torch.cat([-angles, angles], dim=-1).sin()[:, None, :]
+    return torch.cat([angles, angles], dim=-1).cos()[:, None, :], torch.cat(
+        [-angles, angles], dim=-1
+    ).sin()[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -84,15 +94,28 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
         bias = cfg.attention_bias
         self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, k_cache, v_cache, meta: AttentionMetadata,
-                attention: AttentionFn, write_kv: WriteKVFn) -> torch.Tensor:
+    def forward(
+        self,
+        x,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        meta: AttentionMetadata,
+        attention: AttentionFn,
+        write_kv: WriteKVFn,
+    ) -> torch.Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
@@ -101,7 +124,7 @@ class Attention(nn.Module):
         # New K/V go into the cache first, so attention reads every key (old and new)
         # from one place: the paged cache, through the block tables.
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = attention(q, k_cache, v_cache, meta, self.head_dim ** -0.5)
+        out = attention(q, k_cache, v_cache, meta, self.head_dim**-0.5)
         return self.o_proj(out.reshape(T, self.num_heads * self.head_dim))
 
 
@@ -127,7 +150,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, k_cache, v_cache, meta, attention, write_kv):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, meta, attention, write_kv)
+        x = x + self.self_attn(
+            self.input_layernorm(x), cos, sin, k_cache, v_cache, meta, attention, write_kv
+        )
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -150,7 +175,7 @@ class LlamaModel(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def init_random(self, seed: int, std: float = 0.02) -> "LlamaModel":
+    def init_random(self, seed: int, std: float = 0.02) -> LlamaModel:
         """Deterministic random weights (the same on every machine for a given seed)."""
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -161,8 +186,15 @@ class LlamaModel(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
         return self
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
-                meta: AttentionMetadata, attention: AttentionFn, write_kv: WriteKVFn) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        attention: AttentionFn,
+        write_kv: WriteKVFn,
+    ) -> torch.Tensor:
         """Hidden states [T, hidden] of a ragged batch; `kv_cache` is [layers, 2, blocks, block_size, Hkv, D]."""
         cfg = self.config
         cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)

@@ -4,6 +4,7 @@
 `load_model(path)` reads a checkpoint directory and checks every tensor's name and
 shape before using it, so a broken checkpoint fails with a message, not garbage.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,11 +42,15 @@ def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, 
         raise ValueError(f"{path}: no *.safetensors file")
     missing = sorted(set(expected) - set(tensors))
     if missing:
-        raise ValueError(f"{path}: checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
+        raise ValueError(
+            f"{path}: checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}"
+        )
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"{path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
-                             f"the config needs {shape}")
+            raise ValueError(
+                f"{path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
+                f"the config needs {shape}"
+            )
     return tensors
 
 
@@ -58,14 +63,22 @@ def resolve_model_path(name_or_path: str | Path) -> Path | None:
         return p
     if (CHECKPOINTS_DIR / str(name_or_path) / "config.json").exists():
         return CHECKPOINTS_DIR / str(name_or_path)
-    shipped = sorted(d.name for d in CHECKPOINTS_DIR.glob("*") if (d / "config.json").exists()) \
-        if CHECKPOINTS_DIR.exists() else []
-    raise InvalidValue("model", str(name_or_path), f"not a preset ({', '.join(MODEL_PRESETS)}), a shipped "
-                       f"checkpoint ({', '.join(shipped) or 'none'}) or a directory with config.json")
+    shipped = (
+        sorted(d.name for d in CHECKPOINTS_DIR.glob("*") if (d / "config.json").exists())
+        if CHECKPOINTS_DIR.exists()
+        else []
+    )
+    raise InvalidValue(
+        "model",
+        str(name_or_path),
+        f"not a preset ({', '.join(MODEL_PRESETS)}), a shipped "
+        f"checkpoint ({', '.join(shipped) or 'none'}) or a directory with config.json",
+    )
 
 
-def load_model(name_or_path: str | Path = "tiny", device: str = "cpu", dtype: str = "float32",
-               seed: int = 0) -> LlamaModel:
+def load_model(
+    name_or_path: str | Path = "tiny", device: str = "cpu", dtype: str = "float32", seed: int = 0
+) -> LlamaModel:
     """A preset with random weights from `seed`, or an HF-format checkpoint directory."""
     path = resolve_model_path(name_or_path)
     if path is None:

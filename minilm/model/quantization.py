@@ -10,6 +10,7 @@ next token is picked from, and here it is tied to the embedding, a lookup with n
 Fewer bytes read per step is the gain; whether it is faster depends on the kernels, and
 on this CPU it is not (bench/quantization.py measures speed and quality; lesson 10).
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,20 +24,28 @@ def quantize(model: nn.Module, method: str | None) -> nn.Module:
     """A copy of `model` with its linear layers but lm_head quantized by `method` (None: `model`)."""
     if method is None:
         return model
-    logging.disable(logging.WARNING)  # a CPU torch can't load torchao's CUDA extensions: it says so, loudly
+    logging.disable(
+        logging.WARNING
+    )  # a CPU torch can't load torchao's CUDA extensions: it says so, loudly
     try:
         import torchao.quantization as ao  # noqa: PLC0415 (slow to import: only when asked for)
     finally:
         logging.disable(logging.NOTSET)
     config = {"int8": ao.Int8WeightOnlyConfig, "fp8": ao.Float8WeightOnlyConfig}[method]()
-    model = copy.deepcopy(model)  # the caller's model stays as it was (a lesson may build two engines from it)
-    ao.quantize_(model, config, filter_fn=lambda m, name: isinstance(m, nn.Linear) and name != "lm_head")
+    model = copy.deepcopy(
+        model
+    )  # the caller's model stays as it was (a lesson may build two engines from it)
+    ao.quantize_(
+        model, config, filter_fn=lambda m, name: isinstance(m, nn.Linear) and name != "lm_head"
+    )
     return model
 
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of the parameters as stored, a tied one once (a quantized weight: its 8-bit data and scales)."""
+
     def nbytes(p: torch.Tensor) -> int:
         inner = p.__tensor_flatten__()[0] if hasattr(p, "__tensor_flatten__") else []
         return sum(getattr(p, name).nbytes for name in inner) or p.nbytes
+
     return sum(nbytes(p) for p in model.parameters())

@@ -5,6 +5,7 @@ out. `build_step_inputs` flattens a plan into one ragged batch (docs/DESIGN.md, 
 step"); static batching's padding tokens are real rows of it: they cost what a real
 token costs, and their results are thrown away.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,11 +23,24 @@ from .quantization import weight_bytes
 from .sampling import accept, token_logprobs
 
 
-def allocate_kv_cache(model: ModelConfig, num_blocks: int, block_size: int,
-                      dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+def allocate_kv_cache(
+    model: ModelConfig,
+    num_blocks: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: str | torch.device,
+) -> torch.Tensor:
     """[layers, 2 (K,V), num_blocks, block_size, Hkv, D], vLLM's per-layer layout."""
-    return torch.zeros(model.num_hidden_layers, 2, num_blocks, block_size,
-                       model.num_key_value_heads, model.head_dim, dtype=dtype, device=device)
+    return torch.zeros(
+        model.num_hidden_layers,
+        2,
+        num_blocks,
+        block_size,
+        model.num_key_value_heads,
+        model.head_dim,
+        dtype=dtype,
+        device=device,
+    )
 
 
 def device_time(device_type: str) -> float:
@@ -37,8 +51,9 @@ def device_time(device_type: str) -> float:
     return time.perf_counter()
 
 
-def slot_mapping(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                 block_size: int) -> torch.Tensor:
+def slot_mapping(
+    block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Flat cache slot (block * block_size + offset) of token t, at `positions[t]` of the
     sequence in row `rows[t]` of `block_tables [B, max_blocks]`."""
     blocks = block_tables[rows, positions // block_size].long()
@@ -47,15 +62,20 @@ def slot_mapping(block_tables: torch.Tensor, rows: torch.Tensor, positions: torc
 
 @dataclass
 class StepInputs:
-    input_ids: torch.Tensor    # [T]
-    positions: torch.Tensor    # [T]
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # [S] index in the flat batch of each token whose next token is sampled
-    sample_work: list          # the SeqWork of each sampling sequence: 1 + its drafts rows each, in order
+    sample_rows: (
+        torch.Tensor
+    )  # [S] index in the flat batch of each token whose next token is sampled
+    sample_work: list  # the SeqWork of each sampling sequence: 1 + its drafts rows each, in order
 
 
-def ragged_batch(seqs: list[tuple[list[int], int, list[int]]], block_size: int,
-                 device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+def ragged_batch(
+    seqs: list[tuple[list[int], int, list[int]]],
+    block_size: int,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """(input_ids, positions, metadata) of one flat batch, from (token ids, position of the first,
     block table) of each sequence; each attends to its cache up to its last new token. The
     metadata keeps the layout's lists too, so no layer reads it back from the device."""
@@ -63,41 +83,51 @@ def ragged_batch(seqs: list[tuple[list[int], int, list[int]]], block_size: int,
     cu = [0, *accumulate(lens)]
     context_lens = [start + n for (_, start, _), n in zip(seqs, lens)]
     width = max(len(table) for _, _, table in seqs)
-    block_tables = torch.tensor([table + [0] * (width - len(table)) for _, _, table in seqs], dtype=torch.int32)
+    block_tables = torch.tensor(
+        [table + [0] * (width - len(table)) for _, _, table in seqs], dtype=torch.int32
+    )
     # each token's row (sequence) and its position in that sequence
     rows = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
     starts = torch.tensor([start for _, start, _ in seqs])
     positions = starts[rows] + torch.arange(cu[-1]) - torch.tensor(cu)[rows]
-    meta = AttentionMetadata(cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-                             context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
-                             block_tables=block_tables.to(device),
-                             slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device),
-                             cu_seqlens_q_host=cu, context_lens_host=context_lens)
+    meta = AttentionMetadata(
+        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
+        context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
+        block_tables=block_tables.to(device),
+        slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device),
+        cu_seqlens_q_host=cu,
+        context_lens_host=context_lens,
+    )
     input_ids = torch.tensor([t for ids, _, _ in seqs for t in ids], device=device)
     return input_ids, positions.to(device), meta
 
 
-def build_step_inputs(plan: StepPlan, block_size: int, pad_token_id: int,
-                      device: str | torch.device = "cpu") -> StepInputs:
+def build_step_inputs(
+    plan: StepPlan, block_size: int, pad_token_id: int, device: str | torch.device = "cpu"
+) -> StepInputs:
     """The plan's ragged batch. A sampling sequence is sampled after its last known token and
     after each of its draft tokens, which are the last of its new tokens (lesson 10)."""
     seqs, sample_rows, sample_work = [], [], []
     num_tokens = 0
     for w in plan.work:
         known = w.num_new_tokens - len(w.draft_token_ids)
-        ids = w.request.token_ids(w.start, known) + w.draft_token_ids + [pad_token_id] * w.num_padding
+        ids = (
+            w.request.token_ids(w.start, known) + w.draft_token_ids + [pad_token_id] * w.num_padding
+        )
         if w.samples:
             sample_rows += range(num_tokens + known - 1, num_tokens + w.num_new_tokens)
             sample_work.append(w)
         seqs.append((ids, w.start, w.block_table))
         num_tokens += len(ids)
     input_ids, positions, meta = ragged_batch(seqs, block_size, device)
-    return StepInputs(input_ids, positions, meta, torch.tensor(sample_rows, device=device), sample_work)
+    return StepInputs(
+        input_ids, positions, meta, torch.tensor(sample_rows, device=device), sample_work
+    )
 
 
 def split_list(items: list, counts: list[int]) -> list[list]:
     ends = list(accumulate(counts))
-    return [items[e - n:e] for e, n in zip(ends, counts)]
+    return [items[e - n : e] for e, n in zip(ends, counts)]
 
 
 class ModelRunner:
@@ -108,8 +138,13 @@ class ModelRunner:
     def __init__(self, model: LlamaModel, config: EngineConfig, name: str, pad_token_id: int = 0):
         """`config`: resolved (num_blocks, attention_backend set: core/builder.py)."""
         self.model, self.model_config = model, model.config
-        self.kv_cache = allocate_kv_cache(model.config, config.num_blocks, config.block_size,
-                                          resolve_dtype(config.dtype), config.device)
+        self.kv_cache = allocate_kv_cache(
+            model.config,
+            config.num_blocks,
+            config.block_size,
+            resolve_dtype(config.dtype),
+            config.device,
+        )
         self.block_size = config.block_size
         self.backend = config.attention_backend
         self.attention, self.write_kv = get_backend(self.backend)
@@ -118,29 +153,43 @@ class ModelRunner:
         self.generators: dict[str, torch.Generator | None] = {}
 
     def describe(self) -> dict:
-        return {"model": self.name, "backend": self.backend, "device": str(self.device),
-                "dtype": str(self.kv_cache.dtype).removeprefix("torch."), "quantization": self.quantization,
-                "weight_bytes": weight_bytes(self.model)}
+        return {
+            "model": self.name,
+            "backend": self.backend,
+            "device": str(self.device),
+            "dtype": str(self.kv_cache.dtype).removeprefix("torch."),
+            "quantization": self.quantization,
+            "weight_bytes": weight_bytes(self.model),
+        }
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         """The tokens each sequence that samples in this step keeps: its accepted drafts, then
         one of the target's own (without drafts: just that one)."""
         inp = build_step_inputs(plan, self.block_size, self.pad_token_id, self.device)
         with torch.inference_mode():
-            hidden = self.model(inp.input_ids, inp.positions, self.kv_cache, inp.meta,
-                                self.attention, self.write_kv)
+            hidden = self.model(
+                inp.input_ids, inp.positions, self.kv_cache, inp.meta, self.attention, self.write_kv
+            )
             if not inp.sample_work:
                 return ModelOutput({})
             logits = self.model.logits(hidden[inp.sample_rows])
         reqs = [w.request for w in inp.sample_work]
         counts = [1 + len(w.draft_token_ids) for w in inp.sample_work]
-        row_reqs = [(r, i) for r, n in zip(reqs, counts) for i in range(n)]  # row i of a request: its i-th new token
-        logprobs = token_logprobs(logits, [r.params.logprobs for r, _ in row_reqs])  # raw, as vLLM's: before any mask
+        row_reqs = [
+            (r, i) for r, n in zip(reqs, counts) for i in range(n)
+        ]  # row i of a request: its i-th new token
+        logprobs = token_logprobs(
+            logits, [r.params.logprobs for r, _ in row_reqs]
+        )  # raw, as vLLM's: before any mask
         for row, (r, i) in enumerate(row_reqs):  # min_tokens: no end (EOS, a stop id) yet
             if len(r.output_ids) + i < r.params.min_tokens:
-                logits[row, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]] = float("-inf")
+                logits[
+                    row, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]
+                ] = float("-inf")
         out = ModelOutput({})
-        for w, rows, lps in zip(inp.sample_work, logits.split(counts), split_list(logprobs, counts)):
+        for w, rows, lps in zip(
+            inp.sample_work, logits.split(counts), split_list(logprobs, counts)
+        ):
             r = w.request
             tokens = accept(rows, w.draft_token_ids, r.params, self.generator(r))
             out.sampled_token_ids[r.request_id] = tokens

@@ -2,6 +2,7 @@
 tokens (speculative decoding). A request with a seed draws from its own generator, so what it
 samples does not depend on its batch-mates.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,12 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
-def accept(logits: torch.Tensor, draft: list[int], params: SamplingParams,
-           generator: torch.Generator | None) -> list[int]:
+def accept(
+    logits: torch.Tensor,
+    draft: list[int],
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> list[int]:
     """The tokens one sequence keeps from a step: `logits [1 + d, V]` are the target's after its
     last known token and after each of its `d` draft tokens (lesson 10). Greedy: keep drafts
     while each is the target's argmax, then the target's own next token. Sampling: rejection
@@ -42,14 +47,26 @@ def accept(logits: torch.Tensor, draft: list[int], params: SamplingParams,
         if torch.rand(1, generator=generator).item() < p[x]:
             kept.append(x)
             continue
-        p[x] = 0.0  # rejected: the residual max(0, p - q) for a one-hot q, renormalised by multinomial
+        p[x] = (
+            0.0  # rejected: the residual max(0, p - q) for a one-hot q, renormalised by multinomial
+        )
         return kept + [int(torch.multinomial(p, 1, generator=generator).item())]
-    return kept + [int(torch.multinomial(target_probs(logits[len(draft)], params), 1, generator=generator).item())]
+    return kept + [
+        int(
+            torch.multinomial(
+                target_probs(logits[len(draft)], params), 1, generator=generator
+            ).item()
+        )
+    ]
 
 
 def target_probs(row: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution a request samples from: softmax(logits / temperature), top-k and top-p applied."""
-    return filter_logits(row.float() / params.temperature, params.top_k, params.top_p).softmax(-1).cpu()
+    return (
+        filter_logits(row.float() / params.temperature, params.top_k, params.top_p)
+        .softmax(-1)
+        .cpu()
+    )
 
 
 def token_logprobs(logits: torch.Tensor, num_top: list[int | None]) -> list:
@@ -63,4 +80,5 @@ def token_logprobs(logits: torch.Tensor, num_top: list[int | None]) -> list:
         top = torch.topk(row, n) if n else None
         best = [[int(t), float(v)] for t, v in zip(top.indices, top.values)] if n else []
         return lambda token: [float(row[token]), best]
+
     return [None if n is None else of_row(logp[i], n) for i, n in enumerate(num_top)]

@@ -1,6 +1,7 @@
 """Tokenizers: a byte-level one for random-weight models, and HF `tokenizer.json` files,
 with one small interface: `encode`, `decode`, `eos_token_id`, `bos_token_id`, `vocab_size`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,9 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         # ids past the bytes (a random model's vocabulary can be larger) show as U+FFFD
-        text = bytes(i if i < 256 else 0xFF for i in ids if i not in (self.bos_token_id, self.eos_token_id))
+        text = bytes(
+            i if i < 256 else 0xFF for i in ids if i not in (self.bos_token_id, self.eos_token_id)
+        )
         return text.decode("utf-8", errors="replace")
 
 

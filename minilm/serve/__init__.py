@@ -1,3 +1,4 @@
-"""Serving: an OpenAI-compatible HTTP server over one engine (server.py, engine_thread.py,
-openai_api.py, metrics.py), a client that loads any such server (bench_serve.py), its
-result files (bench_result.py), and a server in a child process (process.py). Lesson 9."""
+"""Serving (lesson 9): an OpenAI-compatible HTTP server over one engine. server.py and
+openai_api.py speak HTTP; engine_client.py is their handle on the engine, which runs in a
+process of its own (engine_core.py) or a thread (engine_thread.py), both driving
+engine_loop.py. The load client and its result files are the clients' (minilm/client/)."""

@@ -9,6 +9,7 @@ middleware is). Public: the page at / (it asks its visitor for the key), /health
 /metrics (counts, open in vLLM too) and /timeline, the live Gantt on the projector: it
 carries lengths and times only, never text (public.py `public_view`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,18 +30,17 @@ KEY_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: read off a sl
 def check_api_key(key: str) -> None:
     """A key a browser and curl can send: printable ASCII, no spaces (it travels in a header)."""
     if not key or not all(33 <= ord(c) < 127 for c in key):
-        raise InvalidValue("--api-key (or MINILM_API_KEY)", key, "must be printable ASCII without spaces (it "
-                           "travels in an HTTP header); leave it out for a server without a key")
+        raise InvalidValue(
+            "--api-key (or MINILM_API_KEY)",
+            key,
+            "must be printable ASCII without spaces (it "
+            "travels in an HTTP header); leave it out for a server without a key",
+        )
 
 
 def room_key(length: int = 6) -> str:
     """A short random key for a lecture's slide (31**6, about 9e8 keys: a lecture hour is too short to guess one)."""
     return "".join(secrets.choice(KEY_ALPHABET) for _ in range(length))
-
-
-def bearer(key: str | None) -> dict[str, str]:
-    """The header a client sends with `key` (none without one)."""
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def key_matches(authorization: str | None, key: str) -> bool:
@@ -55,8 +55,11 @@ def sha256(text: str) -> bytes:
 
 
 def unauthorized(authorization: str | None) -> JSONResponse:
-    message = ("this server asks for an API key: send the header `Authorization: Bearer KEY`"
-               if authorization is None else "incorrect API key provided")
+    message = (
+        "this server asks for an API key: send the header `Authorization: Bearer KEY`"
+        if authorization is None
+        else "incorrect API key provided"
+    )
     error = APIError(401, message, code="invalid_api_key")
     return JSONResponse(error.to_json(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
 

@@ -11,6 +11,7 @@ Decoding the whole output at every token costs O(n^2) over a request; vLLM decod
 short window instead (`prefix_offset`, `read_offset`). Outputs here are at most a few
 hundred tokens, so the window is the last few tokens plus what is still held back.
 """
+
 from __future__ import annotations
 
 REPLACEMENT = "\ufffd"
@@ -22,17 +23,17 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.prefix_offset = 0  # decode from here ...
-        self.read_offset = 0    # ... text up to here has been sent
+        self.read_offset = 0  # ... text up to here has been sent
 
     def add(self, token_ids: list[int], final: bool = False) -> str:
         """The new text these tokens add ('' while a character is incomplete, unless `final`)."""
         self.ids.extend(token_ids)
         decode = self.tokenizer.decode
-        sent = decode(self.ids[self.prefix_offset:self.read_offset])
-        text = decode(self.ids[self.prefix_offset:])
+        sent = decode(self.ids[self.prefix_offset : self.read_offset])
+        text = decode(self.ids[self.prefix_offset :])
         if len(text) <= len(sent) or (text.endswith(REPLACEMENT) and not final):
             return ""
-        new = text[len(sent):]
+        new = text[len(sent) :]
         self.read_offset = len(self.ids)
         self.prefix_offset = max(0, self.read_offset - WINDOW)
         return new
@@ -54,7 +55,7 @@ class StopChecker:
         text = self.held + text
         found = [text.find(s) for s in self.stops if s in text]
         if found:
-            return text[:min(found)], True
+            return text[: min(found)], True
         cut = len(text) if final else max(0, len(text) - self.hold)
         self.held = text[cut:]
         return text[:cut], False

@@ -13,6 +13,7 @@ commands one way, each step's events the other. The engine-core process is a bus
 If the engine-core process dies, the HTTP side sees its exit at once (the process's
 sentinel): every stream still open ends with an error event, and new requests get 503.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,13 +27,20 @@ import zmq
 import zmq.asyncio
 
 from ..config import EngineConfig
-from .client import EngineClient, EngineInfo
+from .engine_client import EngineClient, EngineInfo
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
 from .metrics import ServerMetrics
 
 
-def run_engine_core(model: str, config: EngineConfig, commands_addr: str, events_addr: str,
-                    max_waiting: int | None, stream_interval: int, timeline_path: str | None) -> None:
+def run_engine_core(
+    model: str,
+    config: EngineConfig,
+    commands_addr: str,
+    events_addr: str,
+    max_waiting: int | None,
+    stream_interval: int,
+    timeline_path: str | None,
+) -> None:
     """The engine-core process's main: build the engine, then serve commands until Stop."""
     from ..core.clock import WallClock
     from ..core.engine import Engine
@@ -49,12 +57,20 @@ def run_engine_core(model: str, config: EngineConfig, commands_addr: str, events
         stopping = False
         while not stopping:
             out = []  # the commands' answers go out before the step, which may fail
-            for command in receive(commands, block=not engine.has_unfinished(), until=loop.draining_until):
+            for command in receive(
+                commands, block=not engine.has_unfinished(), until=loop.draining_until
+            ):
                 stopping = stopping or isinstance(command, Stop)
                 out += [] if isinstance(command, Stop) else loop.apply(command)
             if out:
                 events.send(encode(out))
-            out = loop.abort_all() if stopping or loop.drain_due() else loop.step() if engine.has_unfinished() else []
+            out = (
+                loop.abort_all()
+                if stopping or loop.drain_due()
+                else loop.step()
+                if engine.has_unfinished()
+                else []
+            )
             if out:
                 events.send(encode(out))
         write_timeline(engine, timeline_path)
@@ -80,8 +96,15 @@ def receive(sock: zmq.Socket, block: bool, until: float | None) -> list[Command]
 
 
 class ProcessEngineClient(EngineClient):
-    def __init__(self, model: str, config: EngineConfig, metrics: ServerMetrics, max_waiting: int | None = 1024,
-                 stream_interval: int = 1, timeline_path: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        config: EngineConfig,
+        metrics: ServerMetrics,
+        max_waiting: int | None = 1024,
+        stream_interval: int = 1,
+        timeline_path: str | None = None,
+    ):
         super().__init__(metrics)
         self.args = (model, config, max_waiting, stream_interval, timeline_path)
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
@@ -102,8 +125,11 @@ class ProcessEngineClient(EngineClient):
     async def start(self, timeout: float = 300.0) -> None:
         model, config, max_waiting, stream_interval, timeline_path = self.args
         self.process = multiprocessing.get_context("spawn").Process(
-            target=run_engine_core, name="minilm-engine-core", daemon=True,
-            args=(model, config, *self.addrs, max_waiting, stream_interval, timeline_path))
+            target=run_engine_core,
+            name="minilm-engine-core",
+            daemon=True,
+            args=(model, config, *self.addrs, max_waiting, stream_interval, timeline_path),
+        )
         self.process.start()
         loop = asyncio.get_running_loop()
         loop.add_reader(self.process.sentinel, self.exited)  # readable once the process has ended

@@ -13,6 +13,7 @@ Each accepted request gets exactly one Accepted, then Tokens events (every
 `stream_interval` tokens, the first at once) until exactly one has a finish_reason:
 none is lost, none finishes twice.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,9 +22,20 @@ import time
 from ..config import InvalidValue
 from ..core.engine import Engine, record_request
 from ..timeline import StepRecord
+from .messages import (
+    Abort,
+    Accepted,
+    Add,
+    Command,
+    Drain,
+    Event,
+    Rejected,
+    Snapshot,
+    SnapshotData,
+    StepStats,
+    Tokens,
+)
 from .public import public_view
-from .messages import (Abort, Accepted, Add, Command, Drain, Event, Rejected, Snapshot, SnapshotData, StepStats,
-                       Tokens)
 
 
 class EngineLoop:
@@ -31,8 +43,8 @@ class EngineLoop:
         """`max_waiting`: requests allowed to wait for a place in the batch; past it new ones get
         HTTP 429. `stream_interval`: hand over a request's tokens every N tokens (vLLM's flag)."""
         self.engine, self.max_waiting, self.stream_interval = engine, max_waiting, stream_interval
-        self.request_ids: dict[int, str] = {}   # key -> request id, unfinished requests only
-        self.sent: dict[int, int] = {}          # key -> output tokens handed over so far
+        self.request_ids: dict[int, str] = {}  # key -> request id, unfinished requests only
+        self.sent: dict[int, int] = {}  # key -> output tokens handed over so far
         self.draining_until: float | None = None
 
     # ---- commands ----------------------------------------------------------------------
@@ -42,7 +54,9 @@ class EngineLoop:
         if isinstance(command, Abort):
             return self.abort(command.key, command.reason)
         if isinstance(command, Snapshot):
-            return [SnapshotData(command.key, self.snapshot(command.since_step, command.since_request))]
+            return [
+                SnapshotData(command.key, self.snapshot(command.since_step, command.since_request))
+            ]
         if isinstance(command, Drain):
             self.draining_until = time.monotonic() + command.timeout
         return []
@@ -50,13 +64,30 @@ class EngineLoop:
     def add(self, cmd: Add) -> Event:
         engine = self.engine
         if self.draining_until is not None:
-            return Rejected(cmd.key, 503, "the server is shutting down", code="shutdown", type="service_unavailable")
+            return Rejected(
+                cmd.key,
+                503,
+                "the server is shutting down",
+                code="shutdown",
+                type="service_unavailable",
+            )
         if self.max_waiting is not None and engine.num_waiting >= self.max_waiting:
-            return Rejected(cmd.key, 429, f"{engine.num_waiting} requests are already waiting (--max-waiting "
-                            f"{self.max_waiting}); retry later", code="queue_full", type="rate_limit_exceeded")
+            return Rejected(
+                cmd.key,
+                429,
+                f"{engine.num_waiting} requests are already waiting (--max-waiting "
+                f"{self.max_waiting}); retry later",
+                code="queue_full",
+                type="rate_limit_exceeded",
+            )
         try:  # the engine's own checks: nothing is added when one fails
-            req = engine.add_request(cmd.request_id, cmd.prompt_ids, max_tokens=cmd.max_tokens,
-                                     arrival=self.arrival(cmd.arrival), **cmd.sampling)
+            req = engine.add_request(
+                cmd.request_id,
+                cmd.prompt_ids,
+                max_tokens=cmd.max_tokens,
+                arrival=self.arrival(cmd.arrival),
+                **cmd.sampling,
+            )
         except InvalidValue as e:
             return Rejected(cmd.key, 400, str(e), e.name, e.code)
         self.request_ids[cmd.key], self.sent[cmd.key] = req.request_id, 0
@@ -75,14 +106,21 @@ class EngineLoop:
         if rid is None or not self.engine.abort(rid, reason):  # finished already, or never accepted
             return []
         self.sent.pop(key)
-        return [Tokens(key, [], finish_reason=reason), self.stats(None, [self.engine.requests[rid]])]
+        return [
+            Tokens(key, [], finish_reason=reason),
+            self.stats(None, [self.engine.requests[rid]]),
+        ]
 
     def abort_all(self) -> list[Event]:
         return [e for key in list(self.request_ids) for e in self.abort(key)]
 
     def drain_due(self) -> bool:
         """Shutting down, the grace period is over, and requests are still in flight."""
-        return self.draining_until is not None and time.monotonic() >= self.draining_until and bool(self.request_ids)
+        return (
+            self.draining_until is not None
+            and time.monotonic() >= self.draining_until
+            and bool(self.request_ids)
+        )
 
     # ---- one step ------------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -94,9 +132,16 @@ class EngineLoop:
             new = len(req.output_ids) - self.sent[key]
             if not req.finished and (not new or (self.sent[key] and new < self.stream_interval)):
                 continue  # nothing sampled yet (a prompt chunk), or fewer tokens than --stream-interval
-            events.append(Tokens(key, req.output_ids[self.sent[key]:], req.output_logprobs[self.sent[key]:]
-                                 if req.params.logprobs is not None else None,
-                                 req.finish_reason if req.finished else None))
+            events.append(
+                Tokens(
+                    key,
+                    req.output_ids[self.sent[key] :],
+                    req.output_logprobs[self.sent[key] :]
+                    if req.params.logprobs is not None
+                    else None,
+                    req.finish_reason if req.finished else None,
+                )
+            )
             self.sent[key] = len(req.output_ids)
             if req.finished:
                 finished.append(req)
@@ -106,10 +151,20 @@ class EngineLoop:
     def stats(self, record: StepRecord | None, finished: list) -> StepStats:
         """The step's numbers for /metrics: tokens sampled, first tokens, gaps (one per request and step,
         as vLLM's: tokens a step kept together come out together), finishes, gauges, drafts verified."""
-        engine, new_tokens, prompt_tokens, ttfts, queue, itls, drafts = self.engine, 0, 0, [], [], [], []
+        engine, new_tokens, prompt_tokens, ttfts, queue, itls, drafts = (
+            self.engine,
+            0,
+            0,
+            [],
+            [],
+            [],
+            [],
+        )
         if record is not None:
             drafts = [(i.num_draft, i.num_accepted) for i in record.items if i.num_draft]
-            for rid in dict.fromkeys(i.request_id for i in record.items if i.kind in ("prefill", "decode")):
+            for rid in dict.fromkeys(
+                i.request_id for i in record.items if i.kind in ("prefill", "decode")
+            ):
                 req = engine.requests[rid]
                 times = [t for t in req.token_times if t == record.t_end]  # sampled in this step
                 new_tokens += len(times)
@@ -119,26 +174,46 @@ class EngineLoop:
                     prompt_tokens += req.prompt_len
                 elif times:
                     itls.append(req.token_times[-len(times)] - req.token_times[-len(times) - 1])
-        return StepStats(new_tokens, prompt_tokens, ttfts, queue, itls,
-                         [(r.finish_reason, r.t_finished - r.arrival) for r in finished],
-                         record.num_preempted if record is not None else 0, engine.num_running, engine.num_waiting,
-                         engine.kv_usage, drafts)
+        return StepStats(
+            new_tokens,
+            prompt_tokens,
+            ttfts,
+            queue,
+            itls,
+            [(r.finish_reason, r.t_finished - r.arrival) for r in finished],
+            record.num_preempted if record is not None else 0,
+            engine.num_running,
+            engine.num_waiting,
+            engine.kv_usage,
+            drafts,
+        )
 
     def snapshot(self, since_step: int, since_request: int) -> dict:
         """New timeline records, and the unfinished requests as they are now (the live Gantt), in
         their public view (public.py `public_view`): no token ids leave the engine this way.
         The whole run, tokens and block tables included, is in `--timeline FILE`."""
         tl = self.engine.timeline
-        unfinished = [public_view(record_request(self.engine.requests[rid])) for rid in self.request_ids.values()]
-        return {"meta": tl.meta, "now": self.engine.clock.now,
-                "steps": [public_view(s) for s in tl.steps[since_step:]],
-                "requests": [public_view(r) for r in tl.requests[since_request:]], "unfinished": unfinished,
-                "next_step": len(tl.steps), "next_request": len(tl.requests)}
+        unfinished = [
+            public_view(record_request(self.engine.requests[rid]))
+            for rid in self.request_ids.values()
+        ]
+        return {
+            "meta": tl.meta,
+            "now": self.engine.clock.now,
+            "steps": [public_view(s) for s in tl.steps[since_step:]],
+            "requests": [public_view(r) for r in tl.requests[since_request:]],
+            "unfinished": unfinished,
+            "next_step": len(tl.steps),
+            "next_request": len(tl.requests),
+        }
 
 
 def write_timeline(engine: Engine, path: str | None) -> None:
     """`--timeline`: the whole run's timeline, written when the server stops."""
     if path:
         engine.timeline.to_json(path)
-        print(f"minilm serve: wrote {path} ({len(engine.timeline.requests)} requests, "
-              f"{len(engine.timeline.steps)} steps)", file=sys.stderr)
+        print(
+            f"minilm serve: wrote {path} ({len(engine.timeline.requests)} requests, "
+            f"{len(engine.timeline.steps)} steps)",
+            file=sys.stderr,
+        )

@@ -14,6 +14,7 @@ of its own, and why this server does the same by default (engine_core.py); this 
 stays so that lesson 9 can measure the difference. It is also what the tests use to
 look inside the engine after a run.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,15 +22,21 @@ import threading
 import time
 
 from ..core.engine import Engine
-from .client import EngineClient, EngineInfo
+from .engine_client import EngineClient, EngineInfo
 from .engine_loop import EngineLoop, write_timeline
 from .messages import Command, Stop
 from .metrics import ServerMetrics
 
 
 class ThreadEngineClient(EngineClient):
-    def __init__(self, engine: Engine, metrics: ServerMetrics, max_waiting: int | None = 1024,
-                 stream_interval: int = 1, timeline_path: str | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: ServerMetrics,
+        max_waiting: int | None = 1024,
+        stream_interval: int = 1,
+        timeline_path: str | None = None,
+    ):
         super().__init__(metrics)
         self.engine, self.timeline_path = engine, timeline_path
         self.loop = EngineLoop(engine, max_waiting, stream_interval)
@@ -64,7 +71,9 @@ class ThreadEngineClient(EngineClient):
                         self.cond.wait(self.wait_timeout())
                     commands, self.commands = self.commands, []
                 stopping = any(isinstance(c, Stop) for c in commands)
-                self.deliver([e for c in commands if not isinstance(c, Stop) for e in loop.apply(c)])
+                self.deliver(
+                    [e for c in commands if not isinstance(c, Stop) for e in loop.apply(c)]
+                )
                 if stopping or loop.drain_due():
                     self.deliver(loop.abort_all())
                 elif engine.has_unfinished():

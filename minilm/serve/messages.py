@@ -8,9 +8,10 @@ Every request's messages carry its `key`, a number the HTTP side gives each requ
 sends: two HTTP requests that ask for the same request id stay two streams, so a refused
 duplicate can never abort (or receive the tokens of) the request it collided with.
 """
+
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -26,12 +27,12 @@ class Add(Message):
     prompt_ids: list[int]
     max_tokens: int
     sampling: dict[str, Any]  # SamplingParams fields
-    arrival: float            # time.perf_counter() when the HTTP request came (shared by processes)
+    arrival: float  # time.perf_counter() when the HTTP request came (shared by processes)
 
 
 class Abort(Message):
     key: int
-    reason: str = "aborted"   # "stop" when the HTTP side found a stop string
+    reason: str = "aborted"  # "stop" when the HTTP side found a stop string
 
 
 class Snapshot(Message):
@@ -41,14 +42,14 @@ class Snapshot(Message):
 
 
 class Drain(Message):
-    timeout: float            # seconds in-flight requests may still run; then they are aborted
+    timeout: float  # seconds in-flight requests may still run; then they are aborted
 
 
 class Stop(Message):
     pass
 
 
-Command = Union[Add, Abort, Snapshot, Drain, Stop]
+Command = Add | Abort | Snapshot | Drain | Stop
 
 
 # ---- events: engine -> HTTP side -----------------------------------------------------------
@@ -59,7 +60,7 @@ class Accepted(Message):
 
 class Rejected(Message):
     key: int
-    status: int               # 400, 429, 503, 500
+    status: int  # 400, 429, 503, 500
     message: str
     param: str | None = None  # the engine's name for the bad value (openai_api maps it)
     code: str | None = None
@@ -69,8 +70,8 @@ class Rejected(Message):
 class Tokens(Message):
     key: int
     token_ids: list[int]
-    logprobs: list | None = None        # per token: [logprob, [[top id, logprob], ...]]
-    finish_reason: str | None = None    # the engine's: stop | length | aborted
+    logprobs: list | None = None  # per token: [logprob, [[top id, logprob], ...]]
+    finish_reason: str | None = None  # the engine's: stop | length | aborted
 
 
 class StepStats(Message):
@@ -81,12 +82,14 @@ class StepStats(Message):
     ttfts: list[float]
     queue_times: list[float]
     itls: list[float]
-    finished: list[tuple[str, float]]   # (finish reason, end-to-end latency)
+    finished: list[tuple[str, float]]  # (finish reason, end-to-end latency)
     preemptions: int
     running: int
     waiting: int
     kv_usage: float
-    drafts: list[tuple[int, int]] = []  # speculative decoding: (drafts, accepted) of each request that verified some
+    drafts: list[
+        tuple[int, int]
+    ] = []  # speculative decoding: (drafts, accepted) of each request that verified some
 
 
 class SnapshotData(Message):
@@ -107,7 +110,7 @@ class EngineError(Message):
     message: str
 
 
-Event = Union[Accepted, Rejected, Tokens, StepStats, SnapshotData, Ready, EngineError]
+Event = Accepted | Rejected | Tokens | StepStats | SnapshotData | Ready | EngineError
 
 encode = msgspec.msgpack.Encoder().encode
 decode_commands = msgspec.msgpack.Decoder(list[Command]).decode

@@ -29,19 +29,82 @@ step's tokens, which observes them here. Once every request has finished, the co
 equal sums over the timeline (tests/test_server.py checks). Each is labelled
 `model_name`, like vLLM's. The histogram buckets are vLLM's.
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..spec import SpeculativeConfig
+from ..spec_decode import SpeculativeConfig
 from .messages import StepStats
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                   240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class ServerMetrics:
@@ -49,32 +112,71 @@ class ServerMetrics:
         """`speculative_config`: the engine's (EngineConfig's value); None: no spec-decode counters."""
         self.registry = CollectorRegistry()  # one per server: tests run several in one process
         self.model_name = model_name
-        spec = SpeculativeConfig.of(speculative_config)
+        speculative = SpeculativeConfig.of(speculative_config)
         label, r = ["model_name"], self.registry
-        self.running = Gauge("vllm:num_requests_running", "Requests in the running batch.", label, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", label, registry=r)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.", label, registry=r)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens processed.", label, registry=r)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated.", label, registry=r)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests in the running batch.", label, registry=r
+        )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", label, registry=r
+        )
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.", label, registry=r
+        )
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Prompt tokens processed.", label, registry=r
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Tokens generated.", label, registry=r
+        )
         self.preemptions = Counter("vllm:num_preemptions", "Preemptions.", label, registry=r)
-        self.success = Counter("vllm:request_success", "Finished requests.", label + ["finished_reason"],
-                               registry=r)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", label,
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", label,
-                             buckets=ITL_BUCKETS, registry=r)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", label,
-                             buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_time = Histogram("vllm:request_queue_time_seconds", "Time waiting before first scheduled.",
-                                    label, buckets=LATENCY_BUCKETS, registry=r)
-        self.spec = SpecDecodeMetrics(model_name, spec.num_speculative_tokens, r) if spec else None
+        self.success = Counter(
+            "vllm:request_success", "Finished requests.", label + ["finished_reason"], registry=r
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token.",
+            label,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Inter-token latency.",
+            label,
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency.",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Time waiting before first scheduled.",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.spec_decode = (
+            SpecDecodeMetrics(model_name, speculative.num_speculative_tokens, r)
+            if speculative
+            else None
+        )
 
     def observe(self, stats: StepStats) -> None:
         """One step's numbers (or an abort's: a finish and the gauges)."""
         m = self.model_name
         self.generation_tokens.labels(m).inc(stats.generation_tokens)
         self.prompt_tokens.labels(m).inc(stats.prompt_tokens)
-        for name, values in ((self.ttft, stats.ttfts), (self.queue_time, stats.queue_times), (self.itl, stats.itls)):
+        for name, values in (
+            (self.ttft, stats.ttfts),
+            (self.queue_time, stats.queue_times),
+            (self.itl, stats.itls),
+        ):
             for v in values:
                 name.labels(m).observe(v)
         for reason, e2e in stats.finished:
@@ -84,8 +186,8 @@ class ServerMetrics:
         self.running.labels(m).set(stats.running)
         self.waiting.labels(m).set(stats.waiting)
         self.kv_usage.labels(m).set(stats.kv_usage)
-        if self.spec is not None:
-            self.spec.observe(stats.drafts)
+        if self.spec_decode is not None:
+            self.spec_decode.observe(stats.drafts)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -96,14 +198,27 @@ class SpecDecodeMetrics:
 
     def __init__(self, model_name: str, num_speculative_tokens: int, registry: CollectorRegistry):
         label = ["model_name"]
-        self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", label,
-                              registry=registry).labels(model_name)
-        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", label,
-                                    registry=registry).labels(model_name)
-        self.accepted_tokens = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", label,
-                                       registry=registry).labels(model_name)
-        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                          label + ["position"], registry=registry)
+        self.drafts = Counter(
+            "vllm:spec_decode_num_drafts",
+            "Number of spec decoding drafts.",
+            label,
+            registry=registry,
+        ).labels(model_name)
+        self.draft_tokens = Counter(
+            "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", label, registry=registry
+        ).labels(model_name)
+        self.accepted_tokens = Counter(
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens.",
+            label,
+            registry=registry,
+        ).labels(model_name)
+        per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            label + ["position"],
+            registry=registry,
+        )
         self.per_pos = [per_pos.labels(model_name, str(i)) for i in range(num_speculative_tokens)]
 
     def observe(self, drafts: list[tuple[int, int]]) -> None:

@@ -12,6 +12,7 @@ top few); a `Choice` turns them into what the client reads, one piece at a time:
 When a stop string ends the text, `stopped` is set: the server then aborts the request
 in the engine (reason "stop"), so it frees its KV and computes nothing more.
 """
+
 from __future__ import annotations
 
 from .detokenizer import IncrementalDetokenizer, StopChecker
@@ -54,15 +55,23 @@ class Choice:
 
     def logprobs(self, entries: list[tuple[int, list, int]]) -> dict:
         if self.req.kind == CHAT:
+
             def item(token: int, logprob: float) -> dict:
                 text = self.token_text(token)
                 return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-            return {"content": [item(t, lp) | {"top_logprobs": [item(i, v) for i, v in top]}
-                                for t, (lp, top), _ in entries]}
-        return {"tokens": [self.token_text(t) for t, _, _ in entries],
-                "token_logprobs": [lp for _, (lp, _), _ in entries],
-                "top_logprobs": [{self.token_text(i): v for i, v in top} for _, (_, top), _ in entries],
-                "text_offset": [offset for _, _, offset in entries]}
+
+            return {
+                "content": [
+                    item(t, lp) | {"top_logprobs": [item(i, v) for i, v in top]}
+                    for t, (lp, top), _ in entries
+                ]
+            }
+        return {
+            "tokens": [self.token_text(t) for t, _, _ in entries],
+            "token_logprobs": [lp for _, (lp, _), _ in entries],
+            "top_logprobs": [{self.token_text(i): v for i, v in top} for _, (_, top), _ in entries],
+            "text_offset": [offset for _, _, offset in entries],
+        }
 
 
 def merge_logprobs(parts: list[dict | None]) -> dict | None:

@@ -7,6 +7,7 @@ block began with the same prompt tokens). A field added to a record stays out of
 public view until it is named here (tests/test_room.py checks that every field is decided).
 The whole run, tokens and block tables included, is in the engine's `--timeline FILE`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,10 +16,34 @@ from ..timeline import RequestRecord, StepItem, StepRecord
 
 PUBLIC_FIELDS: dict[type, tuple[str, ...]] = {
     StepItem: ("request_id", "kind", "num_tokens", "context_len", "num_draft", "num_accepted"),
-    StepRecord: ("step", "t_start", "t_end", "items", "num_running", "num_waiting", "kv_blocks_used",
-                 "kv_blocks_total", "num_preempted", "kv_tokens_stored", "model_time", "draft_time"),
-    RequestRecord: ("request_id", "arrival", "prompt_len", "max_tokens", "t_scheduled", "t_first_token",
-                    "token_times", "t_finished", "output_len", "finish_reason", "preemptions", "num_cached_tokens"),
+    StepRecord: (
+        "step",
+        "t_start",
+        "t_end",
+        "items",
+        "num_running",
+        "num_waiting",
+        "kv_blocks_used",
+        "kv_blocks_total",
+        "num_preempted",
+        "kv_tokens_stored",
+        "model_time",
+        "draft_time",
+    ),
+    RequestRecord: (
+        "request_id",
+        "arrival",
+        "prompt_len",
+        "max_tokens",
+        "t_scheduled",
+        "t_first_token",
+        "token_times",
+        "t_finished",
+        "output_len",
+        "finish_reason",
+        "preemptions",
+        "num_cached_tokens",
+    ),
 }
 
 

@@ -33,6 +33,7 @@ its request: its KV blocks are freed before the next step and the timeline recor
 `--drain-timeout` seconds, aborts the rest (their streams end with finish_reason
 "abort"), and writes `--timeline`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,10 +49,22 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from ..config import EngineConfig
 from .auth import APIKeyMiddleware
-from .client import EngineClient, RequestStream
+from .engine_client import EngineClient, RequestStream
 from .messages import Rejected, Tokens
-from .openai_api import (CHAT, CHAT_TEMPLATE_DOC, COMPLETIONS, APIError, BadRequest, GenerateRequest, chunk,
-                         full_response, now_s, parse_request, usage, usage_chunk)
+from .openai_api import (
+    CHAT,
+    CHAT_TEMPLATE_DOC,
+    COMPLETIONS,
+    APIError,
+    BadRequest,
+    GenerateRequest,
+    chunk,
+    full_response,
+    now_s,
+    parse_request,
+    usage,
+    usage_chunk,
+)
 from .output import Choice, merge_logprobs
 
 PAGE = Path(__file__).with_name("page.html")
@@ -64,7 +77,11 @@ def sse(obj) -> str:
 
 def error_response(e: APIError) -> JSONResponse:
     # a refused oversized body: close the connection rather than read the rest of it
-    return JSONResponse(e.to_json(), status_code=e.status, headers={"Connection": "close"} if e.status == 413 else None)
+    return JSONResponse(
+        e.to_json(),
+        status_code=e.status,
+        headers={"Connection": "close"} if e.status == 413 else None,
+    )
 
 
 def unavailable(message: str) -> JSONResponse:
@@ -73,8 +90,13 @@ def unavailable(message: str) -> JSONResponse:
 
 def rejected(event: Rejected, req: GenerateRequest) -> APIError:
     """The engine's refusal as OpenAI's error (its names mapped to the body's fields)."""
-    return APIError(event.status, event.message, req.param(event.param) if event.param else None, event.code,
-                    event.type)
+    return APIError(
+        event.status,
+        event.message,
+        req.param(event.param) if event.param else None,
+        event.code,
+        event.type,
+    )
 
 
 def max_token_bytes(tokenizer) -> int:
@@ -84,15 +106,23 @@ def max_token_bytes(tokenizer) -> int:
 
 class OpenAIServer:
     """The HTTP side of one engine: each route is a method; the engine is reached only
-    through `client` (client.py)."""
+    through `client` (engine_client.py)."""
 
-    def __init__(self, client: EngineClient, model_name: str, tokenizer, max_inflight_per_client: int | None = None):
+    def __init__(
+        self,
+        client: EngineClient,
+        model_name: str,
+        tokenizer,
+        max_inflight_per_client: int | None = None,
+    ):
         """`max_inflight_per_client`: requests (n choices count as n) one client address may have
         in the engine at once; past it, 429 (None: no limit)."""
         self.client, self.model_name, self.tokenizer = client, model_name, tokenizer
         self.max_inflight_per_client = max_inflight_per_client
         self.ids = itertools.count()
-        self.max_prompt_bytes = self.max_body_bytes = None  # from the model's context, once the engine is ready
+        self.max_prompt_bytes = self.max_body_bytes = (
+            None  # from the model's context, once the engine is ready
+        )
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI):
@@ -116,22 +146,32 @@ class OpenAIServer:
     async def generate(self, http: Request, kind: str) -> Response:
         arrival = time.perf_counter()  # the request arrived now: its TTFT counts from here
         try:
-            req = parse_request(await self.read_json(http), kind, model_name=self.model_name,
-                                tokenizer=self.tokenizer, max_model_len=self.client.info.max_model_len,
-                                max_prompt_bytes=self.max_prompt_bytes)
+            req = parse_request(
+                await self.read_json(http),
+                kind,
+                model_name=self.model_name,
+                tokenizer=self.tokenizer,
+                max_model_len=self.client.info.max_model_len,
+                max_prompt_bytes=self.max_prompt_bytes,
+            )
         except APIError as e:
             return error_response(e)
         if not self.client.alive:
-            return unavailable("the server is shutting down" if self.client.error is None
-                               else f"the engine is not running ({self.client.error})")
+            return unavailable(
+                "the server is shutting down"
+                if self.client.error is None
+                else f"the engine is not running ({self.client.error})"
+            )
         address = http.client.host if http.client else "unknown"
         try:
             self.check_client_limit(address, req.n)
         except APIError as e:
             return error_response(e)
         rid = self.request_id(http)
-        streams = [self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival, address)
-                   for i in range(req.n)]
+        streams = [
+            self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival, address)
+            for i in range(req.n)
+        ]
         try:
             firsts = [await s.queue.get() for s in streams]
         except asyncio.CancelledError:  # the server is going down before the engine answered
@@ -146,7 +186,9 @@ class OpenAIServer:
             return error_response(rejected(refused, req))
         prompt_len = firsts[0].prompt_len
         if req.stream:
-            return StreamingResponse(self.stream_events(streams, req, prompt_len), media_type="text/event-stream")
+            return StreamingResponse(
+                self.stream_events(streams, req, prompt_len), media_type="text/event-stream"
+            )
         return await self.full_completion(http, streams, req, prompt_len)
 
     async def read_json(self, http: Request):
@@ -162,18 +204,22 @@ class OpenAIServer:
         try:
             return json.loads(body)
         except ValueError as e:
-            raise BadRequest(f"the request body is not valid JSON: {e}")
+            raise BadRequest(f"the request body is not valid JSON: {e}") from None
 
     def check_client_limit(self, address: str, n: int) -> None:
         """429 when this address would have more than `max_inflight_per_client` requests in the
-        engine (counted by client.py until each one's last event: a stream that ends or whose
+        engine (counted by engine_client.py until each one's last event: a stream that ends or whose
         client leaves gives its place back)."""
         limit, have = self.max_inflight_per_client, self.client.in_flight[address]
         if limit is not None and have + n > limit:
-            raise APIError(429, f"client {address} has {have} request(s) in flight and asks for {n} more; this "
-                                f"server takes at most {limit} per client at once (--max-inflight-per-client "
-                                f"{limit}; n choices count as n): retry when one has finished",
-                           code="client_limit", type="rate_limit_exceeded")
+            raise APIError(
+                429,
+                f"client {address} has {have} request(s) in flight and asks for {n} more; this "
+                f"server takes at most {limit} per client at once (--max-inflight-per-client "
+                f"{limit}; n choices count as n): retry when one has finished",
+                code="client_limit",
+                type="rate_limit_exceeded",
+            )
 
     def request_id(self, http: Request) -> str:
         """The engine's id, which the room sees as the request's row label (GET /timeline): the
@@ -182,7 +228,9 @@ class OpenAIServer:
         account, an email) is not a name its owner chose to show a room."""
         return http.headers.get("x-request-id") or f"req-{next(self.ids)}"
 
-    async def stream_events(self, streams: list[RequestStream], req: GenerateRequest, prompt_len: int):
+    async def stream_events(
+        self, streams: list[RequestStream], req: GenerateRequest, prompt_len: int
+    ):
         """The SSE body: one chunk per token and choice (its text may be '' while a character is
         incomplete); a choice's last chunk carries its finish_reason. Tokens that queued up while
         the client was slow go out in one write."""
@@ -200,7 +248,10 @@ class OpenAIServer:
                 out = []
                 for i, event in events:
                     if isinstance(event, Rejected):  # the engine stopped: say so, end the stream
-                        yield sse(APIError(event.status, event.message, type=event.type).to_json()) + "data: [DONE]\n\n"
+                        yield (
+                            sse(APIError(event.status, event.message, type=event.type).to_json())
+                            + "data: [DONE]\n\n"
+                        )
                         return
                     out += self.choice_chunks(choices[i], event, response_id, created)
                     if choices[i].finish_reason is not None and i in open_choices:
@@ -209,8 +260,17 @@ class OpenAIServer:
                             self.client.abort(streams[i], reason="stop")
                 if not open_choices:
                     if req.include_usage:
-                        out.append(sse(usage_chunk(response_id, self.model_name, created, req.kind,
-                                                   usage(prompt_len, sum(c.num_tokens for c in choices)))))
+                        out.append(
+                            sse(
+                                usage_chunk(
+                                    response_id,
+                                    self.model_name,
+                                    created,
+                                    req.kind,
+                                    usage(prompt_len, sum(c.num_tokens for c in choices)),
+                                )
+                            )
+                        )
                     out.append("data: [DONE]\n\n")
                 yield "".join(out)
         finally:
@@ -219,29 +279,50 @@ class OpenAIServer:
             for i in open_choices:  # the client went away (or the server stops): free their KV now
                 self.client.abort(streams[i])
 
-    def choice_chunks(self, choice: Choice, event: Tokens, response_id: str, created: int) -> list[str]:
+    def choice_chunks(
+        self, choice: Choice, event: Tokens, response_id: str, created: int
+    ) -> list[str]:
         """The SSE events of one Tokens event for one choice: a chunk per token (the last one
         carrying the finish), or one empty chunk when it finishes with no token."""
         out, first = [], choice.num_tokens == 0
         tokens = event.token_ids or [None]
         for k, token in enumerate(tokens):
             last = k == len(tokens) - 1
-            one = Tokens(event.key, [token] if token is not None else [],
-                         None if event.logprobs is None else event.logprobs[k:k + 1],
-                         event.finish_reason if last else None)
+            one = Tokens(
+                event.key,
+                [token] if token is not None else [],
+                None if event.logprobs is None else event.logprobs[k : k + 1],
+                event.finish_reason if last else None,
+            )
             if choice.finish_reason is not None:
                 break
             text, logprobs = choice.feed(one)
-            out.append(sse(chunk(response_id, self.model_name, created, choice.req.kind, choice.index, text,
-                                 choice.finish_reason, logprobs, first)))
+            out.append(
+                sse(
+                    chunk(
+                        response_id,
+                        self.model_name,
+                        created,
+                        choice.req.kind,
+                        choice.index,
+                        text,
+                        choice.finish_reason,
+                        logprobs,
+                        first,
+                    )
+                )
+            )
             first = False
         return out
 
-    async def full_completion(self, http: Request, streams: list[RequestStream], req: GenerateRequest,
-                              prompt_len: int) -> Response:
+    async def full_completion(
+        self, http: Request, streams: list[RequestStream], req: GenerateRequest, prompt_len: int
+    ) -> Response:
         """Non-streaming: wait for every choice's end, unless the client disconnects first."""
         choices = [Choice(i, req, self.tokenizer) for i in range(req.n)]
-        result = asyncio.ensure_future(asyncio.gather(*(self.collect(s, c) for s, c in zip(streams, choices))))
+        result = asyncio.ensure_future(
+            asyncio.gather(*(self.collect(s, c) for s, c in zip(streams, choices)))
+        )
         gone = asyncio.ensure_future(disconnected(http))
         try:
             await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -257,10 +338,20 @@ class OpenAIServer:
         if error is not None:
             return error_response(error)
         rid = f"{'chatcmpl' if req.kind == CHAT else 'cmpl'}-{streams[0].request_id}"
-        return JSONResponse(full_response(rid, self.model_name, now_s(), req.kind, result.result(),
-                                          usage(prompt_len, sum(c.num_tokens for c in choices))))
+        return JSONResponse(
+            full_response(
+                rid,
+                self.model_name,
+                now_s(),
+                req.kind,
+                result.result(),
+                usage(prompt_len, sum(c.num_tokens for c in choices)),
+            )
+        )
 
-    async def collect(self, stream: RequestStream, choice: Choice) -> tuple[str, str, dict | None] | APIError:
+    async def collect(
+        self, stream: RequestStream, choice: Choice
+    ) -> tuple[str, str, dict | None] | APIError:
         """One choice's whole text, finish reason and logprobs (or the error that ended it)."""
         texts, logprobs = [], []
         while choice.finish_reason is None:
@@ -277,25 +368,42 @@ class OpenAIServer:
     # ---- GET routes ----------------------------------------------------------------------
     async def models(self):
         meta = self.client.info.meta
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": now_s(),
-                                            "owned_by": "minilm", "root": str(meta.get("model", self.model_name)),
-                                            "max_model_len": self.client.info.max_model_len,
-                                            "policy": meta.get("policy")}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model_name,
+                    "object": "model",
+                    "created": now_s(),
+                    "owned_by": "minilm",
+                    "root": str(meta.get("model", self.model_name)),
+                    "max_model_len": self.client.info.max_model_len,
+                    "policy": meta.get("policy"),
+                }
+            ],
+        }
 
     async def health(self):
         if not self.client.alive:
-            return unavailable("the engine is not running" if self.client.error is not None
-                               else "the server is shutting down")
+            return unavailable(
+                "the engine is not running"
+                if self.client.error is not None
+                else "the server is shutting down"
+            )
         return {"status": "ok"}
 
     async def prometheus_metrics(self):
-        return Response(self.client.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(
+            self.client.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
 
     async def timeline(self, since: int = 0, since_request: int = 0):
         """Timeline records from step `since` and finished request `since_request` on, plus the
         unfinished requests as they are now; taken by the engine between two steps."""
         if since < 0 or since_request < 0:
-            return error_response(BadRequest(f"since={since}, since_request={since_request}: must be >= 0"))
+            return error_response(
+                BadRequest(f"since={since}, since_request={since_request}: must be >= 0")
+            )
         if self.client.error is not None:
             return unavailable("the engine is not running")
         return await self.client.snapshot(since, since_request)
@@ -305,8 +413,12 @@ class OpenAIServer:
 
 
 def too_large(size: int, limit: int) -> APIError:
-    return APIError(413, f"the request body is {size:,} bytes; this server takes at most {limit:,} (a prompt "
-                         f"longer than that could not fit the model's context)", code="request_too_large")
+    return APIError(
+        413,
+        f"the request body is {size:,} bytes; this server takes at most {limit:,} (a prompt "
+        f"longer than that could not fit the model's context)",
+        code="request_too_large",
+    )
 
 
 async def forward(stream: RequestStream, index: int, merged: asyncio.Queue) -> None:
@@ -324,8 +436,13 @@ async def disconnected(http: Request) -> None:
         pass
 
 
-def create_app(client: EngineClient, model_name: str, tokenizer, api_key: str | None = None,
-               max_inflight_per_client: int | None = None) -> FastAPI:
+def create_app(
+    client: EngineClient,
+    model_name: str,
+    tokenizer,
+    api_key: str | None = None,
+    max_inflight_per_client: int | None = None,
+) -> FastAPI:
     """The FastAPI app over one engine client; the engine starts and stops with the app.
     `api_key`: every route but the public ones asks for it (auth.py)."""
     server = OpenAIServer(client, model_name, tokenizer, max_inflight_per_client)
@@ -350,8 +467,15 @@ class DrainingServer:
     waits for every open response to end before it stops the app, which stops the engine
     and writes the timeline. A second Ctrl-C quits at once."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, drain_timeout: float = 5.0, log_level: str = "info",
-                 access_log: bool = False):
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        drain_timeout: float = 5.0,
+        log_level: str = "info",
+        access_log: bool = False,
+    ):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -360,16 +484,31 @@ class DrainingServer:
                     app.state.client.drain(drain_timeout)
                 super().handle_exit(sig, frame)
 
-        self.server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log))
+        self.server = Server(
+            uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log)
+        )
 
     def run(self) -> None:
         self.server.run()
 
 
-def serve(model: str, config: EngineConfig, *, name: str | None = None, host: str = "127.0.0.1",
-          port: int = 8000, max_waiting: int = 1024, drain_timeout: float = 5.0, stream_interval: int = 1,
-          timeline_path: str | None = None, engine_core: str = "process", log_level: str = "warning",
-          access_log: bool = False, api_key: str | None = None, max_inflight_per_client: int | None = None) -> None:
+def serve(
+    model: str,
+    config: EngineConfig,
+    *,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_waiting: int = 1024,
+    drain_timeout: float = 5.0,
+    stream_interval: int = 1,
+    timeline_path: str | None = None,
+    engine_core: str = "process",
+    log_level: str = "warning",
+    access_log: bool = False,
+    api_key: str | None = None,
+    max_inflight_per_client: int | None = None,
+) -> None:
     """`python -m minilm serve ...` (its arguments: cli.py): one engine on the wall clock, until Ctrl-C."""
     from ..model.loader import resolve_model_path
     from ..model.tokenizer import load_tokenizer
@@ -377,11 +516,16 @@ def serve(model: str, config: EngineConfig, *, name: str | None = None, host: st
 
     name = name or Path(str(model)).name
     metrics = ServerMetrics(name, config.speculative_config)
-    options = dict(max_waiting=max_waiting, stream_interval=stream_interval, timeline_path=timeline_path)
+    options = dict(
+        max_waiting=max_waiting, stream_interval=stream_interval, timeline_path=timeline_path
+    )
     if engine_core == "process":
         from .engine_core import ProcessEngineClient
 
-        client, tokenizer = ProcessEngineClient(model, config, metrics, **options), load_tokenizer(resolve_model_path(model))
+        client, tokenizer = (
+            ProcessEngineClient(model, config, metrics, **options),
+            load_tokenizer(resolve_model_path(model)),
+        )
     else:
         from ..core.clock import WallClock
         from ..core.engine import Engine
@@ -390,14 +534,22 @@ def serve(model: str, config: EngineConfig, *, name: str | None = None, host: st
         engine = Engine(model, config, clock=WallClock(config.device))
         client, tokenizer = ThreadEngineClient(engine, metrics, **options), engine.tokenizer
     app = create_app(client, name, tokenizer, api_key, max_inflight_per_client)
-    print(f"minilm serve: {name}, policy {config.policy}, engine core in a {engine_core}, max_num_seqs "
-          f"{config.max_num_seqs}, prefix caching {'on' if config.enable_prefix_caching else 'off'}; chat template: "
-          f"{CHAT_TEMPLATE_DOC}", file=sys.stderr)
-    room = [f"API key {'required (--api-key)' if api_key else 'not required'}",
-            f"at most {max_inflight_per_client} requests in flight per client" if max_inflight_per_client else
-            "no per-client limit"]
-    print(f"minilm serve: page at http://{host}:{port}/ , OpenAI API at http://{host}:{port}/v1 ({', '.join(room)})",
-          file=sys.stderr)
+    print(
+        f"minilm serve: {name}, policy {config.policy}, engine core in a {engine_core}, max_num_seqs "
+        f"{config.max_num_seqs}, prefix caching {'on' if config.enable_prefix_caching else 'off'}; chat template: "
+        f"{CHAT_TEMPLATE_DOC}",
+        file=sys.stderr,
+    )
+    room = [
+        f"API key {'required (--api-key)' if api_key else 'not required'}",
+        f"at most {max_inflight_per_client} requests in flight per client"
+        if max_inflight_per_client
+        else "no per-client limit",
+    ]
+    print(
+        f"minilm serve: page at http://{host}:{port}/ , OpenAI API at http://{host}:{port}/v1 ({', '.join(room)})",
+        file=sys.stderr,
+    )
     try:
         DrainingServer(app, host, port, drain_timeout, log_level, access_log).run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly

@@ -1,5 +1,6 @@
 """The simulator: the engine's own scheduler, KV cache and timeline, with step times from a
 roofline cost model of a named GPU instead of a model computation (lessons 1, 6, 7)."""
+
 from .costmodel import CostModel
 from .executor import SimulatedExecutor, simulated_engine
 from .spec_speedup import spec_speedup_table

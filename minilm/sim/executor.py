@@ -12,6 +12,7 @@ bit for bit, on any machine. Arrival times are honoured: the engine's clock jump
 the next arrival when nothing can run. With `speculative_config` it speculates
 (speculative.py): an acceptance model says how many drafts each step keeps.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,7 +21,7 @@ from ..config import EngineConfig, ModelConfig
 from ..core.clock import SimulatedClock
 from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
-from ..spec import SpeculativeConfig
+from ..spec_decode import SpeculativeConfig
 from .costmodel import CostModel, DeviceSpec, EngineKind
 from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
@@ -39,8 +40,14 @@ class SimulatedExecutor:
         self.speculates = speculation is not None  # the builder lets it take a speculative_config
 
     def describe(self) -> dict:
-        spec = self.speculation.describe() if self.speculation else {}
-        return {"model": self.cost.name, "backend": "simulated", "simulated": True, **self.cost.describe(), **spec}
+        speculation = self.speculation.describe() if self.speculation else {}
+        return {
+            "model": self.cost.name,
+            "backend": "simulated",
+            "simulated": True,
+            **self.cost.describe(),
+            **speculation,
+        }
 
     def step_time(self, plan: StepPlan) -> float:
         """Seconds for a plan (the SimulatedClock's callback): the target's step, then the draft model's."""
@@ -49,21 +56,34 @@ class SimulatedExecutor:
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         if not self.speculation:
-            return ModelOutput({w.request.request_id: [self.token_id] for w in plan.work if w.samples})
+            return ModelOutput(
+                {w.request.request_id: [self.token_id] for w in plan.work if w.samples}
+            )
         out = self.speculation.outcome(plan)
-        return ModelOutput({rid: [self.token_id] * n for rid, n in out.num_kept.items()},
-                           draft_token_ids={rid: [self.token_id] * n for rid, n in out.num_drafts.items()},
-                           draft_time=out.draft_time)
+        return ModelOutput(
+            {rid: [self.token_id] * n for rid, n in out.num_kept.items()},
+            draft_token_ids={rid: [self.token_id] * n for rid, n in out.num_drafts.items()},
+            draft_time=out.draft_time,
+        )
 
     def forget(self, request_id: str) -> None:
         if self.speculation:
             self.speculation.forget(request_id)
 
 
-def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | DeviceSpec = "h100",
-                     policy=None, config: EngineConfig | None = None, *, dtype: str | None = None,
-                     tp: int = 1, engine: str | EngineKind | None = None, kv_cache_dtype: str = "auto",
-                     acceptance=None, **knobs) -> Engine:
+def simulated_engine(
+    model: str | ModelConfig = "llama-3-8b",
+    device: str | DeviceSpec = "h100",
+    policy=None,
+    config: EngineConfig | None = None,
+    *,
+    dtype: str | None = None,
+    tp: int = 1,
+    engine: str | EngineKind | None = None,
+    kv_cache_dtype: str = "auto",
+    acceptance=None,
+    **knobs,
+) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
     on `device` (h100, h200, a100, l40s, l4, rtx4090, cpu).
 
@@ -80,15 +100,26 @@ def simulated_engine(model: str | ModelConfig = "llama-3-8b", device: str | Devi
     if policy is not None:
         knobs["policy"] = policy
     config = replace(config or EngineConfig(), **knobs)
-    cost = CostModel(model, device, dtype=dtype, tp=tp, engine=engine, quantization=config.quantization,
-                     kv_cache_dtype=kv_cache_dtype)
+    cost = CostModel(
+        model,
+        device,
+        dtype=dtype,
+        tp=tp,
+        engine=engine,
+        quantization=config.quantization,
+        kv_cache_dtype=kv_cache_dtype,
+    )
     config = replace(config, dtype=cost.dtype)
     config.validate()
     config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
     speculation = make_speculation(config.speculative_config, cost, acceptance, config.seed)
     if config.num_blocks is None:
         draft = speculation.draft if speculation else None
-        config = replace(config, num_blocks=kv_num_blocks(cost, draft, config.block_size,
-                                                          config.gpu_memory_utilization, config.kv_cache_bytes))
+        config = replace(
+            config,
+            num_blocks=kv_num_blocks(
+                cost, draft, config.block_size, config.gpu_memory_utilization, config.kv_cache_bytes
+            ),
+        )
     executor = SimulatedExecutor(cost, speculation)
     return Engine(executor, config, clock=SimulatedClock(executor.step_time))

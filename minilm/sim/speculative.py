@@ -14,9 +14,9 @@ Acceptance, given apart from `speculative_config` (whose keys stay vLLM's):
   pooled in step order, replayed in a cycle (`acceptance_trace`, `ReplayedAcceptance`).
 
 What drafting costs, per step (`SimulatedSpeculation.draft_time`):
-- ngram: nothing. Prompt lookup runs on the CPU over token ids (spec/ngram.py); its
+- ngram: nothing. Prompt lookup runs on the CPU over token ids (spec_decode/ngram.py); its
   microseconds per request are not priced.
-- draft_model: what spec/draft_model.py runs, priced by a CostModel of the draft on the same
+- draft_model: what spec_decode/draft_model.py runs, priced by a CostModel of the draft on the same
   device: one forward over every sequence's tokens the draft has not seen (the tokens the target
   kept; a new or preempted request's whole sequence), then k - 1 one-token forwards over the
   sequences still drafting. A draft forward runs inside the engine's step: it pays the engine's
@@ -25,6 +25,7 @@ What drafting costs, per step (`SimulatedSpeculation.draft_time`):
   costs its roofline time alone (vLLM replays its drafting loop as CUDA graphs). The draft's
   weights and its own K/V come out of the memory the target's KV cache would have had.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,8 @@ from dataclasses import asdict, dataclass
 
 from ..config import InvalidValue
 from ..plan import StepPlan
-from ..spec.config import SpeculativeConfig, check_same_vocabulary
-from ..spec.proposal import max_drafts
+from ..spec_decode.config import SpeculativeConfig, check_same_vocabulary
+from ..spec_decode.proposal import max_drafts
 from ..timeline import Timeline
 from .costmodel import MODEL_SPECS, CostModel, EngineKind, get_model_spec
 
@@ -78,8 +79,13 @@ class ReplayedAcceptance:
 
     def describe(self) -> dict:
         drafts = sum(d for d, _ in self.trace)
-        return {"acceptance": {"model": "replayed", "decodes": len(self.trace),
-                               "acceptance_rate": sum(a for _, a in self.trace) / drafts}}
+        return {
+            "acceptance": {
+                "model": "replayed",
+                "decodes": len(self.trace),
+                "acceptance_rate": sum(a for _, a in self.trace) / drafts,
+            }
+        }
 
     def propose(self, request_id: str, num_drafts: int) -> int:
         drafts, accepted = self.trace[self.next % len(self.trace)]
@@ -101,18 +107,27 @@ def acceptance_trace(timeline: Timeline) -> list[tuple[int, int]]:
     kept), since the simulator caps its own."""
     k = (timeline.meta.get("speculative_config") or {}).get("num_speculative_tokens")
     if not k:
-        raise InvalidValue("acceptance", "Timeline", "a timeline of a run with speculation to replay; its meta "
-                                                     "names no speculative_config")
+        raise InvalidValue(
+            "acceptance",
+            "Timeline",
+            "a timeline of a run with speculation to replay; its meta names no speculative_config",
+        )
     requests = {r.request_id: r for r in timeline.requests}
     trace = []
     for s in timeline.steps:
         for i in s.items:
             r = requests.get(i.request_id)
             # tokens it had before this step: those stamped before its end
-            if i.kind == "decode" and r is not None and r.max_tokens - bisect_left(r.token_times, s.t_end) - 1 >= k:
+            if (
+                i.kind == "decode"
+                and r is not None
+                and r.max_tokens - bisect_left(r.token_times, s.t_end) - 1 >= k
+            ):
                 trace.append((i.num_draft, i.num_accepted))
     if not any(d for d, _ in trace):
-        raise InvalidValue("acceptance", "Timeline", "its decodes verified no drafts: nothing to replay")
+        raise InvalidValue(
+            "acceptance", "Timeline", "its decodes verified no drafts: nothing to replay"
+        )
     return trace
 
 
@@ -122,9 +137,15 @@ def acceptance_model(value, seed: int = 0):
         return value
     if isinstance(value, Timeline):
         return ReplayedAcceptance(acceptance_trace(value))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:  # NaN fails too
-        raise InvalidValue("acceptance", value, "a per-token acceptance rate in [0, 1], or a Timeline of a run "
-                                                "with speculation to replay")
+    if (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1
+    ):  # NaN fails too
+        raise InvalidValue(
+            "acceptance",
+            value,
+            "a per-token acceptance rate in [0, 1], or a Timeline of a run "
+            "with speculation to replay",
+        )
     return IIDAcceptance(float(value), seed)
 
 
@@ -132,23 +153,23 @@ def acceptance_model(value, seed: int = 0):
 class SpecOutcome:
     """What one simulated step keeps and proposes, per request that samples."""
 
-    num_kept: dict[str, int]    # accepted drafts + the target's own token
+    num_kept: dict[str, int]  # accepted drafts + the target's own token
     num_drafts: dict[str, int]  # drafts proposed for its next step
-    draft_time: float           # seconds the draft model spends proposing them
+    draft_time: float  # seconds the draft model spends proposing them
 
 
 class SimulatedSpeculation:
     """The simulator's proposer and verifier: how many drafts each step keeps (the acceptance
-    model) and proposes (the real executor's rule, spec/proposal.py), and the draft model's time."""
+    model) and proposes (the real executor's rule, spec_decode/proposal.py), and the draft model's time."""
 
-    def __init__(self, spec: SpeculativeConfig, acceptance, draft: CostModel | None):
-        self.spec, self.acceptance, self.draft = spec, acceptance, draft
+    def __init__(self, speculative: SpeculativeConfig, acceptance, draft: CostModel | None):
+        self.speculative, self.acceptance, self.draft = speculative, acceptance, draft
         self.draft_seen: dict[str, int] = {}  # tokens of each sequence whose draft K/V are computed
         self._plan: StepPlan | None = None
         self._outcome: SpecOutcome | None = None
 
     def describe(self) -> dict:
-        return {"speculative_config": asdict(self.spec), **self.acceptance.describe()}
+        return {"speculative_config": asdict(self.speculative), **self.acceptance.describe()}
 
     def outcome(self, plan: StepPlan) -> SpecOutcome:
         """Decided once per plan: the clock prices the step before the executor runs it."""
@@ -164,8 +185,10 @@ class SimulatedSpeculation:
             if not w.samples:
                 continue
             rid = w.request.request_id
-            kept[rid] = 1 + (self.acceptance.accept(rid, len(w.draft_token_ids)) if w.draft_token_ids else 0)
-            n = max_drafts(self.spec.num_speculative_tokens, w.request, kept[rid])
+            kept[rid] = 1 + (
+                self.acceptance.accept(rid, len(w.draft_token_ids)) if w.draft_token_ids else 0
+            )
+            n = max_drafts(self.speculative.num_speculative_tokens, w.request, kept[rid])
             n = self.acceptance.propose(rid, n) if n > 0 else 0
             if n > 0:
                 drafts[rid], length = n, w.request.num_tokens + kept[rid]
@@ -188,48 +211,77 @@ class SimulatedSpeculation:
         self.acceptance.forget(request_id)
 
 
-def make_speculation(spec: SpeculativeConfig | None, target: CostModel, acceptance,
-                     seed: int = 0) -> SimulatedSpeculation | None:
-    """The simulator's speculation for `spec` (None: off), the draft priced on the target's device."""
-    if spec is None:
+def make_speculation(
+    speculative: SpeculativeConfig | None, target: CostModel, acceptance, seed: int = 0
+) -> SimulatedSpeculation | None:
+    """The simulator's speculation for `speculative` (None: off), the draft priced on the target's device."""
+    if speculative is None:
         if acceptance is not None:
             raise InvalidValue("acceptance", acceptance, "only with a speculative_config")
         return None
     if acceptance is None:
-        raise InvalidValue("acceptance", None, "the simulator needs an acceptance model to speculate: a per-token "
-                                               "acceptance rate in [0, 1], or a Timeline of a run with speculation")
+        raise InvalidValue(
+            "acceptance",
+            None,
+            "the simulator needs an acceptance model to speculate: a per-token "
+            "acceptance rate in [0, 1], or a Timeline of a run with speculation",
+        )
     model = acceptance_model(acceptance, seed)
-    return SimulatedSpeculation(spec, model, None if spec.method == "ngram" else draft_cost(spec, target))
+    return SimulatedSpeculation(
+        speculative,
+        model,
+        None if speculative.method == "ngram" else draft_cost(speculative, target),
+    )
 
 
-def draft_cost(spec: SpeculativeConfig, target: CostModel) -> CostModel:
+def draft_cost(speculative: SpeculativeConfig, target: CostModel) -> CostModel:
     """The draft model on the target's device, dtype, quantization and tensor parallelism; its forwards pay the
     engine's costs per layer and per sequence, not per step (the module's docstring says why)."""
     try:
-        draft_model = get_model_spec(spec.model)
+        draft_model = get_model_spec(speculative.model)
     except InvalidValue:
-        raise InvalidValue("speculative_config.model", spec.model, f"the simulator prices a draft from its sizes: "
-                           f"a model spec ({', '.join(MODEL_SPECS)}) or a config.json") from None
-    check_same_vocabulary(spec.model, draft_model.vocab_size, target.model.vocab_size)
+        raise InvalidValue(
+            "speculative_config.model",
+            speculative.model,
+            f"the simulator prices a draft from its sizes: "
+            f"a model spec ({', '.join(MODEL_SPECS)}) or a config.json",
+        ) from None
+    check_same_vocabulary(speculative.model, draft_model.vocab_size, target.model.vocab_size)
     layer = (target.engine or target.device).layer_overhead
-    draft = CostModel(draft_model, target.device, dtype=target.dtype, tp=target.tp,  # quantized as the target
-                      engine=EngineKind("draft forward", 0.0, layer), quantization=target.quantization,
-                      kv_cache_dtype=target.kv_cache_dtype)
-    draft.name = spec.model
+    draft = CostModel(
+        draft_model,
+        target.device,
+        dtype=target.dtype,
+        tp=target.tp,  # quantized as the target
+        engine=EngineKind("draft forward", 0.0, layer),
+        quantization=target.quantization,
+        kv_cache_dtype=target.kv_cache_dtype,
+    )
+    draft.name = speculative.model
     return draft
 
 
-def kv_num_blocks(target: CostModel, draft: CostModel | None, block_size: int, gpu_memory_utilization: float,
-                  kv_cache_bytes: int | None = None) -> int:
+def kv_num_blocks(
+    target: CostModel,
+    draft: CostModel | None,
+    block_size: int,
+    gpu_memory_utilization: float,
+    kv_cache_bytes: int | None = None,
+) -> int:
     """KV blocks that fit in `kv_cache_bytes`, or beside the weights; with a draft model its weights
-    take memory too, and every block also holds the draft's own K/V of its tokens (spec/draft_model.py)."""
+    take memory too, and every block also holds the draft's own K/V of its tokens (spec_decode/draft_model.py)."""
     free = kv_cache_bytes
     if free is None:
         free = target.kv_cache_bytes(gpu_memory_utilization) - (draft.weight_bytes if draft else 0)
     per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if draft else 0)
     blocks = free // (block_size * per_token)
     if blocks < 1:
-        raise ValueError(f"no room for a KV cache of {block_size}-token blocks on {target.device.name}"
-                         + (f" beside the draft model {draft.name}'s weights; raise tp or use a bigger device"
-                            if draft and kv_cache_bytes is None else ""))
+        raise ValueError(
+            f"no room for a KV cache of {block_size}-token blocks on {target.device.name}"
+            + (
+                f" beside the draft model {draft.name}'s weights; raise tp or use a bigger device"
+                if draft and kv_cache_bytes is None
+                else ""
+            )
+        )
     return blocks

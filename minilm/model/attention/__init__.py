@@ -7,6 +7,7 @@ reference  readable pure torch, one sequence at a time: the ground truth, and th
 sdpa       the same result on CPU, faster: PyTorch's fused scaled_dot_product_attention
 triton     the GPU kernel (runs on CPU only in Triton's interpreter, for tests)
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,8 +20,13 @@ def get_backend(name: str):
     if name not in ATTENTION_BACKENDS:
         raise InvalidValue("attention_backend", name, f"allowed: {', '.join(ATTENTION_BACKENDS)}")
     try:
-        backend = importlib.import_module(f".{'triton_paged' if name == 'triton' else name}", __name__)
+        backend = importlib.import_module(
+            f".{'triton_paged' if name == 'triton' else name}", __name__
+        )
     except ImportError as e:  # Triton has wheels for Linux only (a Mac has none)
-        raise InvalidValue("attention_backend", name, f"needs {e.name}, which is not installed here; "
-                                                      f"allowed here: reference, sdpa") from None
+        raise InvalidValue(
+            "attention_backend",
+            name,
+            f"needs {e.name}, which is not installed here; allowed here: reference, sdpa",
+        ) from None
     return backend.paged_attention, backend.write_kv

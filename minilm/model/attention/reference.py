@@ -12,6 +12,7 @@ Each sequence is computed on its own, in fp32, with nothing but the rule: the si
 code that is right, which the faster backends (sdpa.py, triton_paged.py) are tested
 against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,13 @@ import torch
 from ..llama import AttentionMetadata
 
 
-def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
     """Store each new token's K/V at its slot. Every slot must be a real one (>= 0), as the
     runner's are: skipping slot -1, as Triton's write_kv can, would take a read of
     `slot_mapping` on the host here, a GPU sync in every layer."""
@@ -36,8 +42,14 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) 
     return blocks.reshape(-1, *cache.shape[2:])[:context_len]
 
 
-def attend_sequence(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                    context_len: int, scale: float) -> torch.Tensor:
+def attend_sequence(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_len: int,
+    scale: float,
+) -> torch.Tensor:
     """Causal attention of one sequence's n new queries [n, Hq, D] over its context."""
     n, num_q_heads = q.shape[0], q.shape[1]
     group = num_q_heads // k_cache.shape[2]  # grouped-query attention: query heads per KV head
@@ -50,13 +62,19 @@ def attend_sequence(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens, one sequence at a time."""
     out = torch.empty_like(q)
     cu, ctx = meta.host_layout()  # Python ints: the loop and the slicing need no GPU sync
     for i in range(len(ctx)):
         start, end = cu[i], cu[i + 1]
-        out[start:end] = attend_sequence(q[start:end], k_cache, v_cache, meta.block_tables[i], ctx[i],
-                                         scale).to(q.dtype)
+        out[start:end] = attend_sequence(
+            q[start:end], k_cache, v_cache, meta.block_tables[i], ctx[i], scale
+        ).to(q.dtype)
     return out

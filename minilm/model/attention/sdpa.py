@@ -15,6 +15,7 @@ The step's layout is built for its first layer and kept in `meta.scratch` for th
 Positions past a context gather that sequence's last real key (masked), so no slot past
 a context is read: it may hold anything, even NaN (NaN * 0 is NaN).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,18 +33,20 @@ MAX_PADDING = 1.5
 
 @dataclass
 class DecodeGroup:
-    rows: torch.Tensor   # [B] rows of q (and of the output) of the group's decode tokens
+    rows: torch.Tensor  # [B] rows of q (and of the output) of the group's decode tokens
     slots: torch.Tensor  # [B * L] flat cache slot of each (sequence, key position)
-    mask: torch.Tensor   # [B, 1, 1, L] 0 for a real key, -inf for padding
-    length: int          # L, the group's longest context
+    mask: torch.Tensor  # [B, 1, 1, L] 0 for a real key, -inf for padding
+    length: int  # L, the group's longest context
 
 
 @dataclass
 class PrefillSeq:
-    start: int           # rows start:end of q are this sequence's new tokens
+    start: int  # rows start:end of q are this sequence's new tokens
     end: int
     slots: torch.Tensor  # [context_len] flat cache slot of each key position
-    mask: torch.Tensor | None  # [n, context_len] True where a query may see a key; None: plain causal
+    mask: (
+        torch.Tensor | None
+    )  # [n, context_len] True where a query may see a key; None: plain causal
 
 
 @dataclass
@@ -52,7 +55,9 @@ class StepLayout:
     prefills: list[PrefillSeq]
 
 
-def token_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+def token_slots(
+    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Flat cache slot (block * block_size + offset) of key `positions [B, L]` of each sequence."""
     blocks = torch.gather(block_tables.long(), 1, positions // block_size)
     return blocks * block_size + positions % block_size
@@ -82,36 +87,54 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
         ctx = meta.context_lens[idx].long()[:, None]
         pos = torch.arange(lens[seqs[0]], device=dev)[None, :]
         slots = token_slots(meta.block_tables[idx], torch.minimum(pos, ctx - 1), block_size)
-        mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))[:, None, None, :]
+        mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))[
+            :, None, None, :
+        ]
         rows = meta.cu_seqlens_q[idx].long()
         for a, b in length_groups([lens[i] for i in seqs]):
             length = lens[seqs[a]]
-            decodes.append(DecodeGroup(rows[a:b], slots[a:b, :length].flatten(), mask[a:b, ..., :length], length))
+            decodes.append(
+                DecodeGroup(
+                    rows[a:b], slots[a:b, :length].flatten(), mask[a:b, ..., :length], length
+                )
+            )
     prefills = []
     for i in (i for i, n in enumerate(n_new) if n > 1):
         n, c = n_new[i], lens[i]
-        slots = token_slots(meta.block_tables[i:i + 1], torch.arange(c, device=dev)[None, :], block_size)[0]
+        slots = token_slots(
+            meta.block_tables[i : i + 1], torch.arange(c, device=dev)[None, :], block_size
+        )[0]
         # A whole prompt is SDPA's own causal case; a chunk after earlier ones needs the offset.
         mask = None if n == c else torch.ones(n, c, dtype=torch.bool, device=dev).tril(c - n)
         prefills.append(PrefillSeq(cu[i], cu[i + 1], slots, mask))
     return StepLayout(decodes, prefills)
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Causal attention for a ragged batch of prompt chunks and decode tokens: q [T, Hq, D] -> [T, Hq, D].
     `out`, if given, is written in place and returned (the tests pass one full of NaN)."""
     num_blocks, block_size, hkv, d = k_cache.shape
     hq = q.shape[1]
     keys = k_cache.view(num_blocks * block_size, hkv, d)  # one row per cache slot
     values = v_cache.view(num_blocks * block_size, hkv, d)
-    if "sdpa" not in meta.scratch:  # built for the step's first layer, kept for the others (same metadata)
+    if (
+        "sdpa" not in meta.scratch
+    ):  # built for the step's first layer, kept for the others (same metadata)
         meta.scratch["sdpa"] = build_layout(meta, block_size)
     layout = meta.scratch["sdpa"]
     out = torch.empty_like(q) if out is None else out
     for g in layout.decodes:
         b = len(g.rows)
-        qg = q.index_select(0, g.rows).view(b, hkv, hq // hkv, d)  # a KV head's query heads as its rows
+        qg = q.index_select(0, g.rows).view(
+            b, hkv, hq // hkv, d
+        )  # a KV head's query heads as its rows
         k = keys.index_select(0, g.slots).view(b, g.length, hkv, d).transpose(1, 2).to(q.dtype)
         v = values.index_select(0, g.slots).view(b, g.length, hkv, d).transpose(1, 2).to(q.dtype)
         o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask.to(q.dtype), scale=scale)
@@ -119,8 +142,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     for p in layout.prefills:
         k = keys.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, ctx, D]
         v = values.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)
-        qp = q[p.start:p.end].transpose(0, 1)[None]  # [1, Hq, n, D]
-        o = F.scaled_dot_product_attention(qp, k, v, attn_mask=p.mask, is_causal=p.mask is None,
-                                           scale=scale, enable_gqa=True)
-        out[p.start:p.end] = o[0].transpose(0, 1)
+        qp = q[p.start : p.end].transpose(0, 1)[None]  # [1, Hq, n, D]
+        o = F.scaled_dot_product_attention(
+            qp, k, v, attn_mask=p.mask, is_causal=p.mask is None, scale=scale, enable_gqa=True
+        )
+        out[p.start : p.end] = o[0].transpose(0, 1)
     return out

@@ -6,6 +6,7 @@ ngram.py        prompt lookup: the tokens that followed the same words earlier i
 draft_model.py  a small model with the target's tokenizer and its own paged K/V
 executor.py     the target's runner, then the proposer, in one step
 """
+
 from .config import SpeculativeConfig
 from .executor import SpeculativeExecutor, make_speculative_executor
 

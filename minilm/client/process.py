@@ -10,6 +10,7 @@ The server gets a process of its own (not a thread of the notebook's kernel), as
 would in production: the kernel stays free to draw. (The server then starts its engine
 core in a process of its own too, unless given engine_core="thread".)
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .auth import bearer
+from . import bearer
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m minilm` must import from here
+ROOT = (
+    Path(__file__).resolve().parents[2]
+)  # the repository: `python -m minilm` must import from here
 
 
 def free_port() -> int:
@@ -43,9 +46,17 @@ def lan_address() -> str:
 
 
 class ServerProcess:
-    def __init__(self, model: str = "docstrings", policy: str = "continuous", port: int | None = None,
-                 host: str = "127.0.0.1", timeline: str | Path | None = None, timeout: float | None = 120.0,
-                 api_key: str | None = None, **knobs):
+    def __init__(
+        self,
+        model: str = "docstrings",
+        policy: str = "continuous",
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        timeline: str | Path | None = None,
+        timeout: float | None = 120.0,
+        api_key: str | None = None,
+        **knobs,
+    ):
         """`knobs`: any `serve` flag, by its Python name (max_num_seqs=8 -> --max-num-seqs 8).
         `api_key`: the key clients must send (`serve --api-key`, handed over as MINILM_API_KEY: a
         command line is visible to the machine's other users); None: no key, even if this
@@ -55,18 +66,35 @@ class ServerProcess:
         self.host, self.api_key = host, api_key
         self.headers = bearer(api_key)
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "minilm", "serve", "--model", model, "--policy", policy,
-                "--host", host, "--port", str(self.port)]
+        args = [
+            sys.executable,
+            "-m",
+            "minilm",
+            "serve",
+            "--model",
+            model,
+            "--policy",
+            policy,
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+        ]
         if timeline is not None:
             args += ["--timeline", str(timeline)]
         for name, value in knobs.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         env.pop("MINILM_API_KEY", None)
         if api_key is not None:
             env["MINILM_API_KEY"] = api_key
         # its output goes to a file, not a pipe: a pipe nobody reads fills up and stalls the server
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="minilm-serve-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(
+            "w+", prefix="minilm-serve-", suffix=".log", delete=False
+        )
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         if timeout is not None:
@@ -83,7 +111,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with code {self.proc.returncode}:\n{self.output()}")
+                raise RuntimeError(
+                    f"the server exited with code {self.proc.returncode}:\n{self.output()}"
+                )
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return
@@ -109,7 +139,7 @@ class ServerProcess:
                 self.proc.wait()
         return self.proc.returncode
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc) -> None:

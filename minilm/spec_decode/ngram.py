@@ -2,6 +2,7 @@
 itself (a name, a code identifier, a quoted phrase), so the tokens that followed the last few
 tokens the last time they appeared are a free guess at what comes next. No model runs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,7 @@ def prompt_lookup(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int
         hits = (t[:-1].unfold(0, n, 1) == t[-n:]).all(1).nonzero()
         if len(hits):
             start = int(hits[0]) + n
-            return tokens[start:start + k]
+            return tokens[start : start + k]
     return []
 
 
@@ -28,8 +29,11 @@ class NgramProposer:
         self.min_n, self.max_n = config.prompt_lookup_min, config.prompt_lookup_max
 
     def propose(self, proposals: list[Proposal]) -> dict[str, list[int]]:
-        return {p.request_id: drafts for p in proposals
-                if (drafts := prompt_lookup(p.token_ids, p.num_drafts, self.min_n, self.max_n))}
+        return {
+            p.request_id: drafts
+            for p in proposals
+            if (drafts := prompt_lookup(p.token_ids, p.num_drafts, self.min_n, self.max_n))
+        }
 
     def forget(self, request_id: str) -> None:
         pass

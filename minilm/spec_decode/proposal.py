@@ -1,4 +1,5 @@
 """What a proposer is asked for each sequence that sampled in a step, and how many drafts to ask for."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +10,8 @@ from ..request import Request
 @dataclass
 class Proposal:
     request_id: str
-    token_ids: list[int]    # the sequence so far: prompt, output and the tokens this step kept
-    num_drafts: int         # propose at most this many (fewer than the request may still produce)
+    token_ids: list[int]  # the sequence so far: prompt, output and the tokens this step kept
+    num_drafts: int  # propose at most this many (fewer than the request may still produce)
     block_table: list[int]  # its KV blocks, with room for the drafts' K/V (core/step.py, lookahead)
 
 

@@ -29,6 +29,7 @@ HTTP reason or the traceback, "" only for an error status without one), `output_
 them as every client loader does (minilm/timeline.py): "error" when no token came,
 "incomplete" when tokens came and then it broke; their tokens stay on the row.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,15 @@ import numpy as np
 from ..timeline import ERROR, INCOMPLETE, RequestRecord, Timeline
 from ..workload import RequestSpec
 
-PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
+PER_REQUEST = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "start_times",
+    "generated_texts",
+    "errors",
+)
 PERCENTILES = (50, 90, 99)
 
 
@@ -53,21 +62,24 @@ class RequestOutput:
     request_id: str = ""
     generated_text: str = ""
     success: bool = False
-    latency: float = 0.0           # s from sending to the last chunk
+    latency: float = 0.0  # s from sending to the last chunk
     output_tokens: int = 0
-    ttft: float = 0.0              # s from sending to the first chunk with a token
+    ttft: float = 0.0  # s from sending to the first chunk with a token
     itl: list[float] = field(default_factory=list)  # s between consecutive token chunks
     prompt_len: int = 0
     error: str = ""
-    start_time: float = 0.0        # time.perf_counter() when sent
+    start_time: float = 0.0  # time.perf_counter() when sent
     finish_reason: str | None = None
 
 
 def stats_ms(values: list[float], name: str) -> dict[str, float]:
     """vLLM's mean/median/std/pNN fields of one metric, in ms (0 when there is no value, as vLLM)."""
     v = np.asarray(values or [0.0], dtype=float) * 1000
-    out = {f"mean_{name}_ms": float(v.mean()), f"median_{name}_ms": float(np.median(v)),
-           f"std_{name}_ms": float(v.std())}
+    out = {
+        f"mean_{name}_ms": float(v.mean()),
+        f"median_{name}_ms": float(np.median(v)),
+        f"std_{name}_ms": float(v.std()),
+    }
     out |= {f"p{p}_{name}_ms": float(np.percentile(v, p)) for p in PERCENTILES}
     return out
 
@@ -88,36 +100,57 @@ def peak_output_per_s(outputs: list[RequestOutput]) -> tuple[float, int]:
     for o in ok:
         times = token_times(o.start_time + o.ttft, o.itl)
         np.add.at(tokens, (times - t0).astype(int).clip(0, n - 1), 1)
-        running[int(o.start_time - t0):int(o.start_time + o.latency - t0) + 1] += 1
+        running[int(o.start_time - t0) : int(o.start_time + o.latency - t0) + 1] += 1
     return float(tokens.max()), int(running.max())
 
 
-def make_result(outputs: list[RequestOutput], duration: float, settings: dict[str, Any]) -> dict[str, Any]:
+def make_result(
+    outputs: list[RequestOutput], duration: float, settings: dict[str, Any]
+) -> dict[str, Any]:
     """The result object, in vLLM's format (detailed: with the per-request lists)."""
     ok = [o for o in outputs if o.success]
     output_lens = [o.output_tokens if o.success else 0 for o in outputs]
     total_in, total_out = sum(o.prompt_len for o in ok), sum(output_lens)
     tpots = [(o.latency - o.ttft) / (o.output_tokens - 1) for o in ok if o.output_tokens > 1]
     peak, concurrent = peak_output_per_s(outputs)
-    result = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "backend": "openai", **settings,
-              "duration": duration, "completed": len(ok), "failed": len(outputs) - len(ok),
-              "total_input_tokens": total_in, "total_output_tokens": total_out,
-              "request_throughput": len(ok) / duration, "request_goodput": None,
-              "output_throughput": total_out / duration, "total_token_throughput": (total_in + total_out) / duration,
-              "input_lens": [o.prompt_len for o in outputs], "output_lens": output_lens,
-              "ttfts": [o.ttft for o in outputs], "itls": [o.itl for o in outputs],
-              "start_times": [o.start_time for o in outputs], "generated_texts": [o.generated_text for o in outputs],
-              "errors": [o.error for o in outputs], "request_ids": [o.request_id for o in outputs],
-              "finish_reasons": [o.finish_reason for o in outputs],
-              "max_output_tokens_per_s": peak, "max_concurrent_requests": concurrent}
-    for name, values in (("ttft", [o.ttft for o in ok]), ("tpot", tpots), ("itl", [g for o in ok for g in o.itl]),
-                         ("e2el", [o.latency for o in ok])):
+    result = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": "openai",
+        **settings,
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(outputs) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration,
+        "request_goodput": None,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "input_lens": [o.prompt_len for o in outputs],
+        "output_lens": output_lens,
+        "ttfts": [o.ttft for o in outputs],
+        "itls": [o.itl for o in outputs],
+        "start_times": [o.start_time for o in outputs],
+        "generated_texts": [o.generated_text for o in outputs],
+        "errors": [o.error for o in outputs],
+        "request_ids": [o.request_id for o in outputs],
+        "finish_reasons": [o.finish_reason for o in outputs],
+        "max_output_tokens_per_s": peak,
+        "max_concurrent_requests": concurrent,
+    }
+    for name, values in (
+        ("ttft", [o.ttft for o in ok]),
+        ("tpot", tpots),
+        ("itl", [g for o in ok for g in o.itl]),
+        ("e2el", [o.latency for o in ok]),
+    ):
         result |= stats_ms(values, name)
     return result
 
 
 def print_result(r: dict[str, Any]) -> None:
     """vLLM's summary table."""
+
     def line(label, value, fmt="{:<10}"):
         print(("{:<40} " + fmt).format(label, value))
 
@@ -136,9 +169,12 @@ def print_result(r: dict[str, Any]) -> None:
     line("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"], "{:<10.2f}")
     line("Peak concurrent requests:", r["max_concurrent_requests"], "{:<10.2f}")
     line("Total Token throughput (tok/s):", r["total_token_throughput"], "{:<10.2f}")
-    for name, short, header in (("ttft", "TTFT", "Time to First Token"),
-                                ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
-                                ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency")):
+    for name, short, header in (
+        ("ttft", "TTFT", "Time to First Token"),
+        ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+        ("itl", "ITL", "Inter-token Latency"),
+        ("e2el", "E2EL", "End-to-end Latency"),
+    ):
         print("{s:{c}^{n}}".format(s=header, n=50, c="-"))
         line(f"Mean {short} (ms):", r[f"mean_{name}_ms"], "{:<10.2f}")
         line(f"Median {short} (ms):", r[f"median_{name}_ms"], "{:<10.2f}")
@@ -156,11 +192,17 @@ def save_result(result: dict[str, Any], path: str | Path) -> Path:
 
 def load_result(path_or_dict) -> dict[str, Any]:
     """A result file (ours or vLLM's, detailed), checked for the per-request lists the views need."""
-    r = path_or_dict if isinstance(path_or_dict, dict) else json.loads(Path(path_or_dict).read_text())
+    r = (
+        path_or_dict
+        if isinstance(path_or_dict, dict)
+        else json.loads(Path(path_or_dict).read_text())
+    )
     missing = [k for k in ("input_lens", "output_lens", "ttfts", "itls") if k not in r]
     if missing:
-        raise ValueError(f"result file has no {', '.join(missing)}: save it with per-request data "
-                         f"(vLLM: --save-result --save-detailed; minilm bench-serve: --save)")
+        raise ValueError(
+            f"result file has no {', '.join(missing)}: save it with per-request data "
+            f"(vLLM: --save-result --save-detailed; minilm bench-serve: --save)"
+        )
     n = len(r["ttfts"])
     bad = [k for k in PER_REQUEST if k in r and len(r[k]) != n]
     if bad:
@@ -184,22 +226,49 @@ def result_to_timeline(result, label: str | None = None) -> Timeline:
     requests = []
     for i in range(n):
         arrival = (starts[i] - t0) if starts else 0.0
-        got_token = r["ttfts"][i] > 0 or bool(r["itls"][i])  # a success always has: its first chunk set ttft
-        failed = bool(errors[i]) or not got_token and r["output_lens"][i] == 0  # "": an error status without reason
-        times = token_times(arrival + r["ttfts"][i], r["itls"][i]).tolist() if got_token or not failed else []
+        got_token = r["ttfts"][i] > 0 or bool(
+            r["itls"][i]
+        )  # a success always has: its first chunk set ttft
+        failed = (
+            bool(errors[i]) or not got_token and r["output_lens"][i] == 0
+        )  # "": an error status without reason
+        times = (
+            token_times(arrival + r["ttfts"][i], r["itls"][i]).tolist()
+            if got_token or not failed
+            else []
+        )
         if failed:
             reason, output_len = (INCOMPLETE if times else ERROR), len(times)
-            error = errors[i] or "failed without a message (an error status with no reason, or no token came)"
+            error = (
+                errors[i]
+                or "failed without a message (an error status with no reason, or no token came)"
+            )
         else:
             reason, output_len, error = reasons[i] or "finished", int(r["output_lens"][i]), ""
-        requests.append(RequestRecord(
-            request_id=str(ids[i]), arrival=float(arrival), prompt_len=int(r["input_lens"][i]),
-            max_tokens=int(r["output_lens"][i]), t_scheduled=None, t_first_token=times[0] if times else None,
-            token_times=times, t_finished=times[-1] if times else float(arrival),
-            output_len=output_len, finish_reason=reason, preemptions=0, error=str(error)))
-    meta = {"policy": label or r.get("label") or r.get("backend", "client"), "clock": "client",
-            "model": r.get("model_id"), "source": "bench result (client side)",
-            "has_start_times": bool(starts), "duration": r.get("duration")}
+        requests.append(
+            RequestRecord(
+                request_id=str(ids[i]),
+                arrival=float(arrival),
+                prompt_len=int(r["input_lens"][i]),
+                max_tokens=int(r["output_lens"][i]),
+                t_scheduled=None,
+                t_first_token=times[0] if times else None,
+                token_times=times,
+                t_finished=times[-1] if times else float(arrival),
+                output_len=output_len,
+                finish_reason=reason,
+                preemptions=0,
+                error=str(error),
+            )
+        )
+    meta = {
+        "policy": label or r.get("label") or r.get("backend", "client"),
+        "clock": "client",
+        "model": r.get("model_id"),
+        "source": "bench result (client side)",
+        "has_start_times": bool(starts),
+        "duration": r.get("duration"),
+    }
     return Timeline(steps=[], requests=requests, meta=meta)
 
 
@@ -210,18 +279,36 @@ def engine_view(engine_tl: Timeline, client_tl: Timeline) -> Timeline:
     ids = {r.request_id for r in client_tl.requests}
     mine = [r for r in engine_tl.requests if r.request_id in ids]
     if not mine:
-        raise ValueError("no request of the client's run is on this engine timeline (different run or ids)")
+        raise ValueError(
+            "no request of the client's run is on this engine timeline (different run or ids)"
+        )
     first = min(client_tl.requests, key=lambda r: r.arrival)
     t0 = next(r.arrival for r in mine if r.request_id == first.request_id) - first.arrival
     start, end = min(r.arrival for r in mine), max(r.t_finished for r in mine)
     steps = []
     for s in engine_tl.steps:
         if s.t_end >= start and s.t_start <= end:
-            steps.append(replace(s, step=len(steps), t_start=s.t_start - t0, t_end=s.t_end - t0,
-                                 items=[i for i in s.items if i.request_id in ids], kv_blocks=None))
-    requests = [replace(r, arrival=r.arrival - t0, t_scheduled=r.t_scheduled - t0 if r.t_scheduled is not None else None,
-                        t_first_token=r.t_first_token - t0 if r.t_first_token is not None else None,
-                        token_times=[t - t0 for t in r.token_times], t_finished=r.t_finished - t0) for r in mine]
+            steps.append(
+                replace(
+                    s,
+                    step=len(steps),
+                    t_start=s.t_start - t0,
+                    t_end=s.t_end - t0,
+                    items=[i for i in s.items if i.request_id in ids],
+                    kv_blocks=None,
+                )
+            )
+    requests = [
+        replace(
+            r,
+            arrival=r.arrival - t0,
+            t_scheduled=r.t_scheduled - t0 if r.t_scheduled is not None else None,
+            t_first_token=r.t_first_token - t0 if r.t_first_token is not None else None,
+            token_times=[t - t0 for t in r.token_times],
+            t_finished=r.t_finished - t0,
+        )
+        for r in mine
+    ]
     return Timeline(steps, requests, {**engine_tl.meta, "source": "engine side of a client's run"})
 
 
@@ -235,18 +322,34 @@ def replay_specs(result_or_timeline, token_id: int = 0) -> list[RequestSpec]:
     the file cannot tell whether the server did any work for it (a refused connection or a
     400 costs nothing, a timeout in the queue does), and a prompt the server refused as too
     long would make the simulator refuse the whole replay. `simulate_result` says how many."""
-    tl = result_or_timeline if isinstance(result_or_timeline, Timeline) else result_to_timeline(result_or_timeline)
-    return [RequestSpec(r.request_id, [token_id] * r.prompt_len, r.output_len, r.arrival)
-            for r in tl.requests if r.finish_reason != ERROR and r.output_len > 0]
+    tl = (
+        result_or_timeline
+        if isinstance(result_or_timeline, Timeline)
+        else result_to_timeline(result_or_timeline)
+    )
+    return [
+        RequestSpec(r.request_id, [token_id] * r.prompt_len, r.output_len, r.arrival)
+        for r in tl.requests
+        if r.finish_reason != ERROR and r.output_len > 0
+    ]
 
 
-def simulate_result(result_or_timeline, model: str = "llama-3-8b", device: str = "h100", policy: str = "continuous",
-                    **knobs) -> Timeline:
+def simulate_result(
+    result_or_timeline,
+    model: str = "llama-3-8b",
+    device: str = "h100",
+    policy: str = "continuous",
+    **knobs,
+) -> Timeline:
     """What the simulated `model` on `device` would have done with the same requests (simulated clock);
     `meta["replay_left_out"]` counts the requests of the run it did not replay (`replay_specs`)."""
     from ..sim.executor import simulated_engine
 
-    tl = result_or_timeline if isinstance(result_or_timeline, Timeline) else result_to_timeline(result_or_timeline)
+    tl = (
+        result_or_timeline
+        if isinstance(result_or_timeline, Timeline)
+        else result_to_timeline(result_or_timeline)
+    )
     specs = replay_specs(tl)
     engine = simulated_engine(model, device, policy=policy, **knobs)
     engine.add_workload(specs, ignore_eos=True)

@@ -17,6 +17,7 @@ event and new requests are refused at once (503): nothing waits forever.
 finish, the abort that follows a disconnect, a refusal, the engine's death), so a count
 falls back however a request ends (`--max-inflight-per-client`, server.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,18 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .messages import Abort, Add, Command, Drain, Event, Rejected, Snapshot, SnapshotData, StepStats, Tokens
+from .messages import (
+    Abort,
+    Add,
+    Command,
+    Drain,
+    Event,
+    Rejected,
+    Snapshot,
+    SnapshotData,
+    StepStats,
+    Tokens,
+)
 from .metrics import ServerMetrics
 from .openai_api import GenerateRequest
 
@@ -44,7 +56,7 @@ class RequestStream:
 class EngineInfo:
     """What the HTTP side needs to know of the engine (it never touches the engine itself)."""
 
-    meta: dict               # the timeline's meta: model, policy, knobs
+    meta: dict  # the timeline's meta: model, policy, knobs
     max_model_len: int
 
 
@@ -55,8 +67,8 @@ class EngineClient(ABC):
         self.in_flight: Counter[str] = Counter()  # client address -> its streams still open
         self.snapshots: dict[int, asyncio.Future] = {}
         self.keys = itertools.count()
-        self.info: EngineInfo | None = None   # set once the engine is ready
-        self.error: str | None = None         # why the engine stopped, if it did
+        self.info: EngineInfo | None = None  # set once the engine is ready
+        self.error: str | None = None  # why the engine stopped, if it did
         self.draining = False
 
     # ---- what a design provides ---------------------------------------------------------
@@ -77,15 +89,25 @@ class EngineClient(ABC):
     def alive(self) -> bool:
         return self.error is None and not self.draining
 
-    def add(self, request_id: str, req: GenerateRequest, arrival: float, client: str = "") -> RequestStream:
+    def add(
+        self, request_id: str, req: GenerateRequest, arrival: float, client: str = ""
+    ) -> RequestStream:
         stream = RequestStream(next(self.keys), request_id, client)
         if self.error is not None:
-            stream.queue.put_nowait(Rejected(stream.key, 503, f"the engine is not running ({self.error})",
-                                             type="service_unavailable"))
+            stream.queue.put_nowait(
+                Rejected(
+                    stream.key,
+                    503,
+                    f"the engine is not running ({self.error})",
+                    type="service_unavailable",
+                )
+            )
             return stream
         self.streams[stream.key] = stream
         self.in_flight[client] += 1
-        self.send(Add(stream.key, request_id, req.prompt_ids, req.max_tokens, req.sampling, arrival))
+        self.send(
+            Add(stream.key, request_id, req.prompt_ids, req.max_tokens, req.sampling, arrival)
+        )
         return stream
 
     def abort(self, stream: RequestStream, reason: str = "aborted") -> None:
@@ -116,7 +138,9 @@ class EngineClient(ABC):
                 stream = self.streams.get(event.key)
                 if stream is None:
                     continue
-                if isinstance(event, Rejected) or (isinstance(event, Tokens) and event.finish_reason is not None):
+                if isinstance(event, Rejected) or (
+                    isinstance(event, Tokens) and event.finish_reason is not None
+                ):
                     self.close(stream)  # its last event
                 stream.queue.put_nowait(event)
 
@@ -130,7 +154,9 @@ class EngineClient(ABC):
         """The engine stopped: every open stream ends with an error, every snapshot with nothing."""
         self.error = error
         for stream in self.streams.values():
-            stream.queue.put_nowait(Rejected(stream.key, 500, f"the engine stopped: {error}", type="internal_error"))
+            stream.queue.put_nowait(
+                Rejected(stream.key, 500, f"the engine stopped: {error}", type="internal_error")
+            )
         self.streams.clear()
         self.in_flight.clear()
         for future in self.snapshots.values():

@@ -2,6 +2,7 @@
 the proposer guesses the next ones for every sequence that sampled (vLLM V1's order: drafting
 is part of the step, after sampling), so they are ready when the scheduler plans the next.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -20,11 +21,11 @@ class SpeculativeExecutor:
     """The model runner with a proposer (ngram.py or draft_model.py) behind it."""
 
     def __init__(self, runner: ModelRunner, proposer, config: EngineConfig):
-        self.runner, self.proposer, self.spec = runner, proposer, config.speculative_config
+        self.runner, self.proposer, self.speculative = runner, proposer, config.speculative_config
         self.kind, self.model_config = runner.kind, runner.model_config
 
     def describe(self) -> dict:
-        return {**self.runner.describe(), "speculative_config": asdict(self.spec)}
+        return {**self.runner.describe(), "speculative_config": asdict(self.speculative)}
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         out = self.runner.execute(plan)
@@ -34,9 +35,13 @@ class SpeculativeExecutor:
         proposals = []
         for w in plan.work:
             req, kept = w.request, out.sampled_token_ids.get(w.request.request_id)
-            k = max_drafts(self.spec.num_speculative_tokens, req, len(kept or ()))
+            k = max_drafts(self.speculative.num_speculative_tokens, req, len(kept or ()))
             if kept and k > 0:
-                proposals.append(Proposal(req.request_id, req.token_ids(0, req.num_tokens) + kept, k, w.block_table))
+                proposals.append(
+                    Proposal(
+                        req.request_id, req.token_ids(0, req.num_tokens) + kept, k, w.block_table
+                    )
+                )
         out.draft_token_ids = self.proposer.propose(proposals)
         out.draft_time = device_time(self.runner.device.type) - t0
         return out
@@ -49,12 +54,16 @@ class SpeculativeExecutor:
 def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> SpeculativeExecutor:
     """The runner with the proposer `config.speculative_config` names; a draft model must share
     the target's vocabulary (its token ids are the target's)."""
-    spec = config.speculative_config
-    if spec.method == "ngram":
-        return SpeculativeExecutor(runner, NgramProposer(spec), config)
-    check_draft_model(spec.model, runner.model_config)
-    draft = load_model(spec.model, device=config.device, dtype=config.dtype, seed=config.seed)
-    proposer = DraftModelProposer(draft, config.num_blocks, config.block_size, config.attention_backend)
+    speculative = config.speculative_config
+    if speculative.method == "ngram":
+        return SpeculativeExecutor(runner, NgramProposer(speculative), config)
+    check_draft_model(speculative.model, runner.model_config)
+    draft = load_model(
+        speculative.model, device=config.device, dtype=config.dtype, seed=config.seed
+    )
+    proposer = DraftModelProposer(
+        draft, config.num_blocks, config.block_size, config.attention_backend
+    )
     return SpeculativeExecutor(runner, proposer, config)
 
 
@@ -65,5 +74,7 @@ def check_draft_model(name_or_path: str, target: ModelConfig) -> None:
         path = resolve_model_path(name_or_path)
     except InvalidValue as e:
         raise InvalidValue("speculative_config.model", name_or_path, e.allowed) from None
-    draft = MODEL_PRESETS[name_or_path] if path is None else ModelConfig.from_json(path / "config.json")
+    draft = (
+        MODEL_PRESETS[name_or_path] if path is None else ModelConfig.from_json(path / "config.json")
+    )
     check_same_vocabulary(name_or_path, draft.vocab_size, target.vocab_size)
