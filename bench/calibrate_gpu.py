@@ -372,7 +372,7 @@ ROBUST_SCALE = 0.1  # relative errors beyond ~10% count less and less (soft-L1)
 
 def fit(points: list[dict], traces: dict, feats: dict) -> dict:
     """Parameters minimizing a robust (soft-L1) loss of the points' relative time errors: a
-    few published points have costs no roofline has (see the README), and must not pull the rest."""
+    few published points have costs no roofline has (see bench/README.md), and must not pull the rest."""
     y = np.array([measured_time(p, traces[p["id"]]) for p in points])
     lin = np.array(
         [

@@ -386,7 +386,9 @@ def main() -> None:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         show(res)
-    out.with_suffix(".txt").write_text(printed.getvalue())  # what --show prints, for the README
+    out.with_suffix(".txt").write_text(
+        printed.getvalue()
+    )  # what --show prints, for bench/README.md
     print(
         printed.getvalue()
         + f"\nJSON: {out} and {out.with_suffix('.txt')}  ({conditions['bench_s']:.0f} s)"

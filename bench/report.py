@@ -11,7 +11,7 @@ Every script in bench/ writes the same JSON object:
 so a reader, a test or another script opens any result the same way, and every script
 prints its rows with `print_table` and its checks with `print_checks`. A script's
 `--show FILE` prints a saved result again without rerunning it, with the same code that
-printed it after the run: a table in the README is what the script printed for the
+printed it after the run: a table in bench/README.md is what the script printed for the
 committed JSON.
 
 A check's `target` is a string "<op> <number>" (or null when a number is reported for

@@ -1,4 +1,4 @@
-"""Command line: `python -m minilm run|compare|serve|bench-serve ...` (see README).
+"""Command line: `python -m minilm run|compare|serve|bench-serve ...` (see docs/USAGE.md).
 
     run          one policy on a workload: completions, a metrics table, a timeline
     compare      one workload under several policies: one table

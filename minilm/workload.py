@@ -181,7 +181,7 @@ def docstring_workload(
     if not DOCSTRINGS_HELDOUT.exists():
         raise ValueError(
             f"workload 'docstrings' needs {DOCSTRINGS_HELDOUT}; "
-            f"train the checkpoint with `python -m training.train` (see README)"
+            f"train the checkpoint with `python -m training.train` (see docs/MODELS.md)"
         )
     docs = json.loads(DOCSTRINGS_HELDOUT.read_text())
     picks = rng.choice(len(docs), num_requests, replace=num_requests > len(docs))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install the lab (CPU build of torch here; see README "On a GPU").
+# Create .venv and install the lab (CPU build of torch here; see docs/GPU.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

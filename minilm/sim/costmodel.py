@@ -140,7 +140,7 @@ class DeviceSpec:
 # (bench/data/gpu_measurements.json, each with its citation) with this model, fits the values
 # below on the fit sources (gpt-fast, TensorRT-LLM's docs, NeMo, Qwen's speed benchmark) and
 # reports the error on the held-out ones (LMDeploy, torchao): bench/results/calibrate_gpu.json
-# and the README's "Simulator against published GPU measurements". Rounded to 3 digits.
+# and bench/README.md's "Simulator against published GPU measurements". Rounded to 3 digits.
 # One compute efficiency for both: no H100 point is compute-bound enough to fit its own.
 ROOFLINE_P = 1.54  # every GPU: how compute and memory time combine, (c^p + m^p)^(1/p)
 A100_FIT = {"compute_efficiency": 0.693, "memory_efficiency": 0.827, "allreduce_latency": 3.57e-05}
