@@ -1,5 +1,5 @@
-"""The architecture holds: imports follow docs/DESIGN.md's layers, the documents (README,
-bench/README.md, docs/) name only files and symbols that exist, and the engine core stays
+"""The architecture holds: imports follow docs/DESIGN.md's layers, the documents (the READMEs,
+docs/) name only files and symbols that exist, and the engine core stays
 small enough to read."""
 
 from __future__ import annotations
@@ -58,11 +58,16 @@ def test_ruff_is_happy(command):
 
 
 # ---- the documents name what exists ---------------------------------------------------
-# The README, bench/README.md and every page under docs/: a path in backticks or in a layout
-# block must exist, and a symbol in backticks must be the lab's (or, on a page other than the
-# design, another tool's name that the lab's code uses).
+# The README, bench/README.md, labs/README.md and every page under docs/: a path in backticks
+# or in a layout block must exist, and a symbol in backticks must be the lab's (or, on a page
+# other than the design, another tool's name that the lab's code uses).
 DESIGN = ROOT / "docs" / "DESIGN.md"
-DOCS = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "bench" / "README.md",
+    ROOT / "labs" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 # the lab's code: another tool's name (OpenAI's, Plotly's) that a page names must be used here
 CODE_DIRS = ("minilm", "widgets", "training", "bench", "scripts", "labs", "tests")
 
