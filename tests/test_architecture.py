@@ -1,6 +1,5 @@
 """The architecture holds: imports follow docs/DESIGN.md's layers, the documents (the READMEs,
-docs/) name only files and symbols that exist, and the engine core stays
-small enough to read."""
+docs/) name only files and symbols that exist, and the engine core stays small enough to read."""
 
 from __future__ import annotations
 
