@@ -684,6 +684,99 @@ def check_policy(make_policy) -> None:
     )
 
 
+# ---- exercise 3, part 2: the smallest watermark that avoids preemption --------------------
+# (seed, requests, KV blocks, max_model_len) of "mixed" requests at 200/s on the simulated H100,
+# 8 seats. The first two preempt less and less as the watermark grows, then again (at 10, and
+# at 8): the first watermark that avoids preemption is not the one after the last that
+# preempts, and a bisection that lands past it is misled. The last needs no reserve at all.
+SAFE_CASES = [(10, 16, 20, 256), (6, 16, 24, 256), (3, 16, 16, 256), (10, 10, 11, 128)]
+
+
+def watermark_run(make_policy, seed: int, num_requests: int, num_blocks: int, max_model_len: int):
+    """`run(watermark)` for a workload: the timeline of `make_policy(watermark=...)` on it; and
+    the watermarks it was called with."""
+    from minilm.sim import simulated_engine
+
+    specs = make_workload(
+        "mixed",
+        num_requests=num_requests,
+        seed=seed,
+        rate=200.0,
+        max_model_len=max_model_len,
+        vocab_size=128256,
+    )
+    tried: list[int] = []
+
+    def run(watermark: int):
+        tried.append(watermark)
+        engine = simulated_engine(
+            "llama-3-8b",
+            "h100",
+            policy=make_policy(watermark=watermark),
+            max_num_seqs=8,
+            num_blocks=num_blocks,
+            max_model_len=max_model_len,
+        )
+        engine.add_workload(specs)
+        return engine.run()
+
+    return run, tried
+
+
+def preemption_profile(run, num_blocks: int) -> list[int]:
+    """Preemptions at watermark 0, 1, ... up to the first that makes the run fail (a prompt
+    can never be admitted)."""
+    counts = []
+    for watermark in range(num_blocks + 1):
+        try:
+            counts.append(summarize(run(watermark))["preemptions"])
+        except RuntimeError:
+            break
+    return counts
+
+
+def check_safe_watermark(make_policy, smallest_safe_watermark) -> None:
+    profiles = []
+    for case, (seed, num_requests, num_blocks, max_model_len) in enumerate(SAFE_CASES, 1):
+        ref_run, _ = watermark_run(
+            WatermarkReference, seed, num_requests, num_blocks, max_model_len
+        )
+        profile = preemption_profile(ref_run, num_blocks)
+        want = profile.index(0) if 0 in profile else None
+        run, tried = watermark_run(make_policy, seed, num_requests, num_blocks, max_model_len)
+        what = f"smallest_safe_watermark(run, num_blocks={num_blocks})"
+        with time_limit(60, what):
+            got = call(smallest_safe_watermark, run, num_blocks, what=what)
+        profiles.append(profile)
+        if got == want:
+            continue
+        table = ", ".join(f"{w}: {profile[w]}" for w in sorted(set(tried)) if w < len(profile))
+        why = ""
+        if not is_real(got) or (isinstance(got, float) and not got.is_integer()):
+            why = "; return a whole number of blocks"
+        elif got not in range(len(profile)):
+            why = (
+                f"; {got} is not a watermark the run can use: from {len(profile)} on, some prompt "
+                f"can never be admitted"
+            )
+        elif profile[int(got)] > 0:
+            why = f"; at watermark {got} the run preempts {profile[int(got)]} time(s)"
+        else:
+            why = (
+                "; your answer avoids preemption, but a smaller watermark does too. Is a watermark "
+                "that avoids preemption sure to be followed by larger ones that avoid it?"
+            )
+        raise AssertionError(
+            f"{what} on workload {case} of {len(SAFE_CASES)} = {got!r}{why}. The preemptions at the watermarks you ran: "
+            f"{table or 'none (you never called run)'}"
+        )
+    ok(
+        f"the smallest safe watermark of {len(SAFE_CASES)} workloads, measured with your policy. "
+        f"Preemptions at watermark 0, 1, 2, ... (simulated): "
+        + "; ".join(f"{i}: {p}" for i, p in enumerate(profiles, 1))
+    )
+
+
 # ---- exercise 4: a shared block pool and copy-on-write -----------------------------------
 def pool_get(pool, n: int):
     """pool.get_new_blocks(n), or None when it refuses with RuntimeError (as the engine's pool does)."""
@@ -1173,6 +1266,95 @@ def check_flash_decoding(attend_segment, merge_segments) -> None:
     ok(
         f"{len(contexts)} decodes, contexts of {min(contexts)}-{max(contexts)} keys in {segments} segments each "
         f"(some empty): the same attention as the reference, largest difference {worst:.1e}"
+    )
+
+
+# ---- exercise 5, part 3: the kernel's online softmax, one segment at a time ------------------
+def kernel_state(q, k, v, scale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A segment in the kernel's form, in float64: (m [H] its largest score, l [H] the sum of
+    exp(score - m), acc [H, D] the values weighted by exp(score - m), not yet divided by l).
+    An empty segment is (-inf, 0, 0): it holds nothing."""
+    scores = torch.einsum("hd,nhd->hn", q.double(), k.double()) * scale
+    heads, dim = q.shape
+    if scores.shape[1] == 0:
+        return (
+            torch.full((heads,), float("-inf"), dtype=torch.float64),
+            torch.zeros(heads, dtype=torch.float64),
+            torch.zeros(heads, dim, dtype=torch.float64),
+        )
+    m = scores.max(-1).values
+    p = torch.exp(scores - m[:, None])
+    return m, p.sum(-1), torch.einsum("hn,nhd->hd", p, v.double())
+
+
+# (keys, segment boundaries, where the scores sit, the order to fold them in) -> what it adds
+FOLD_CASES = [
+    (12, [0, 5, 12], 0.0, [0, 1], "two segments, in order"),
+    (12, [0, 5, 12], 0.0, [1, 0], "the same two segments in the other order"),
+    (12, [0, 3, 3, 8, 12], 0.0, [1, 0, 2, 3], "an empty segment folded into the empty start"),
+    (16, [0, 4, 8, 12, 16], 0.0, [2, 0, 3, 1], "four segments in a shuffled order"),
+    (9, [0, 4, 9], 1000.0, [1, 0], "scores near 1000, where exp overflows"),
+    (9, [0, 2, 9], -1000.0, [0, 1], "scores near -1000, where exp underflows to 0"),
+]
+
+
+def fold_hint(got, want, ordered_m) -> str:
+    """The likely slip, from which part of the state is wrong."""
+    m, l, acc = got
+    if not (torch.isfinite(l).all() and torch.isfinite(acc).all()):
+        return (
+            "your state holds inf or nan. A part with m = -inf holds nothing (exp(-inf - -inf) is "
+            "nan); does your fold survive two such, and scores where exp(score) overflows?"
+        )
+    if not torch.allclose(m, want[0]):
+        same = torch.allclose(m, ordered_m)
+        return "m is the largest score of all the keys folded so far" + (
+            ": yours is the last part's, which holds only when the parts come in rising order"
+            if same
+            else ""
+        )
+    if not torch.allclose(l, want[1], rtol=1e-6):
+        return "l is the sum of exp(score - m) over all keys so far, with m the new largest score"
+    if torch.allclose(acc * want[1][:, None], want[2], rtol=1e-5, atol=1e-8):
+        return "acc is not divided by l: the kernel divides once, after the last part"
+    return "l is right and acc is not: each part's acc was weighted relative to its own m, as its l was"
+
+
+def check_fold(fold) -> None:
+    scale = 8**-0.5
+    for i, (n, cuts, shift, order, what) in enumerate(FOLD_CASES):
+        q, k, v = segment_inputs(n, seed=30 + i, shift=shift)
+        parts = [kernel_state(q, k[a:b], v[a:b], scale) for a, b in zip(cuts, cuts[1:])]
+        state = kernel_state(q, k[:0], v[:0], scale)  # the empty start
+        folded: list[int] = []
+        for j in order:
+            got = call(fold, state, parts[j], what=f"fold on {what}")
+            assert isinstance(got, tuple) and len(got) == 3, (
+                f"{what}: return the state (m, l, acc), got {type(got).__name__}"
+            )
+            state = tuple(as_tensor(x, f"{what}: the state") for x in got)
+            folded.append(j)
+            keys = torch.cat([torch.arange(cuts[s], cuts[s + 1]) for s in sorted(folded)])
+            want = kernel_state(q, k[keys], v[keys], scale)
+            shapes = [list(x.shape) for x in want]
+            assert [list(x.shape) for x in state] == shapes, (
+                f"{what}: the state is m {shapes[0]}, l {shapes[1]}, acc {shapes[2]}; got "
+                f"{[list(x.shape) for x in state]}"
+            )
+            if all(torch.allclose(a, b, rtol=1e-6, atol=1e-9) for a, b in zip(state, want)):
+                continue
+            raise AssertionError(
+                f"{what}, after folding segment(s) {folded}: " + fold_hint(state, want, parts[j][0])
+            )
+        out = state[2] / state[1][:, None]
+        truth = segment_truth(q, k, v, scale)[0]
+        assert torch.allclose(out, truth, rtol=1e-6, atol=1e-9), (
+            f"{what}: acc / l differs from attention over the whole context"
+        )
+    ok(
+        f"{len(FOLD_CASES)} contexts folded segment by segment in the kernel's form, in and out of "
+        f"order, empty segments and scores near +-1000 included: m, l and acc after every fold as over "
+        f"the keys folded so far"
     )
 
 
