@@ -27,7 +27,7 @@ import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
 from minilm.config import ModelConfig
-from minilm.core.policies import Policy
+from minilm.core.policies import ChunkedPolicy, Policy
 from minilm.model.llama import LlamaModel
 
 
@@ -1598,6 +1598,164 @@ def check_split_budget_long(split_budget_long) -> None:
     ok(
         f"{len(LONG_CASES)} hand cases and 300 random ones: at most max_long long prompts a step, and the short "
         f"ones behind them get the rest"
+    )
+
+
+# ---- exercise 6, part 3: the long-prompt limit inside the engine ------------------------------
+class LongLimitReference(ChunkedPolicy):
+    """The reference for exercise 6, part 3: the engine's chunked prefill (decodes first, then
+    part-done prompts, then the queue's head), with `chunk_rule`'s limit of `max_long` long
+    prompts a step. A long prompt past the limit at the queue's head steps aside for the step
+    (off the head, and back in its place at the end), so the prompts behind it can be admitted."""
+
+    name = "long-limit-reference"
+
+    def __init__(self, max_long: int | None = None):
+        self.max_long = max_long
+
+    def schedule(self, s) -> None:
+        cap = s.config.long_prefill_token_threshold
+        for req in s.unscheduled_running():
+            if req.num_remaining == 1:
+                s.schedule_running(req, 1)
+        partial, waiting = list(s.unscheduled_running()), list(s.waiting)
+        remaining = [r.num_remaining for r in partial + waiting]
+        chunks = chunk_rule(s.budget, 0, remaining, cap, self.max_long)
+        for req, n in zip(partial, chunks):
+            if n:
+                s.schedule_running(req, n)
+        stepped_aside = []
+        for req, n in zip(waiting, chunks[len(partial) :]):
+            if n == 0:
+                stepped_aside.append(s.waiting.popleft())
+                continue
+            if not s.can_admit(req, n):
+                break
+            s.admit(req, n)
+        s.waiting.extendleft(reversed(stepped_aside))
+
+
+LONG_BUDGET, LONG_CAP, LONG_SEATS = 512, 128, 12  # up to 4 long prompts' chunks fit a step
+
+
+def long_prompt_workload(seed: int = 0) -> list[RequestSpec]:
+    """40 requests 10 ms apart on one GPU: every fourth a 3000-4000-token prompt, the others
+    50-250 tokens; the short ones decode 64 tokens, the long ones 16."""
+    rng = random.Random(seed)
+    specs = []
+    for i in range(40):
+        long = i % 4 == 0
+        n = 3000 + rng.randrange(1000) if long else 50 + rng.randrange(200)
+        n = {1: LONG_CAP, 4: 24 * LONG_CAP}.get(i, n)  # exactly the cap: not long; 128 left, later
+        specs.append(
+            RequestSpec(
+                f"r{i}", [1 + rng.randrange(1000) for _ in range(n)], 16 if long else 64, 0.01 * i
+            )
+        )
+    return specs
+
+
+def long_limit_run(policy, specs):
+    from minilm.sim import simulated_engine
+
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=policy,
+        max_num_batched_tokens=LONG_BUDGET,
+        long_prefill_token_threshold=LONG_CAP,
+        max_num_seqs=LONG_SEATS,
+    )
+    engine.add_workload(specs)
+    return engine.run()
+
+
+def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int]) -> str:
+    """What the first step where the two runs part shows: the slip, not the answer."""
+    done = {rid: 0 for rid in prompt_len}
+    for a, b in zip(mine.steps, ref.steps):
+        if step_work(a) != step_work(b):
+            break
+        for i in a.items:
+            if i.kind == "prefill":
+                done[i.request_id] += i.num_tokens
+    else:
+        return f"your run took {len(mine.steps)} steps, the limit's {len(ref.steps)}"
+    left = lambda rid: prompt_len[rid] - done[rid]  # noqa: E731
+    prefills = [i for i in a.items if i.kind == "prefill"]
+    longs = [i.request_id for i in prefills if left(i.request_id) > LONG_CAP]
+    where = f"step {a.step}"
+    if {i.request_id for i in b.items if i.kind == "decode"} - {
+        i.request_id for i in a.items if i.kind == "decode"
+    }:
+        return (
+            f"{where}: a running request got no decode; every decode comes first, before any prompt"
+        )
+    if max_long is not None and len(longs) > max_long:
+        return (
+            f"{where}: {len(longs)} long prompts (more than the cap, {LONG_CAP}, left) got tokens, "
+            f"more than max_long={max_long}; part-done prompts count as well as new ones"
+        )
+    if any(i.num_tokens > LONG_CAP for i in prefills):
+        return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
+    used, want = sum(i.num_tokens for i in a.items), sum(i.num_tokens for i in b.items)
+    if used < want:
+        return (
+            f"{where}: your step used {used} of the {LONG_BUDGET}-token budget and left prompts "
+            f"waiting that the limit lets through (a long prompt past the limit gets 0, and what it "
+            f"would have taken goes to the prompts behind it, although admit() takes only the head)"
+        )
+    if max_long is not None and max_long > 1 and len(longs) < max_long and used == want:
+        return (
+            f"{where}: up to max_long={max_long} long prompts get tokens in a step, the oldest ones"
+        )
+    return (
+        f"{where}: the same budget spent on other prompts. Prompts keep their order: part-done ones "
+        f"before the queue, and a prompt that stepped aside keeps its place in the queue"
+    )
+
+
+def check_all_finished(tl, specs, what: str) -> None:
+    lost = len(specs) - sum(r.finish_reason is not None for r in tl.requests)
+    assert not lost, (
+        f"{what}: {lost} request(s) never finished: did every prompt you took off the queue go back?"
+    )
+
+
+def check_long_limit_policy(make_policy) -> None:
+    specs = long_prompt_workload()
+    prompt_len = {s.id: len(s.prompt_ids) for s in specs}
+    what = "max_long=None"
+    mine = run_policy(lambda: long_limit_run(make_policy(max_long=None), specs), what)
+    check_all_finished(mine, specs, what)
+    ref = long_limit_run("chunked", specs)
+    if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+        raise AssertionError(
+            f"with no limit your policy should run the engine's chunked prefill: "
+            f"{long_limit_hint(mine, ref, None, prompt_len)}"
+        )
+    free = summarize(ref)
+    tails = {}
+    for max_long in (1, 2, 3):
+        what = f"max_long={max_long}"
+        mine = run_policy(lambda m=max_long: long_limit_run(make_policy(max_long=m), specs), what)
+        check_all_finished(mine, specs, what)
+        ref = long_limit_run(LongLimitReference(max_long), specs)
+        got, want = summarize(mine), summarize(ref)
+        if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+            raise AssertionError(
+                f"{what}: your p99 ITL is {got['itl_p99'] * 1e3:.2f} ms, the limit's "
+                f"{want['itl_p99'] * 1e3:.2f} ms (no limit: {free['itl_p99'] * 1e3:.2f} ms). "
+                f"{long_limit_hint(mine, ref, max_long, prompt_len)}"
+            )
+        tails[max_long] = got
+    ok(
+        f"your limit runs the reference's steps on the simulated H100 (budget {LONG_BUDGET}, cap "
+        f"{LONG_CAP}). With no limit, max_long=1, 2, 3: p99 ITL "
+        + ", ".join(f"{m['itl_p99'] * 1e3:.1f}" for m in (free, *tails.values()))
+        + " ms; p99 TTFT "
+        + ", ".join(f"{m['ttft_p99'] * 1e3:.0f}" for m in (free, *tails.values()))
+        + " ms (simulated)"
     )
 
 
