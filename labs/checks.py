@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping
 from fractions import Fraction
 
+import numpy as np
 import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
@@ -85,6 +86,39 @@ def time_limit(seconds: float, what: str):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class RanTheEngine(BaseException):
+    """Raised inside a prediction that builds an engine (a BaseException, so that `except
+    Exception` in the learner's code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def engine_unavailable(what: str):
+    """While a prediction runs, building an `Engine` (every entry point does: run_workload,
+    simulated_engine, LLM) fails with a plain message: a prediction comes from reasoning."""
+    init = Engine.__init__
+
+    def refuse(self, *args, **kwargs):
+        raise RanTheEngine
+
+    Engine.__init__ = refuse
+    try:
+        yield
+    except RanTheEngine:
+        raise AssertionError(
+            f"{what} tried to run the engine. This part asks for a prediction from the workload "
+            f"alone: while your function runs, the check makes the engine unavailable. Work it out "
+            f"from the rules the lesson gives (the check runs the engine afterwards to compare)"
+        ) from None
+    finally:
+        Engine.__init__ = init
+
+
+def predict(fn, *args, what: str):
+    """The learner's prediction, made with the engine unavailable."""
+    with engine_unavailable(what):
+        return call(fn, *args, what=what)
 
 
 def tiny_model(vocab_size: int = 97) -> LlamaModel:
@@ -193,9 +227,7 @@ def check_predict_tokens(predict_tokens) -> None:
         small_workload(9, seed=11),
     ]
     for specs in cases:
-        got = call(
-            predict_tokens, specs, what="predict_tokens(specs)"
-        )  # before the run: no peeking
+        got = predict(predict_tokens, specs, what="predict_tokens(specs)")
         tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
         assert summarize(tl)["preemptions"] == 0, (
             "the check's run was preempted: its prediction would differ"
@@ -228,7 +260,7 @@ def check_predict_steps(predict_steps) -> None:
             RequestSpec(f"r{j}", [7] * (2 + (3 * j) % 11), max_tokens=m)
             for j, m in enumerate(lengths)
         ]
-        got = call(
+        got = predict(
             predict_steps,
             [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs],
             seats,
@@ -453,7 +485,13 @@ def padding_cases(seed: int) -> list[tuple[list[int], list[int], int]]:
 def check_static_padding(static_padding) -> None:
     cases = padding_cases(seed=2)
     for prompts, outputs, batch in cases:
-        got = call(static_padding, list(prompts), list(outputs), batch)
+        got = predict(
+            static_padding,
+            list(prompts),
+            list(outputs),
+            batch,
+            what=f"static_padding({prompts}, {outputs}, {batch})",
+        )
         prompt, rows = engine_padding(tuple(prompts), tuple(outputs), batch)
         assert is_real(got) and got == prompt + rows, (
             f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens, the "
@@ -482,7 +520,13 @@ def check_sorted_padding(sorted_padding) -> None:
     cases += padding_cases(seed=3)[-4:]
     saved = total = 0
     for prompts, outputs, batch in cases:
-        got = call(sorted_padding, list(prompts), list(outputs), batch)
+        got = predict(
+            sorted_padding,
+            list(prompts),
+            list(outputs),
+            batch,
+            what=f"sorted_padding({prompts}, {outputs}, {batch})",
+        )
         prompt, rows = engine_padding(*by_prompt_length(prompts, outputs), batch)
         unsorted = sum(engine_padding(tuple(prompts), tuple(outputs), batch))
         if not (is_real(got) and got == prompt + rows):
@@ -2557,6 +2601,152 @@ def check_admission_order(admission_order) -> None:
     ok(
         f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
         f"too long first, in queue order, then the longest cached prefix first"
+    )
+
+
+# ---- exercise 8, part 3: the order inside the engine ---------------------------------------------
+class PrefixFirstReference(Policy):
+    """The reference for exercise 8, part 3: in-flight batching (a decode for every running request,
+    then whole prompts from the head of the queue) whose queue is put, every step, in
+    `order_reference`'s order, with each request's cached prefix as the engine sees it now."""
+
+    name = "prefix-first-reference"
+
+    def __init__(self, max_wait: float, cached_tokens):
+        self.max_wait, self.cached_tokens = max_wait, cached_tokens
+
+    def schedule(self, s) -> None:
+        for req in s.unscheduled_running():
+            s.schedule_running(req, 1)
+        queue = list(s.waiting)
+        order = order_reference(
+            [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
+        )
+        s.waiting.clear()
+        s.waiting.extend(queue[i] for i in order)
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+
+
+def popular_and_rare(n: int = 100, rate: float = 30.0, seed: int = 0) -> list[RequestSpec]:
+    """Lesson 8's stream, smaller: six system prompts of 256-512 tokens, two of them behind 70%
+    of the requests, each with its own question of 8-32 tokens; Poisson arrivals at `rate`/s."""
+    from minilm.workload import poisson_arrivals, spec
+
+    popularity = [0.5, 0.2, 0.12, 0.08, 0.06, 0.04]
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(0, 128256, int(k)).tolist() for k in rng.integers(256, 512, 6)]
+    picks = rng.choice(len(popularity), n, p=popularity)
+    arrivals = poisson_arrivals(rng, rate, n)
+    return [
+        spec(
+            f"r{i}",
+            systems[k] + rng.integers(0, 128256, int(rng.integers(8, 33))).tolist(),
+            int(rng.integers(16, 65)),
+            t,
+        )
+        for i, (k, t) in enumerate(zip(picks, arrivals))
+    ]
+
+
+def prefix_first_run(make_policy, specs, **knobs):
+    """A simulated run with prefix caching; `make_policy(cached_tokens)` gets the function that
+    says how many of a waiting request's prompt tokens the engine's prefix cache holds now."""
+    from minilm.sim import simulated_engine
+
+    kv = None
+
+    def cached_tokens(req) -> int:
+        return len(kv.get_computed_blocks(req)) * kv.block_size
+
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=make_policy(cached_tokens) if callable(make_policy) else make_policy,
+        enable_prefix_caching=True,
+        num_blocks=150,
+        max_num_seqs=8,
+        **knobs,
+    )
+    kv = engine.kv_manager
+    engine.add_workload(specs)
+    return engine.run()
+
+
+def oldest_wait(tl) -> float:
+    """The longest a request waited in the queue before it was first scheduled, seconds."""
+    return max(r.t_scheduled - r.arrival for r in tl.requests)
+
+
+def prefix_first_hint(mine, ref, max_wait: float) -> str:
+    """The first step where the two runs part, and what it shows."""
+    for a, b in zip(mine.steps, ref.steps):
+        if step_work(a) != step_work(b):
+            break
+    else:
+        return f"your run took {len(mine.steps)} steps, the reference's {len(ref.steps)}"
+    arrival = {r.request_id: r.arrival for r in ref.requests}
+    new = lambda step: [i.request_id for i in step.items if i.kind == "prefill"]  # noqa: E731
+    got, want = new(a), new(b)
+    where = f"step {a.step} (t = {a.t_start:.3f} s)"
+    if {i.request_id for i in b.items if i.kind == "decode"} - {
+        i.request_id for i in a.items if i.kind == "decode"
+    }:
+        return f"{where}: a running request got no decode; every decode comes first"
+    admitted = {r.request_id: r.t_scheduled for r in mine.requests}  # in your run
+    starving = [r for r in want if a.t_start - arrival[r] >= max_wait and admitted[r] > a.t_start]
+    if starving:
+        return (
+            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s, at least "
+            f"max_wait, and your policy did not admit it: a request that waited that long goes first, "
+            f"those that did in the order they stand in the queue your policy left a step before "
+            f"(is that the order you chose, and was each prefix the one cached at the time?)"
+        )
+    cached = {r.request_id: r.num_cached_tokens for r in mine.requests}
+    cached_ref = {r.request_id: r.num_cached_tokens for r in ref.requests}
+    if got and want and arrival[got[0]] < arrival[want[0]] and cached_ref[want[0]] > cached[got[0]]:
+        return (
+            f"{where}: your policy admitted {got[0]}, which arrived first, with {cached[got[0]]} "
+            f"tokens cached; the order admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
+            f"cached: below the limit, the longest cached prefix goes first"
+        )
+    return (
+        f"{where}: your policy admitted {got}, the order admits {want}. Is the queue you leave in "
+        f"s.waiting the order you chose (the next step starts from it), and is each prefix the one "
+        f"cached now?"
+    )
+
+
+PREFIX_WAITS = (1.0, 1.5)
+
+
+def check_prefix_first_policy(make_policy) -> None:
+    specs = popular_and_rare()
+    fcfs, lpm = (
+        prefix_first_run("continuous", specs, scheduling_policy=order) for order in ("fcfs", "lpm")
+    )
+    mine_by_wait = {}
+    for max_wait in PREFIX_WAITS:
+        what = f"max_wait={max_wait}"
+        mine = run_policy(
+            lambda w=max_wait: prefix_first_run(lambda c: make_policy(w, c), specs), what
+        )
+        ref = prefix_first_run(lambda c, w=max_wait: PrefixFirstReference(w, c), specs)
+        if [step_work(x) for x in mine.steps] != [step_work(y) for y in ref.steps]:
+            raise AssertionError(
+                f"{what}: your policy's oldest request waited {oldest_wait(mine):.2f} s, the "
+                f"reference's {oldest_wait(ref):.2f} s (longest prefix first with no limit: "
+                f"{oldest_wait(lpm):.2f} s). {prefix_first_hint(mine, ref, max_wait)}"
+            )
+        mine_by_wait[max_wait] = summarize(mine)
+        mine_by_wait[max_wait]["oldest"] = oldest_wait(mine)
+    rows = [("first come first served", summarize(fcfs) | {"oldest": oldest_wait(fcfs)})]
+    rows += [("longest prefix first", summarize(lpm) | {"oldest": oldest_wait(lpm)})]
+    rows += [(f"yours, max_wait={w:g} s", m) for w, m in mine_by_wait.items()]
+    ok(
+        "your order runs the reference's steps, 100 requests at 30/s (simulated H100). Oldest wait, "
+        "median TTFT: "
+        + "; ".join(f"{name} {m['oldest']:.2f} s, {m['ttft_p50']:.2f} s" for name, m in rows)
     )
 
 
