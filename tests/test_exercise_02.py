@@ -215,3 +215,28 @@ def test_sorted_padding_rejects(fn):
 def test_sorted_padding_says_when_the_queue_was_not_sorted():
     with pytest.raises(AssertionError, match="arrival order"):
         checks.check_sorted_padding(unsorted)
+
+
+# ---- no pass by running the engine (issue 29.2) ----------------------------------------------
+def padding_by_simulating(prompt_lens, output_lens, max_num_seqs):  # wrong: runs the engine
+    return sum(checks.engine_padding(tuple(prompt_lens), tuple(output_lens), max_num_seqs))
+
+
+def sorted_padding_by_simulating(prompt_lens, output_lens, max_num_seqs):  # wrong: the same, sorted
+    return sum(
+        checks.engine_padding(*checks.by_prompt_length(prompt_lens, output_lens), max_num_seqs)
+    )
+
+
+@pytest.mark.parametrize(
+    "check, fn",
+    [
+        (checks.check_static_padding, padding_by_simulating),
+        (checks.check_sorted_padding, sorted_padding_by_simulating),
+    ],
+    ids=["static", "sorted"],
+)
+def test_a_padding_prediction_cannot_run_the_engine(check, fn):
+    checks.engine_padding.cache_clear()  # the check's own runs are cached: the learner's must not hit them
+    with pytest.raises(AssertionError, match="tried to run the engine"):
+        check(fn)

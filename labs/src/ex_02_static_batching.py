@@ -18,7 +18,9 @@
 # * What decides how many steps a batch runs after its prefill, and in how many of them
 #   a row computes a real token? (Where does a request's first output token come from?)
 #
-# The check runs the real engine on workloads you have not seen and compares.
+# The check runs the real engine on workloads you have not seen and compares. Your
+# function itself must reason, not run: while it runs, the engine is unavailable (a
+# function that builds one fails, and the check says so).
 
 # %%
 from labs import checks
