@@ -2794,7 +2794,18 @@ def tokens_slips(alpha: float, k: int) -> list[tuple[str, float]]:
             "still keeps the ones before the first rejection",
             (k + 1) * a**k,
         ),
+        (
+            "a step verifies only k drafts, so it keeps at most k + 1 tokens: the series has an end",
+            1 / (1 - a) if a < 1 else float("inf"),
+        ),
     ]
+
+
+TOKENS_HINT = (
+    "count, for each of the k + 1 places a kept token can take, the chance that the step keeps "
+    "one there (the target's own token is always kept; draft i only if drafts 1..i all were), and "
+    "add them up. Try it by hand with alpha = 0.5 and k = 1: what can the step keep, and how often?"
+)
 
 
 def check_expected_tokens(expected_tokens) -> None:
@@ -2815,9 +2826,9 @@ def check_expected_tokens(expected_tokens) -> None:
             why = next((w for w, v in slips if w not in ruled_out and close(got, v, 1e-9)), "")
             if alpha == 1.0 and not why:
                 why = "with alpha = 1 every draft is kept: k + 1 tokens (the closed form divides by zero there)"
+            why = why or TOKENS_HINT
             raise AssertionError(
-                f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}"
-                + (f": {why}" if why else "")
+                f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}: {why}"
             )
         ruled_out |= {w for w, v in slips if not close(v, want, 1e-9)}
     ok(

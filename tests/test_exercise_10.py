@@ -59,9 +59,21 @@ WRONG_TOKENS = {
     "all or nothing": (lambda a, k: (k + 1) * a**k, "chance all k drafts are kept"),
     "closed form everywhere": (lambda a, k: (1 - a ** (k + 1)) / (1 - a), "divides by zero"),
     "alpha = 1 wrong": (lambda a, k: k if a == 1 else closed_form(a, k), "every draft is kept"),
-    "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, ""),
-    "integer": (lambda a, k: int(closed_form(a, k)), ""),
+    "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, "for each of the k + 1 places"),
+    "integer": (lambda a, k: int(closed_form(a, k)), "for each of the k + 1 places"),
+    "no end to the series": (lambda a, k: 1 / (1 - a) if a < 1 else k + 1, "the series has an end"),
 }
+
+
+def test_a_wrong_sum_gets_a_hint_not_the_answer():
+    """Issue 29.4: 'you got 2.0, expected 1.9375' alone teaches nothing; the message says what the
+    series counts, and never its formula."""
+    with pytest.raises(AssertionError, match="the series has an end"):
+        checks.check_expected_tokens(lambda a, k: 2.0)  # the issue's case: 1 / (1 - 0.5)
+    with pytest.raises(AssertionError) as err:
+        checks.check_expected_tokens(lambda a, k: 2.5)
+    assert "for each of the k + 1 places" in str(err.value)
+    assert "1 - alpha" not in str(err.value) and "alpha^" not in str(err.value)
 
 
 @pytest.mark.parametrize("name", WRONG_TOKENS)
