@@ -1845,123 +1845,6 @@ HANDMADE = [
     (1.0, 2.0, 2.5, 5, 1.5),
 ]
 ABORTED = (0.75, None, 1.5, 0)  # arrived, then aborted before its first token
-# (ttft_slo, tpot_slo, with the aborted request): each case adds one thing to the ones before
-GOODPUT_CASES = [
-    (None, None, False),
-    (0.5, None, False),
-    (None, 0.2, False),
-    (None, 0.125, False),
-    (None, 0.1, False),
-    (0.25, 0.1, False),
-    (None, None, True),
-    (1.0, 0.125, True),
-]
-
-
-def goodput_slips() -> list[tuple[str, object]]:
-    """Request goodputs with one usual slip each, to name the cause of a wrong answer."""
-
-    def goodput(good, span=None):
-        def fn(tl, a, b):
-            start = min(r.arrival for r in tl.requests)
-            end = max(s.t_end for s in tl.steps)
-            return sum(good(r, a, b) for r in tl.requests) / (span(tl) if span else end - start)
-
-        return fn
-
-    def within(x, limit, strict=False):
-        return limit is None or (x < limit if strict else x <= limit)
-
-    def tpot(r, one=0.0):
-        return (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else one
-
-    def meets(r, a, b, strict=False, one=0.0, ttft_from="arrival", tpot_of=None, aborted=False):
-        if r.t_first_token is None:
-            return aborted
-        ttft = r.t_first_token - (r.t_scheduled if ttft_from == "scheduled" else r.arrival)
-        return within(ttft, a, strict) and within(
-            tpot_of(r) if tpot_of else tpot(r, one), b, strict
-        )
-
-    return [
-        (
-            "a request exactly at a limit meets it (<=, not <)",
-            goodput(lambda r, a, b: meets(r, a, b, strict=True)),
-        ),
-        (
-            "a one-token request has no gap between tokens: no TPOT limit can fail it",
-            goodput(lambda r, a, b: meets(r, a, b, one=float("inf"))),
-        ),
-        (
-            "a one-token request counts like any other: it met the TTFT limit, and no TPOT limit can fail it",
-            goodput(lambda r, a, b: r.output_len > 1 and meets(r, a, b)),
-        ),
-        (
-            "TTFT runs from the request's arrival, its time in the queue included",
-            goodput(lambda r, a, b: meets(r, a, b, ttft_from="scheduled")),
-        ),
-        (
-            "TPOT averages the gaps after the first token: output_len - 1 of them",
-            goodput(
-                lambda r, a, b: meets(
-                    r, a, b, tpot_of=lambda r: (r.t_finished - r.t_first_token) / r.output_len
-                )
-            ),
-        ),
-        (
-            "a request that produced no token (aborted before its first) kept no promise: it does not count",
-            goodput(lambda r, a, b: meets(r, a, b, aborted=True)),
-        ),
-        (
-            "TPOT runs from the first token to the last, not from the arrival",
-            goodput(
-                lambda r, a, b: meets(
-                    r, a, b, tpot_of=lambda r: (r.t_finished - r.arrival) / max(r.output_len, 1)
-                )
-            ),
-        ),
-        (
-            "TPOT runs from the first token to the last, not from the arrival",
-            goodput(
-                lambda r, a, b: meets(
-                    r,
-                    a,
-                    b,
-                    tpot_of=lambda r: (
-                        (r.t_finished - r.arrival) / (r.output_len - 1) if r.output_len > 1 else 0.0
-                    ),
-                )
-            ),
-        ),
-        (
-            "the span starts at the first arrival, not at 0",
-            goodput(meets, span=lambda tl: max(s.t_end for s in tl.steps)),
-        ),
-        (
-            "the span runs from the first arrival to the end of the last step",
-            goodput(
-                meets,
-                span=lambda tl: (
-                    max(s.t_end for s in tl.steps) - max(r.arrival for r in tl.requests)
-                ),
-            ),
-        ),
-        (
-            "request goodput counts requests, not their tokens",
-            lambda tl, a, b: (
-                sum(r.output_len for r in tl.requests if meets(r, a, b))
-                / (max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests))
-            ),
-        ),
-        (
-            "request goodput is requests per second of the span, not a count",
-            goodput(meets, span=lambda tl: 1.0),
-        ),
-        (
-            "request goodput is requests per second of the span, not the share of requests",
-            goodput(meets, span=lambda tl: len(tl.requests)),
-        ),
-    ]
 
 
 def first_token_hint(e: Exception) -> str:
@@ -1975,24 +1858,11 @@ def first_token_hint(e: Exception) -> str:
     return ""
 
 
-def learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what: str):
-    try:
-        return request_goodput(tl, ttft_slo, tpot_slo)
-    except (AssertionError, NotImplementedError):
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise AssertionError(
-            f"{what}: request_goodput raised {type(e).__name__}: {e}{first_token_hint(e)}"
-        ) from e
-
-
-def check_request_goodput(meets_slo, request_goodput) -> None:
+def check_meets_slo(meets_slo, tl) -> None:
+    """meets_slo on every request of `tl`, against minilm.metrics' own, at three pairs of limits."""
     from minilm.metrics import meets_slo as reference_meets
-    from minilm.metrics import request_goodput as reference
-    from minilm.metrics import tpots, ttfts
 
-    with_aborted = handmade_timeline(HANDMADE + [ABORTED], end=2.5)
-    for r in with_aborted.requests:
+    for r in tl.requests:
         for slos in ((None, None), (0.5, 0.125), (0.25, 0.0)):
             try:
                 got = meets_slo(r, *slos)
@@ -2016,41 +1886,185 @@ def check_request_goodput(meets_slo, request_goodput) -> None:
                 f"meets_slo(request {r.request_id}, ttft_slo={slos[0]}, tpot_slo={slos[1]}): "
                 f"you say {bool(got)}; it has {measured}"
             )
-    plain = handmade_timeline(HANDMADE, end=2.5)
-    ruled_out: set[str] = set()  # slips an earlier case showed this answer does not make
-    for ttft_slo, tpot_slo, aborted in GOODPUT_CASES:
-        tl = with_aborted if aborted else plain
-        what = f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}" + (
-            ", one request aborted" if aborted else ""
-        )
-        got, want = (
-            learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what),
-            reference(tl, ttft_slo, tpot_slo),
-        )
-        slips = [(why, slip(tl, ttft_slo, tpot_slo)) for why, slip in goodput_slips()]
-        if not close(got, want, rel_tol=1e-6):
+
+
+def tightest_reference(tl, tpot_slo, target: float, **slip) -> float | None:
+    """The smallest TTFT limit with which at least a share `target` of the run's requests meet
+    both limits (None if none does): the k-th smallest TTFT among the requests that meet the
+    TPOT limit, k the fewest requests whose share k / n reaches `target`. `slip` gives the
+    usual mistakes, to name them: `n_of` (whose count is n), `tpot_too` (whether the TPOT limit
+    counts), `rank` (k from n and target), `offset` (added to k), `distinct` (equal TTFTs once)."""
+    from minilm.metrics import meets_slo
+
+    meets = slip.get(
+        "meets", lambda r: meets_slo(r, None, tpot_slo if slip.get("tpot_too", True) else None)
+    )
+    n = slip.get("n_of", len)(tl.requests)
+    ttfts = sorted(r.t_first_token - r.arrival for r in tl.requests if meets(r))
+    if slip.get("distinct"):
+        ttfts = sorted(set(ttfts))
+    k = slip.get("rank", lambda n, t: next((k for k in range(n + 1) if k / n >= t), n + 1))(
+        n, target
+    )
+    k = max(1, k + slip.get("offset", 0))
+    return ttfts[k - 1] if k <= len(ttfts) else None
+
+
+def tightest_slips(tl, tpot_slo, target) -> list[tuple[str, object]]:
+    from minilm.metrics import meets_slo
+
+    def with_first_token(reqs):
+        return len([r for r in reqs if r.t_first_token is not None])
+
+    return [
+        (
+            "every request of the run counts in the share, those aborted before a first token too "
+            "(they met no limit)",
+            tightest_reference(tl, tpot_slo, target, n_of=with_first_token),
+        ),
+        (
+            "a request meets the SLOs only if it meets both limits: one over the TPOT limit never "
+            "counts, whatever its TTFT",
+            tightest_reference(tl, tpot_slo, target, tpot_too=False),
+        ),
+        (
+            "the share must reach the target: k / n >= target, with k a whole number of requests "
+            "(rounding down gives a share below it)",
+            tightest_reference(tl, tpot_slo, target, rank=lambda n, t: int(n * t)),
+        ),
+        (
+            "the limit is the TTFT of the k-th request, counting from 1: a limit equal to its TTFT "
+            "already lets it in (<=)",
+            tightest_reference(tl, tpot_slo, target, offset=1),
+        ),
+        (
+            "two requests with the same TTFT are two requests: count each one",
+            tightest_reference(tl, tpot_slo, target, distinct=True),
+        ),
+        (
+            "a request aborted after its first token is judged like any other, on what it produced",
+            tightest_reference(
+                tl,
+                tpot_slo,
+                target,
+                meets=lambda r: r.finish_reason != "aborted" and meets_slo(r, None, tpot_slo),
+            ),
+        ),
+        (
+            "a request with one token has no TPOT: no TPOT limit can fail it",
+            tightest_reference(
+                tl,
+                tpot_slo,
+                target,
+                meets=lambda r: r.output_len > 1 and meets_slo(r, None, tpot_slo),
+            ),
+        ),
+        (
+            "the answer is a TTFT limit in seconds (None when no limit is enough), not an "
+            "interpolated percentile",
+            float(
+                np.percentile(
+                    [
+                        r.t_first_token - r.arrival
+                        for r in tl.requests
+                        if r.t_first_token is not None
+                    ],
+                    100 * target,
+                )
+            ),
+        ),
+    ]
+
+
+def aborted_after_first(arrival: float, first: float, finish: float, n: int):
+    """A hand-made request that the user aborted after `n` tokens."""
+    tl = handmade_timeline([(arrival, first, finish, n)], end=finish)
+    tl.requests[0].finish_reason = "aborted"
+    return tl.requests[0]
+
+
+def tightest_cases():
+    """(timeline, tpot_slo, target, what it adds): each case separates one slip."""
+    plain = handmade_timeline(HANDMADE, end=2.5)  # TTFTs 0.25, 0.5, 0.25, 1.0
+    aborted = handmade_timeline(HANDMADE + [ABORTED], end=2.5)
+    late = handmade_timeline(HANDMADE, end=2.5)
+    late.requests.append(aborted_after_first(0.5, 0.875, 1.0, 2))  # TTFT 0.375, TPOT 0.125
+    late.requests[-1].request_id = "h4"
+    three = handmade_timeline(HANDMADE[1:], end=2.5)  # TTFTs 0.5, 0.25, 1.0
+    return [
+        (three, None, 0.5, "half of three requests: 1.5 requests is 2"),
+        (plain, None, 0.6, "60% of four requests: 2.4 requests is 3"),
+        (plain, None, 0.5, "half of four requests, two of them with equal TTFTs"),
+        (plain, None, 0.75, "three of four"),
+        (
+            plain,
+            None,
+            1.0,
+            "all four (TTFT from the arrival: the last one waited 0.5 s in the queue)",
+        ),
+        (
+            aborted,
+            None,
+            0.75,
+            "three of five, one aborted before its first token: 3.75 requests is 4",
+        ),
+        (aborted, None, 1.0, "all five, one of them aborted before its first token"),
+        (plain, 0.1, 0.25, "a TPOT limit only the one-token request meets"),
+        (plain, 0.1, 0.5, "a TPOT limit two requests cannot meet"),
+        (late, None, 0.6, "three of five, one aborted after its first token"),
+    ]
+
+
+def check_tightest_ttft_slo(meets_slo, tightest_ttft_slo) -> None:
+    """What minilm/metrics.py does not compute: the SLO a run can promise."""
+    check_meets_slo(meets_slo, handmade_timeline(HANDMADE + [ABORTED], end=2.5))
+    ruled_out: set[str] = set()
+    for tl, tpot_slo, target, what in tightest_cases():
+        name = f"tightest_ttft_slo(run, tpot_slo={tpot_slo}, target={target}) on {what}"
+        got = call(tightest_ttft_slo, tl, tpot_slo, target, what=name)
+        want = tightest_reference(tl, tpot_slo, target)
+        slips = tightest_slips(tl, tpot_slo, target)
+        right = got is None if want is None else close(got, want, 1e-9)
+        if not right:
             why = next(
-                (why for why, value in slips if why not in ruled_out and close(got, value, 1e-6)),
+                (
+                    w
+                    for w, v in slips
+                    if w not in ruled_out
+                    and (got is None if v is None else v is not None and close(got, v, 1e-9))
+                ),
                 "",
             )
-            raise AssertionError(
-                f"{what}: you got {got} req/s, expected {want}" + (f": {why}" if why else "")
-            )
-        ruled_out |= {why for why, value in slips if not close(value, want, 1e-6)}
-    # a simulated run with a one-token request and two aborted ones (one before its first
-    # token); SLO limits halfway between two requests' values, where no rounding decides
+            if not why and want is None:
+                why = "no limit gives the target share here: return None"
+            raise AssertionError(f"{name}: you got {got!r}" + (f"; {why}" if why else ""))
+        ruled_out |= {
+            w
+            for w, v in slips
+            if (v is None) != (want is None) or (v is not None and not close(v, want, 1e-9))
+        }
     run = goodput_run()
-    ttft, tpot = sorted(ttfts(run)), sorted(tpots(run))
-    for ttft_slo in ((ttft[3] + ttft[4]) / 2, (ttft[8] + ttft[9]) / 2, None):
-        for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
-            want = reference(run, ttft_slo, tpot_slo)
-            got = learner_goodput(request_goodput, run, ttft_slo, tpot_slo, "simulated run")
-            assert close(got, want, rel_tol=1e-6), (
-                f"simulated run, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got} req/s, expected {want:.4f}"
+    from minilm.metrics import tpots
+
+    tpot = sorted(tpots(run))
+    for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
+        for target in (0.5, 0.75, 0.9, 1.0):
+            want = tightest_reference(run, tpot_slo, target)
+            got = call(
+                tightest_ttft_slo,
+                run,
+                tpot_slo,
+                target,
+                what="tightest_ttft_slo on a simulated run",
+            )
+            assert (got is None) if want is None else close(got, want, 1e-9), (
+                f"a simulated run with a one-token request and two aborted ones, tpot_slo={tpot_slo}, "
+                f"target={target}: you got {got!r}"
             )
     ok(
-        "meets_slo and request goodput right on hand-made runs (limits met exactly, one token, an aborted "
-        "request) and on 9 SLOs of a simulated run"
+        f"meets_slo, and the tightest TTFT limit on {len(tightest_cases())} hand-made runs and 12 "
+        f"(TPOT limit, target) pairs of a simulated run; there, 90% of the requests can be promised "
+        f"a TTFT of {tightest_reference(run, None, 0.9) * 1e3:.1f} ms (simulated)"
     )
 
 
@@ -2834,6 +2848,95 @@ def check_expected_tokens(expected_tokens) -> None:
     ok(
         f"expected tokens per verification right on {len(TOKENS_CASES)} (alpha, k) pairs, alpha 0 and 1 included "
         f"(alpha 0.7, k 4: {float(expected_tokens_reference(Fraction(7, 10), 4)):.4f} tokens)"
+    )
+
+
+# ---- exercise 10, part 3: how many drafts pay ----------------------------------------------------
+def tokens_per_time(alpha: Fraction, c: Fraction, k: int) -> Fraction:
+    """Tokens kept per unit of time (a target step is 1) with `k` drafts, each costing `c`."""
+    return expected_tokens_reference(alpha, k) / (1 + k * c)
+
+
+def best_k_reference(alpha, c, k_max: int, **slip) -> int:
+    """The k in 0..k_max with the most tokens per unit of time, the smallest of equal ones.
+    `slip`: `rate` (another measure), `first`/`last` (range ends), `largest` (ties)."""
+    a, cost = Fraction(alpha), Fraction(c)
+    rate = slip.get("rate", lambda k: tokens_per_time(a, cost, k))
+    ks = list(range(slip.get("first", 0), slip.get("last", k_max) + 1))
+    best = max(rate(k) for k in ks)
+    chosen = [k for k in ks if rate(k) == best]
+    return chosen[-1] if slip.get("largest") else chosen[0]
+
+
+# (alpha, c, k_max): each case adds one thing to the ones before
+BEST_K_CASES = [
+    (0.8, 0.1, 16),  # an optimum inside the range
+    (0.6, 0.05, 16),
+    (0.3, 0.5, 8),  # drafts that cost more than they keep: no speculation, k = 0
+    (0.9, 0.0, 6),  # free drafts: more is always better, up to k_max
+    (0.0, 0.0, 5),  # a draft that is never accepted and costs nothing: every k keeps 1 token a step
+    (1.0, 0.2, 12),  # every draft accepted (the closed form divides by zero)
+    (0.95, 0.02, 10),  # the best k would be past k_max
+]
+
+
+def best_k_slips(alpha, c, k_max) -> list[tuple[str, int]]:
+    a, cost = Fraction(alpha), Fraction(c)
+    return [
+        (
+            "more drafts keep more tokens, but each costs c of a target step: compare tokens per "
+            "unit of time, not tokens per step",
+            best_k_reference(alpha, c, k_max, rate=lambda k: expected_tokens_reference(a, k)),
+        ),
+        (
+            "a step costs the target's own step (1) plus the k draft steps",
+            best_k_reference(
+                alpha,
+                c,
+                k_max,
+                first=1,
+                rate=lambda k: expected_tokens_reference(a, k) / (k * cost or 1),
+            ),
+        ),
+        (
+            "k = 0 (no speculation) is a choice too, and sometimes the best",
+            best_k_reference(alpha, c, k_max, first=1),
+        ),
+        ("k_max itself is allowed", best_k_reference(alpha, c, k_max, last=k_max - 1)),
+        (
+            "when several k keep the same tokens per unit of time, the smallest costs least to run: "
+            "take it",
+            best_k_reference(alpha, c, k_max, largest=True),
+        ),
+    ]
+
+
+def check_best_draft_length(best_draft_length) -> None:
+    ruled_out: set[str] = set()
+    for alpha, c, k_max in BEST_K_CASES:
+        name = f"best_draft_length({alpha}, {c}, {k_max})"
+        got = call(best_draft_length, alpha, c, k_max, what=name)
+        want = best_k_reference(alpha, c, k_max)
+        slips = best_k_slips(alpha, c, k_max)
+        if got != want:
+            why = next((w for w, v in slips if w not in ruled_out and v == got), "")
+            if not why and alpha == 1.0:
+                why = "with alpha = 1 every draft is kept: k + 1 tokens a step"
+            raise AssertionError(
+                f"{name} = {got!r}: "
+                + (
+                    why
+                    or "compare every k from 0 to k_max by the tokens it keeps per unit of time "
+                    "(a target step is 1)"
+                )
+            )
+        ruled_out |= {w for w, v in slips if v != want}
+    a, cost = Fraction(8, 10), Fraction(1, 10)
+    k = best_k_reference(a, cost, 16)
+    ok(
+        f"the best number of drafts on {len(BEST_K_CASES)} (alpha, c, k_max) cases; at alpha 0.8 "
+        f"and c 0.1 it is k = {k}: {float(tokens_per_time(a, cost, k)):.2f} tokens per target-step "
+        f"time, against 1 without speculation"
     )
 
 
