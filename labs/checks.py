@@ -548,6 +548,115 @@ def check_sorted_padding(sorted_padding) -> None:
     )
 
 
+# ---- exercise 2, part 3: cut the sorted queue where it pays ---------------------------------
+def batch_padding(prompts: list[int], outputs: list[int]) -> int:
+    """One static batch's padding: prompts padded to the longest, finished rows to the longest output."""
+    return sum(max(prompts) - p for p in prompts) + sum(max(outputs) - o for o in outputs)
+
+
+def cuts_padding(prompts, outputs, cuts) -> int:
+    edges = [0, *cuts, len(prompts)]
+    return sum(batch_padding(prompts[a:b], outputs[a:b]) for a, b in zip(edges, edges[1:]))
+
+
+def least_padding_reference(prompt_lens, output_lens, max_num_seqs: int, **slip) -> int | None:
+    """Every way to cut the queue, sorted by prompt length (stable), into as many consecutive
+    batches as full batches would make, none larger than max_num_seqs: the least padding. By
+    brute force over the cut points (the check's queues are short). `slip`: `sort` (False: the
+    arrival order), `batches` (another count), `size` (another largest batch), `prompts_only`
+    (choose the cuts by prompt padding alone)."""
+    import itertools
+
+    n = len(prompt_lens)
+    order = sorted(range(n), key=lambda i: prompt_lens[i]) if slip.get("sort", True) else range(n)
+    prompts, outputs = [prompt_lens[i] for i in order], [output_lens[i] for i in order]
+    size = slip.get("size", max_num_seqs)
+    m = slip.get("batches", -(-n // max_num_seqs))
+    best = None
+    for cuts in itertools.combinations(range(1, n), m - 1):
+        edges = [0, *cuts, n]
+        if any(b - a > size for a, b in zip(edges, edges[1:])):
+            continue
+        key = cuts_padding(prompts, [0] * n if slip.get("prompts_only") else outputs, cuts)
+        if best is None or key < best[0]:
+            best = (key, cuts)
+    return cuts_padding(prompts, outputs, best[1]) if best else None
+
+
+# (prompt lengths, output lengths, max_num_seqs): each case adds one thing to the ones before
+LEAST_CASES = [
+    ([2, 3, 9], [4, 4, 4], 2),  # full batches from the front are the best cut here
+    ([1, 2, 3, 10, 11], [5, 5, 5, 5, 5], 3),  # full batches [1,2,3][10,11] are already best
+    ([1, 8, 9, 10], [3, 3, 3, 3], 3),  # a batch of one first: [1][8,9,10], not [1,8,9][10]
+    ([4, 4, 4, 4, 4], [1, 9, 9, 2, 2], 2),  # equal prompts: the outputs decide where to cut
+    ([5, 1, 9, 3, 7, 2], [2, 8, 3, 8, 2, 6], 2),  # unsorted arrivals: sort first, then cut
+    ([3, 3, 6, 6, 9, 9, 12], [1, 7, 1, 7, 1, 7, 1], 3),  # prompt padding alone chooses other cuts
+]
+
+
+def least_slips(prompts, outputs, b) -> list[tuple[str, int]]:
+    n = len(prompts)
+    return [
+        (
+            "the server may cut smaller batches: full batches from the front are one way of many",
+            sorted_reference_padding(prompts, outputs, b),
+        ),
+        (
+            "as many batches as full ones would make, no more: smaller batches that add a batch cost steps",
+            least_padding_reference(prompts, outputs, b, batches=n),
+        ),
+        (
+            f"a batch may hold max_num_seqs ({b}) requests, not fewer",
+            least_padding_reference(prompts, outputs, b, size=b - 1) if b > 1 else None,
+        ),
+        (
+            "the queue is sorted by prompt length first (stable), then cut",
+            least_padding_reference(prompts, outputs, b, sort=False),
+        ),
+        (
+            "a cut moves rows between batches: their output padding changes too, not only the prompts'",
+            least_padding_reference(prompts, outputs, b, prompts_only=True),
+        ),
+    ]
+
+
+def sorted_reference_padding(prompts, outputs, b) -> int:
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    ps, os_ = [prompts[i] for i in order], [outputs[i] for i in order]
+    return sum(batch_padding(ps[i : i + b], os_[i : i + b]) for i in range(0, len(ps), b))
+
+
+def check_least_padding(least_padding) -> None:
+    rng = random.Random(22)
+    cases = LEAST_CASES + [
+        ([rng.randrange(1, 30) for _ in range(n)], [rng.randrange(1, 20) for _ in range(n)], b)
+        for n, b in ((7, 3), (8, 3), (9, 4), (10, 4), (6, 4))
+    ]
+    ruled_out: set[str] = set()
+    saved = total = 0
+    for prompts, outputs, b in cases:
+        name = f"least_padding({prompts}, {outputs}, {b})"
+        got = predict(least_padding, list(prompts), list(outputs), b, what=name)
+        want = least_padding_reference(prompts, outputs, b)
+        slips = least_slips(prompts, outputs, b)
+        if not (is_real(got) and got == want):
+            why = next((w for w, v in slips if w not in ruled_out and got == v), "")
+            if not why and is_real(got) and got < want:
+                why = "no way of cutting the sorted queue into that many batches gets so little padding"
+            elif not why and is_real(got):
+                why = "a cheaper way to cut the sorted queue exists"
+            raise AssertionError(f"{name} = {got!r}: {why or 'return a whole number of tokens'}")
+        ruled_out |= {w for w, v in slips if v != want}
+        saved, total = (
+            saved + sorted_reference_padding(prompts, outputs, b) - want,
+            total + sorted_reference_padding(prompts, outputs, b),
+        )
+    ok(
+        f"the least padding of {len(cases)} queues cut where it pays: {saved} of the {total} padding "
+        f"tokens that full sorted batches compute are saved, with as many batches"
+    )
+
+
 # ---- exercise 3: a policy of your own ----------------------------------------------------
 class WatermarkReference(Policy):
     """The reference for exercise 3: the engine's in-flight batching (a decode for every
