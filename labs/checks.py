@@ -23,11 +23,12 @@ import threading
 from collections.abc import Mapping
 from fractions import Fraction
 
+import numpy as np
 import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
 from minilm.config import ModelConfig
-from minilm.core.policies import Policy
+from minilm.core.policies import ChunkedPolicy, Policy
 from minilm.model.llama import LlamaModel
 
 
@@ -85,6 +86,39 @@ def time_limit(seconds: float, what: str):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class RanTheEngine(BaseException):
+    """Raised inside a prediction that builds an engine (a BaseException, so that `except
+    Exception` in the learner's code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def engine_unavailable(what: str):
+    """While a prediction runs, building an `Engine` (every entry point does: run_workload,
+    simulated_engine, LLM) fails with a plain message: a prediction comes from reasoning."""
+    init = Engine.__init__
+
+    def refuse(self, *args, **kwargs):
+        raise RanTheEngine
+
+    Engine.__init__ = refuse
+    try:
+        yield
+    except RanTheEngine:
+        raise AssertionError(
+            f"{what} tried to run the engine. This part asks for a prediction from the workload "
+            f"alone: while your function runs, the check makes the engine unavailable. Work it out "
+            f"from the rules the lesson gives (the check runs the engine afterwards to compare)"
+        ) from None
+    finally:
+        Engine.__init__ = init
+
+
+def predict(fn, *args, what: str):
+    """The learner's prediction, made with the engine unavailable."""
+    with engine_unavailable(what):
+        return call(fn, *args, what=what)
 
 
 def tiny_model(vocab_size: int = 97) -> LlamaModel:
@@ -193,9 +227,7 @@ def check_predict_tokens(predict_tokens) -> None:
         small_workload(9, seed=11),
     ]
     for specs in cases:
-        got = call(
-            predict_tokens, specs, what="predict_tokens(specs)"
-        )  # before the run: no peeking
+        got = predict(predict_tokens, specs, what="predict_tokens(specs)")
         tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
         assert summarize(tl)["preemptions"] == 0, (
             "the check's run was preempted: its prediction would differ"
@@ -228,7 +260,7 @@ def check_predict_steps(predict_steps) -> None:
             RequestSpec(f"r{j}", [7] * (2 + (3 * j) % 11), max_tokens=m)
             for j, m in enumerate(lengths)
         ]
-        got = call(
+        got = predict(
             predict_steps,
             [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs],
             seats,
@@ -453,7 +485,13 @@ def padding_cases(seed: int) -> list[tuple[list[int], list[int], int]]:
 def check_static_padding(static_padding) -> None:
     cases = padding_cases(seed=2)
     for prompts, outputs, batch in cases:
-        got = call(static_padding, list(prompts), list(outputs), batch)
+        got = predict(
+            static_padding,
+            list(prompts),
+            list(outputs),
+            batch,
+            what=f"static_padding({prompts}, {outputs}, {batch})",
+        )
         prompt, rows = engine_padding(tuple(prompts), tuple(outputs), batch)
         assert is_real(got) and got == prompt + rows, (
             f"prompts {prompts}, outputs {outputs}, max_num_seqs={batch}: you predict {got} padding tokens, the "
@@ -482,7 +520,13 @@ def check_sorted_padding(sorted_padding) -> None:
     cases += padding_cases(seed=3)[-4:]
     saved = total = 0
     for prompts, outputs, batch in cases:
-        got = call(sorted_padding, list(prompts), list(outputs), batch)
+        got = predict(
+            sorted_padding,
+            list(prompts),
+            list(outputs),
+            batch,
+            what=f"sorted_padding({prompts}, {outputs}, {batch})",
+        )
         prompt, rows = engine_padding(*by_prompt_length(prompts, outputs), batch)
         unsorted = sum(engine_padding(tuple(prompts), tuple(outputs), batch))
         if not (is_real(got) and got == prompt + rows):
@@ -501,6 +545,115 @@ def check_sorted_padding(sorted_padding) -> None:
     ok(
         f"sorted batching's padding predicted for {len(cases)} workloads: sorting saved {saved} of their "
         f"{total} padding tokens"
+    )
+
+
+# ---- exercise 2, part 3: cut the sorted queue where it pays ---------------------------------
+def batch_padding(prompts: list[int], outputs: list[int]) -> int:
+    """One static batch's padding: prompts padded to the longest, finished rows to the longest output."""
+    return sum(max(prompts) - p for p in prompts) + sum(max(outputs) - o for o in outputs)
+
+
+def cuts_padding(prompts, outputs, cuts) -> int:
+    edges = [0, *cuts, len(prompts)]
+    return sum(batch_padding(prompts[a:b], outputs[a:b]) for a, b in zip(edges, edges[1:]))
+
+
+def least_padding_reference(prompt_lens, output_lens, max_num_seqs: int, **slip) -> int | None:
+    """Every way to cut the queue, sorted by prompt length (stable), into as many consecutive
+    batches as full batches would make, none larger than max_num_seqs: the least padding. By
+    brute force over the cut points (the check's queues are short). `slip`: `sort` (False: the
+    arrival order), `batches` (another count), `size` (another largest batch), `prompts_only`
+    (choose the cuts by prompt padding alone)."""
+    import itertools
+
+    n = len(prompt_lens)
+    order = sorted(range(n), key=lambda i: prompt_lens[i]) if slip.get("sort", True) else range(n)
+    prompts, outputs = [prompt_lens[i] for i in order], [output_lens[i] for i in order]
+    size = slip.get("size", max_num_seqs)
+    m = slip.get("batches", -(-n // max_num_seqs))
+    best = None
+    for cuts in itertools.combinations(range(1, n), m - 1):
+        edges = [0, *cuts, n]
+        if any(b - a > size for a, b in zip(edges, edges[1:])):
+            continue
+        key = cuts_padding(prompts, [0] * n if slip.get("prompts_only") else outputs, cuts)
+        if best is None or key < best[0]:
+            best = (key, cuts)
+    return cuts_padding(prompts, outputs, best[1]) if best else None
+
+
+# (prompt lengths, output lengths, max_num_seqs): each case adds one thing to the ones before
+LEAST_CASES = [
+    ([2, 3, 9], [4, 4, 4], 2),  # full batches from the front are the best cut here
+    ([1, 2, 3, 10, 11], [5, 5, 5, 5, 5], 3),  # full batches [1,2,3][10,11] are already best
+    ([1, 8, 9, 10], [3, 3, 3, 3], 3),  # a batch of one first: [1][8,9,10], not [1,8,9][10]
+    ([4, 4, 4, 4, 4], [1, 9, 9, 2, 2], 2),  # equal prompts: the outputs decide where to cut
+    ([5, 1, 9, 3, 7, 2], [2, 8, 3, 8, 2, 6], 2),  # unsorted arrivals: sort first, then cut
+    ([3, 3, 6, 6, 9, 9, 12], [1, 7, 1, 7, 1, 7, 1], 3),  # prompt padding alone chooses other cuts
+]
+
+
+def least_slips(prompts, outputs, b) -> list[tuple[str, int]]:
+    n = len(prompts)
+    return [
+        (
+            "the server may cut smaller batches: full batches from the front are one way of many",
+            sorted_reference_padding(prompts, outputs, b),
+        ),
+        (
+            "as many batches as full ones would make, no more: smaller batches that add a batch cost steps",
+            least_padding_reference(prompts, outputs, b, batches=n),
+        ),
+        (
+            f"a batch may hold max_num_seqs ({b}) requests, not fewer",
+            least_padding_reference(prompts, outputs, b, size=b - 1) if b > 1 else None,
+        ),
+        (
+            "the queue is sorted by prompt length first (stable), then cut",
+            least_padding_reference(prompts, outputs, b, sort=False),
+        ),
+        (
+            "a cut moves rows between batches: their output padding changes too, not only the prompts'",
+            least_padding_reference(prompts, outputs, b, prompts_only=True),
+        ),
+    ]
+
+
+def sorted_reference_padding(prompts, outputs, b) -> int:
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    ps, os_ = [prompts[i] for i in order], [outputs[i] for i in order]
+    return sum(batch_padding(ps[i : i + b], os_[i : i + b]) for i in range(0, len(ps), b))
+
+
+def check_least_padding(least_padding) -> None:
+    rng = random.Random(22)
+    cases = LEAST_CASES + [
+        ([rng.randrange(1, 30) for _ in range(n)], [rng.randrange(1, 20) for _ in range(n)], b)
+        for n, b in ((7, 3), (8, 3), (9, 4), (10, 4), (6, 4))
+    ]
+    ruled_out: set[str] = set()
+    saved = total = 0
+    for prompts, outputs, b in cases:
+        name = f"least_padding({prompts}, {outputs}, {b})"
+        got = predict(least_padding, list(prompts), list(outputs), b, what=name)
+        want = least_padding_reference(prompts, outputs, b)
+        slips = least_slips(prompts, outputs, b)
+        if not (is_real(got) and got == want):
+            why = next((w for w, v in slips if w not in ruled_out and got == v), "")
+            if not why and is_real(got) and got < want:
+                why = "no way of cutting the sorted queue into that many batches gets so little padding"
+            elif not why and is_real(got):
+                why = "a cheaper way to cut the sorted queue exists"
+            raise AssertionError(f"{name} = {got!r}: {why or 'return a whole number of tokens'}")
+        ruled_out |= {w for w, v in slips if v != want}
+        saved, total = (
+            saved + sorted_reference_padding(prompts, outputs, b) - want,
+            total + sorted_reference_padding(prompts, outputs, b),
+        )
+    ok(
+        f"the least padding of {len(cases)} queues cut where it pays: {saved} of the {total} padding "
+        f"tokens that full sorted batches compute are saved, with as many batches"
     )
 
 
@@ -681,6 +834,99 @@ def check_policy(make_policy) -> None:
         f"steps, and a real model's tokens are unchanged. The tight-KV run at watermarks 0, 2, 4, 8: "
         f"{preempted[0]}, {preempted[2]}, {preempted[4]}, {preempted[8]} preemptions in {steps[0]}, {steps[2]}, "
         f"{steps[4]}, {steps[8]} steps (simulated)"
+    )
+
+
+# ---- exercise 3, part 2: the smallest watermark that avoids preemption --------------------
+# (seed, requests, KV blocks, max_model_len) of "mixed" requests at 200/s on the simulated H100,
+# 8 seats. The first two preempt less and less as the watermark grows, then again (at 10, and
+# at 8): the first watermark that avoids preemption is not the one after the last that
+# preempts, and a bisection that lands past it is misled. The last needs no reserve at all.
+SAFE_CASES = [(10, 16, 20, 256), (6, 16, 24, 256), (3, 16, 16, 256), (10, 10, 11, 128)]
+
+
+def watermark_run(make_policy, seed: int, num_requests: int, num_blocks: int, max_model_len: int):
+    """`run(watermark)` for a workload: the timeline of `make_policy(watermark=...)` on it; and
+    the watermarks it was called with."""
+    from minilm.sim import simulated_engine
+
+    specs = make_workload(
+        "mixed",
+        num_requests=num_requests,
+        seed=seed,
+        rate=200.0,
+        max_model_len=max_model_len,
+        vocab_size=128256,
+    )
+    tried: list[int] = []
+
+    def run(watermark: int):
+        tried.append(watermark)
+        engine = simulated_engine(
+            "llama-3-8b",
+            "h100",
+            policy=make_policy(watermark=watermark),
+            max_num_seqs=8,
+            num_blocks=num_blocks,
+            max_model_len=max_model_len,
+        )
+        engine.add_workload(specs)
+        return engine.run()
+
+    return run, tried
+
+
+def preemption_profile(run, num_blocks: int) -> list[int]:
+    """Preemptions at watermark 0, 1, ... up to the first that makes the run fail (a prompt
+    can never be admitted)."""
+    counts = []
+    for watermark in range(num_blocks + 1):
+        try:
+            counts.append(summarize(run(watermark))["preemptions"])
+        except RuntimeError:
+            break
+    return counts
+
+
+def check_safe_watermark(make_policy, smallest_safe_watermark) -> None:
+    profiles = []
+    for case, (seed, num_requests, num_blocks, max_model_len) in enumerate(SAFE_CASES, 1):
+        ref_run, _ = watermark_run(
+            WatermarkReference, seed, num_requests, num_blocks, max_model_len
+        )
+        profile = preemption_profile(ref_run, num_blocks)
+        want = profile.index(0) if 0 in profile else None
+        run, tried = watermark_run(make_policy, seed, num_requests, num_blocks, max_model_len)
+        what = f"smallest_safe_watermark(run, num_blocks={num_blocks})"
+        with time_limit(60, what):
+            got = call(smallest_safe_watermark, run, num_blocks, what=what)
+        profiles.append(profile)
+        if got == want:
+            continue
+        table = ", ".join(f"{w}: {profile[w]}" for w in sorted(set(tried)) if w < len(profile))
+        why = ""
+        if not is_real(got) or (isinstance(got, float) and not got.is_integer()):
+            why = "; return a whole number of blocks"
+        elif got not in range(len(profile)):
+            why = (
+                f"; {got} is not a watermark the run can use: from {len(profile)} on, some prompt "
+                f"can never be admitted"
+            )
+        elif profile[int(got)] > 0:
+            why = f"; at watermark {got} the run preempts {profile[int(got)]} time(s)"
+        else:
+            why = (
+                "; your answer avoids preemption, but a smaller watermark does too. Is a watermark "
+                "that avoids preemption sure to be followed by larger ones that avoid it?"
+            )
+        raise AssertionError(
+            f"{what} on workload {case} of {len(SAFE_CASES)} = {got!r}{why}. The preemptions at the watermarks you ran: "
+            f"{table or 'none (you never called run)'}"
+        )
+    ok(
+        f"the smallest safe watermark of {len(SAFE_CASES)} workloads, measured with your policy. "
+        f"Preemptions at watermark 0, 1, 2, ... (simulated): "
+        + "; ".join(f"{i}: {p}" for i, p in enumerate(profiles, 1))
     )
 
 
@@ -1176,6 +1422,95 @@ def check_flash_decoding(attend_segment, merge_segments) -> None:
     )
 
 
+# ---- exercise 5, part 3: the kernel's online softmax, one segment at a time ------------------
+def kernel_state(q, k, v, scale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A segment in the kernel's form, in float64: (m [H] its largest score, l [H] the sum of
+    exp(score - m), acc [H, D] the values weighted by exp(score - m), not yet divided by l).
+    An empty segment is (-inf, 0, 0): it holds nothing."""
+    scores = torch.einsum("hd,nhd->hn", q.double(), k.double()) * scale
+    heads, dim = q.shape
+    if scores.shape[1] == 0:
+        return (
+            torch.full((heads,), float("-inf"), dtype=torch.float64),
+            torch.zeros(heads, dtype=torch.float64),
+            torch.zeros(heads, dim, dtype=torch.float64),
+        )
+    m = scores.max(-1).values
+    p = torch.exp(scores - m[:, None])
+    return m, p.sum(-1), torch.einsum("hn,nhd->hd", p, v.double())
+
+
+# (keys, segment boundaries, where the scores sit, the order to fold them in) -> what it adds
+FOLD_CASES = [
+    (12, [0, 5, 12], 0.0, [0, 1], "two segments, in order"),
+    (12, [0, 5, 12], 0.0, [1, 0], "the same two segments in the other order"),
+    (12, [0, 3, 3, 8, 12], 0.0, [1, 0, 2, 3], "an empty segment folded into the empty start"),
+    (16, [0, 4, 8, 12, 16], 0.0, [2, 0, 3, 1], "four segments in a shuffled order"),
+    (9, [0, 4, 9], 1000.0, [1, 0], "scores near 1000, where exp overflows"),
+    (9, [0, 2, 9], -1000.0, [0, 1], "scores near -1000, where exp underflows to 0"),
+]
+
+
+def fold_hint(got, want, ordered_m) -> str:
+    """The likely slip, from which part of the state is wrong."""
+    m, l, acc = got
+    if not (torch.isfinite(l).all() and torch.isfinite(acc).all()):
+        return (
+            "your state holds inf or nan. A part with m = -inf holds nothing (exp(-inf - -inf) is "
+            "nan); does your fold survive two such, and scores where exp(score) overflows?"
+        )
+    if not torch.allclose(m, want[0]):
+        same = torch.allclose(m, ordered_m)
+        return "m is the largest score of all the keys folded so far" + (
+            ": yours is the last part's, which holds only when the parts come in rising order"
+            if same
+            else ""
+        )
+    if not torch.allclose(l, want[1], rtol=1e-6):
+        return "l is the sum of exp(score - m) over all keys so far, with m the new largest score"
+    if torch.allclose(acc * want[1][:, None], want[2], rtol=1e-5, atol=1e-8):
+        return "acc is not divided by l: the kernel divides once, after the last part"
+    return "l is right and acc is not: each part's acc was weighted relative to its own m, as its l was"
+
+
+def check_fold(fold) -> None:
+    scale = 8**-0.5
+    for i, (n, cuts, shift, order, what) in enumerate(FOLD_CASES):
+        q, k, v = segment_inputs(n, seed=30 + i, shift=shift)
+        parts = [kernel_state(q, k[a:b], v[a:b], scale) for a, b in zip(cuts, cuts[1:])]
+        state = kernel_state(q, k[:0], v[:0], scale)  # the empty start
+        folded: list[int] = []
+        for j in order:
+            got = call(fold, state, parts[j], what=f"fold on {what}")
+            assert isinstance(got, tuple) and len(got) == 3, (
+                f"{what}: return the state (m, l, acc), got {type(got).__name__}"
+            )
+            state = tuple(as_tensor(x, f"{what}: the state") for x in got)
+            folded.append(j)
+            keys = torch.cat([torch.arange(cuts[s], cuts[s + 1]) for s in sorted(folded)])
+            want = kernel_state(q, k[keys], v[keys], scale)
+            shapes = [list(x.shape) for x in want]
+            assert [list(x.shape) for x in state] == shapes, (
+                f"{what}: the state is m {shapes[0]}, l {shapes[1]}, acc {shapes[2]}; got "
+                f"{[list(x.shape) for x in state]}"
+            )
+            if all(torch.allclose(a, b, rtol=1e-6, atol=1e-9) for a, b in zip(state, want)):
+                continue
+            raise AssertionError(
+                f"{what}, after folding segment(s) {folded}: " + fold_hint(state, want, parts[j][0])
+            )
+        out = state[2] / state[1][:, None]
+        truth = segment_truth(q, k, v, scale)[0]
+        assert torch.allclose(out, truth, rtol=1e-6, atol=1e-9), (
+            f"{what}: acc / l differs from attention over the whole context"
+        )
+    ok(
+        f"{len(FOLD_CASES)} contexts folded segment by segment in the kernel's form, in and out of "
+        f"order, empty segments and scores near +-1000 included: m, l and acc after every fold as over "
+        f"the keys folded so far"
+    )
+
+
 # ---- exercise 6: the chunk-splitting rule ------------------------------------------------
 def chunk_rule(
     budget: int, num_decodes: int, remaining: list[int], cap: int = 0, max_long: int | None = None
@@ -1419,6 +1754,164 @@ def check_split_budget_long(split_budget_long) -> None:
     )
 
 
+# ---- exercise 6, part 3: the long-prompt limit inside the engine ------------------------------
+class LongLimitReference(ChunkedPolicy):
+    """The reference for exercise 6, part 3: the engine's chunked prefill (decodes first, then
+    part-done prompts, then the queue's head), with `chunk_rule`'s limit of `max_long` long
+    prompts a step. A long prompt past the limit at the queue's head steps aside for the step
+    (off the head, and back in its place at the end), so the prompts behind it can be admitted."""
+
+    name = "long-limit-reference"
+
+    def __init__(self, max_long: int | None = None):
+        self.max_long = max_long
+
+    def schedule(self, s) -> None:
+        cap = s.config.long_prefill_token_threshold
+        for req in s.unscheduled_running():
+            if req.num_remaining == 1:
+                s.schedule_running(req, 1)
+        partial, waiting = list(s.unscheduled_running()), list(s.waiting)
+        remaining = [r.num_remaining for r in partial + waiting]
+        chunks = chunk_rule(s.budget, 0, remaining, cap, self.max_long)
+        for req, n in zip(partial, chunks):
+            if n:
+                s.schedule_running(req, n)
+        stepped_aside = []
+        for req, n in zip(waiting, chunks[len(partial) :]):
+            if n == 0:
+                stepped_aside.append(s.waiting.popleft())
+                continue
+            if not s.can_admit(req, n):
+                break
+            s.admit(req, n)
+        s.waiting.extendleft(reversed(stepped_aside))
+
+
+LONG_BUDGET, LONG_CAP, LONG_SEATS = 512, 128, 12  # up to 4 long prompts' chunks fit a step
+
+
+def long_prompt_workload(seed: int = 0) -> list[RequestSpec]:
+    """40 requests 10 ms apart on one GPU: every fourth a 3000-4000-token prompt, the others
+    50-250 tokens; the short ones decode 64 tokens, the long ones 16."""
+    rng = random.Random(seed)
+    specs = []
+    for i in range(40):
+        long = i % 4 == 0
+        n = 3000 + rng.randrange(1000) if long else 50 + rng.randrange(200)
+        n = {1: LONG_CAP, 4: 24 * LONG_CAP}.get(i, n)  # exactly the cap: not long; 128 left, later
+        specs.append(
+            RequestSpec(
+                f"r{i}", [1 + rng.randrange(1000) for _ in range(n)], 16 if long else 64, 0.01 * i
+            )
+        )
+    return specs
+
+
+def long_limit_run(policy, specs):
+    from minilm.sim import simulated_engine
+
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=policy,
+        max_num_batched_tokens=LONG_BUDGET,
+        long_prefill_token_threshold=LONG_CAP,
+        max_num_seqs=LONG_SEATS,
+    )
+    engine.add_workload(specs)
+    return engine.run()
+
+
+def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int]) -> str:
+    """What the first step where the two runs part shows: the slip, not the answer."""
+    done = {rid: 0 for rid in prompt_len}
+    for a, b in zip(mine.steps, ref.steps):
+        if step_work(a) != step_work(b):
+            break
+        for i in a.items:
+            if i.kind == "prefill":
+                done[i.request_id] += i.num_tokens
+    else:
+        return f"your run took {len(mine.steps)} steps, the limit's {len(ref.steps)}"
+    left = lambda rid: prompt_len[rid] - done[rid]  # noqa: E731
+    prefills = [i for i in a.items if i.kind == "prefill"]
+    longs = [i.request_id for i in prefills if left(i.request_id) > LONG_CAP]
+    where = f"step {a.step}"
+    if {i.request_id for i in b.items if i.kind == "decode"} - {
+        i.request_id for i in a.items if i.kind == "decode"
+    }:
+        return (
+            f"{where}: a running request got no decode; every decode comes first, before any prompt"
+        )
+    if max_long is not None and len(longs) > max_long:
+        return (
+            f"{where}: {len(longs)} long prompts (more than the cap, {LONG_CAP}, left) got tokens, "
+            f"more than max_long={max_long}; part-done prompts count as well as new ones"
+        )
+    if any(i.num_tokens > LONG_CAP for i in prefills):
+        return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
+    used, want = sum(i.num_tokens for i in a.items), sum(i.num_tokens for i in b.items)
+    if used < want:
+        return (
+            f"{where}: your step used {used} of the {LONG_BUDGET}-token budget and left prompts "
+            f"waiting that the limit lets through (a long prompt past the limit gets 0, and what it "
+            f"would have taken goes to the prompts behind it, although admit() takes only the head)"
+        )
+    if max_long is not None and max_long > 1 and len(longs) < max_long and used == want:
+        return (
+            f"{where}: up to max_long={max_long} long prompts get tokens in a step, the oldest ones"
+        )
+    return (
+        f"{where}: the same budget spent on other prompts. Prompts keep their order: part-done ones "
+        f"before the queue, and a prompt that stepped aside keeps its place in the queue"
+    )
+
+
+def check_all_finished(tl, specs, what: str) -> None:
+    lost = len(specs) - sum(r.finish_reason is not None for r in tl.requests)
+    assert not lost, (
+        f"{what}: {lost} request(s) never finished: did every prompt you took off the queue go back?"
+    )
+
+
+def check_long_limit_policy(make_policy) -> None:
+    specs = long_prompt_workload()
+    prompt_len = {s.id: len(s.prompt_ids) for s in specs}
+    what = "max_long=None"
+    mine = run_policy(lambda: long_limit_run(make_policy(max_long=None), specs), what)
+    check_all_finished(mine, specs, what)
+    ref = long_limit_run("chunked", specs)
+    if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+        raise AssertionError(
+            f"with no limit your policy should run the engine's chunked prefill: "
+            f"{long_limit_hint(mine, ref, None, prompt_len)}"
+        )
+    free = summarize(ref)
+    tails = {}
+    for max_long in (1, 2, 3):
+        what = f"max_long={max_long}"
+        mine = run_policy(lambda m=max_long: long_limit_run(make_policy(max_long=m), specs), what)
+        check_all_finished(mine, specs, what)
+        ref = long_limit_run(LongLimitReference(max_long), specs)
+        got, want = summarize(mine), summarize(ref)
+        if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+            raise AssertionError(
+                f"{what}: your p99 ITL is {got['itl_p99'] * 1e3:.2f} ms, the limit's "
+                f"{want['itl_p99'] * 1e3:.2f} ms (no limit: {free['itl_p99'] * 1e3:.2f} ms). "
+                f"{long_limit_hint(mine, ref, max_long, prompt_len)}"
+            )
+        tails[max_long] = got
+    ok(
+        f"your limit runs the reference's steps on the simulated H100 (budget {LONG_BUDGET}, cap "
+        f"{LONG_CAP}). With no limit, max_long=1, 2, 3: p99 ITL "
+        + ", ".join(f"{m['itl_p99'] * 1e3:.1f}" for m in (free, *tails.values()))
+        + " ms; p99 TTFT "
+        + ", ".join(f"{m['ttft_p99'] * 1e3:.0f}" for m in (free, *tails.values()))
+        + " ms (simulated)"
+    )
+
+
 # ---- exercise 7: goodput, per request and per percentile ------------------------------------
 def handmade_timeline(requests: list[tuple], end: float):
     """A timeline from (arrival, first token or None, finish, output tokens[, scheduled]) per
@@ -1461,123 +1954,6 @@ HANDMADE = [
     (1.0, 2.0, 2.5, 5, 1.5),
 ]
 ABORTED = (0.75, None, 1.5, 0)  # arrived, then aborted before its first token
-# (ttft_slo, tpot_slo, with the aborted request): each case adds one thing to the ones before
-GOODPUT_CASES = [
-    (None, None, False),
-    (0.5, None, False),
-    (None, 0.2, False),
-    (None, 0.125, False),
-    (None, 0.1, False),
-    (0.25, 0.1, False),
-    (None, None, True),
-    (1.0, 0.125, True),
-]
-
-
-def goodput_slips() -> list[tuple[str, object]]:
-    """Request goodputs with one usual slip each, to name the cause of a wrong answer."""
-
-    def goodput(good, span=None):
-        def fn(tl, a, b):
-            start = min(r.arrival for r in tl.requests)
-            end = max(s.t_end for s in tl.steps)
-            return sum(good(r, a, b) for r in tl.requests) / (span(tl) if span else end - start)
-
-        return fn
-
-    def within(x, limit, strict=False):
-        return limit is None or (x < limit if strict else x <= limit)
-
-    def tpot(r, one=0.0):
-        return (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else one
-
-    def meets(r, a, b, strict=False, one=0.0, ttft_from="arrival", tpot_of=None, aborted=False):
-        if r.t_first_token is None:
-            return aborted
-        ttft = r.t_first_token - (r.t_scheduled if ttft_from == "scheduled" else r.arrival)
-        return within(ttft, a, strict) and within(
-            tpot_of(r) if tpot_of else tpot(r, one), b, strict
-        )
-
-    return [
-        (
-            "a request exactly at a limit meets it (<=, not <)",
-            goodput(lambda r, a, b: meets(r, a, b, strict=True)),
-        ),
-        (
-            "a one-token request has no gap between tokens: no TPOT limit can fail it",
-            goodput(lambda r, a, b: meets(r, a, b, one=float("inf"))),
-        ),
-        (
-            "a one-token request counts like any other: it met the TTFT limit, and no TPOT limit can fail it",
-            goodput(lambda r, a, b: r.output_len > 1 and meets(r, a, b)),
-        ),
-        (
-            "TTFT runs from the request's arrival, its time in the queue included",
-            goodput(lambda r, a, b: meets(r, a, b, ttft_from="scheduled")),
-        ),
-        (
-            "TPOT averages the gaps after the first token: output_len - 1 of them",
-            goodput(
-                lambda r, a, b: meets(
-                    r, a, b, tpot_of=lambda r: (r.t_finished - r.t_first_token) / r.output_len
-                )
-            ),
-        ),
-        (
-            "a request that produced no token (aborted before its first) kept no promise: it does not count",
-            goodput(lambda r, a, b: meets(r, a, b, aborted=True)),
-        ),
-        (
-            "TPOT runs from the first token to the last, not from the arrival",
-            goodput(
-                lambda r, a, b: meets(
-                    r, a, b, tpot_of=lambda r: (r.t_finished - r.arrival) / max(r.output_len, 1)
-                )
-            ),
-        ),
-        (
-            "TPOT runs from the first token to the last, not from the arrival",
-            goodput(
-                lambda r, a, b: meets(
-                    r,
-                    a,
-                    b,
-                    tpot_of=lambda r: (
-                        (r.t_finished - r.arrival) / (r.output_len - 1) if r.output_len > 1 else 0.0
-                    ),
-                )
-            ),
-        ),
-        (
-            "the span starts at the first arrival, not at 0",
-            goodput(meets, span=lambda tl: max(s.t_end for s in tl.steps)),
-        ),
-        (
-            "the span runs from the first arrival to the end of the last step",
-            goodput(
-                meets,
-                span=lambda tl: (
-                    max(s.t_end for s in tl.steps) - max(r.arrival for r in tl.requests)
-                ),
-            ),
-        ),
-        (
-            "request goodput counts requests, not their tokens",
-            lambda tl, a, b: (
-                sum(r.output_len for r in tl.requests if meets(r, a, b))
-                / (max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests))
-            ),
-        ),
-        (
-            "request goodput is requests per second of the span, not a count",
-            goodput(meets, span=lambda tl: 1.0),
-        ),
-        (
-            "request goodput is requests per second of the span, not the share of requests",
-            goodput(meets, span=lambda tl: len(tl.requests)),
-        ),
-    ]
 
 
 def first_token_hint(e: Exception) -> str:
@@ -1591,24 +1967,11 @@ def first_token_hint(e: Exception) -> str:
     return ""
 
 
-def learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what: str):
-    try:
-        return request_goodput(tl, ttft_slo, tpot_slo)
-    except (AssertionError, NotImplementedError):
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise AssertionError(
-            f"{what}: request_goodput raised {type(e).__name__}: {e}{first_token_hint(e)}"
-        ) from e
-
-
-def check_request_goodput(meets_slo, request_goodput) -> None:
+def check_meets_slo(meets_slo, tl) -> None:
+    """meets_slo on every request of `tl`, against minilm.metrics' own, at three pairs of limits."""
     from minilm.metrics import meets_slo as reference_meets
-    from minilm.metrics import request_goodput as reference
-    from minilm.metrics import tpots, ttfts
 
-    with_aborted = handmade_timeline(HANDMADE + [ABORTED], end=2.5)
-    for r in with_aborted.requests:
+    for r in tl.requests:
         for slos in ((None, None), (0.5, 0.125), (0.25, 0.0)):
             try:
                 got = meets_slo(r, *slos)
@@ -1632,41 +1995,185 @@ def check_request_goodput(meets_slo, request_goodput) -> None:
                 f"meets_slo(request {r.request_id}, ttft_slo={slos[0]}, tpot_slo={slos[1]}): "
                 f"you say {bool(got)}; it has {measured}"
             )
-    plain = handmade_timeline(HANDMADE, end=2.5)
-    ruled_out: set[str] = set()  # slips an earlier case showed this answer does not make
-    for ttft_slo, tpot_slo, aborted in GOODPUT_CASES:
-        tl = with_aborted if aborted else plain
-        what = f"ttft_slo={ttft_slo}, tpot_slo={tpot_slo}" + (
-            ", one request aborted" if aborted else ""
-        )
-        got, want = (
-            learner_goodput(request_goodput, tl, ttft_slo, tpot_slo, what),
-            reference(tl, ttft_slo, tpot_slo),
-        )
-        slips = [(why, slip(tl, ttft_slo, tpot_slo)) for why, slip in goodput_slips()]
-        if not close(got, want, rel_tol=1e-6):
+
+
+def tightest_reference(tl, tpot_slo, target: float, **slip) -> float | None:
+    """The smallest TTFT limit with which at least a share `target` of the run's requests meet
+    both limits (None if none does): the k-th smallest TTFT among the requests that meet the
+    TPOT limit, k the fewest requests whose share k / n reaches `target`. `slip` gives the
+    usual mistakes, to name them: `n_of` (whose count is n), `tpot_too` (whether the TPOT limit
+    counts), `rank` (k from n and target), `offset` (added to k), `distinct` (equal TTFTs once)."""
+    from minilm.metrics import meets_slo
+
+    meets = slip.get(
+        "meets", lambda r: meets_slo(r, None, tpot_slo if slip.get("tpot_too", True) else None)
+    )
+    n = slip.get("n_of", len)(tl.requests)
+    ttfts = sorted(r.t_first_token - r.arrival for r in tl.requests if meets(r))
+    if slip.get("distinct"):
+        ttfts = sorted(set(ttfts))
+    k = slip.get("rank", lambda n, t: next((k for k in range(n + 1) if k / n >= t), n + 1))(
+        n, target
+    )
+    k = max(1, k + slip.get("offset", 0))
+    return ttfts[k - 1] if k <= len(ttfts) else None
+
+
+def tightest_slips(tl, tpot_slo, target) -> list[tuple[str, object]]:
+    from minilm.metrics import meets_slo
+
+    def with_first_token(reqs):
+        return len([r for r in reqs if r.t_first_token is not None])
+
+    return [
+        (
+            "every request of the run counts in the share, those aborted before a first token too "
+            "(they met no limit)",
+            tightest_reference(tl, tpot_slo, target, n_of=with_first_token),
+        ),
+        (
+            "a request meets the SLOs only if it meets both limits: one over the TPOT limit never "
+            "counts, whatever its TTFT",
+            tightest_reference(tl, tpot_slo, target, tpot_too=False),
+        ),
+        (
+            "the share must reach the target: k / n >= target, with k a whole number of requests "
+            "(rounding down gives a share below it)",
+            tightest_reference(tl, tpot_slo, target, rank=lambda n, t: int(n * t)),
+        ),
+        (
+            "the limit is the TTFT of the k-th request, counting from 1: a limit equal to its TTFT "
+            "already lets it in (<=)",
+            tightest_reference(tl, tpot_slo, target, offset=1),
+        ),
+        (
+            "two requests with the same TTFT are two requests: count each one",
+            tightest_reference(tl, tpot_slo, target, distinct=True),
+        ),
+        (
+            "a request aborted after its first token is judged like any other, on what it produced",
+            tightest_reference(
+                tl,
+                tpot_slo,
+                target,
+                meets=lambda r: r.finish_reason != "aborted" and meets_slo(r, None, tpot_slo),
+            ),
+        ),
+        (
+            "a request with one token has no TPOT: no TPOT limit can fail it",
+            tightest_reference(
+                tl,
+                tpot_slo,
+                target,
+                meets=lambda r: r.output_len > 1 and meets_slo(r, None, tpot_slo),
+            ),
+        ),
+        (
+            "the answer is a TTFT limit in seconds (None when no limit is enough), not an "
+            "interpolated percentile",
+            float(
+                np.percentile(
+                    [
+                        r.t_first_token - r.arrival
+                        for r in tl.requests
+                        if r.t_first_token is not None
+                    ],
+                    100 * target,
+                )
+            ),
+        ),
+    ]
+
+
+def aborted_after_first(arrival: float, first: float, finish: float, n: int):
+    """A hand-made request that the user aborted after `n` tokens."""
+    tl = handmade_timeline([(arrival, first, finish, n)], end=finish)
+    tl.requests[0].finish_reason = "aborted"
+    return tl.requests[0]
+
+
+def tightest_cases():
+    """(timeline, tpot_slo, target, what it adds): each case separates one slip."""
+    plain = handmade_timeline(HANDMADE, end=2.5)  # TTFTs 0.25, 0.5, 0.25, 1.0
+    aborted = handmade_timeline(HANDMADE + [ABORTED], end=2.5)
+    late = handmade_timeline(HANDMADE, end=2.5)
+    late.requests.append(aborted_after_first(0.5, 0.875, 1.0, 2))  # TTFT 0.375, TPOT 0.125
+    late.requests[-1].request_id = "h4"
+    three = handmade_timeline(HANDMADE[1:], end=2.5)  # TTFTs 0.5, 0.25, 1.0
+    return [
+        (three, None, 0.5, "half of three requests: 1.5 requests is 2"),
+        (plain, None, 0.6, "60% of four requests: 2.4 requests is 3"),
+        (plain, None, 0.5, "half of four requests, two of them with equal TTFTs"),
+        (plain, None, 0.75, "three of four"),
+        (
+            plain,
+            None,
+            1.0,
+            "all four (TTFT from the arrival: the last one waited 0.5 s in the queue)",
+        ),
+        (
+            aborted,
+            None,
+            0.75,
+            "three of five, one aborted before its first token: 3.75 requests is 4",
+        ),
+        (aborted, None, 1.0, "all five, one of them aborted before its first token"),
+        (plain, 0.1, 0.25, "a TPOT limit only the one-token request meets"),
+        (plain, 0.1, 0.5, "a TPOT limit two requests cannot meet"),
+        (late, None, 0.6, "three of five, one aborted after its first token"),
+    ]
+
+
+def check_tightest_ttft_slo(meets_slo, tightest_ttft_slo) -> None:
+    """What minilm/metrics.py does not compute: the SLO a run can promise."""
+    check_meets_slo(meets_slo, handmade_timeline(HANDMADE + [ABORTED], end=2.5))
+    ruled_out: set[str] = set()
+    for tl, tpot_slo, target, what in tightest_cases():
+        name = f"tightest_ttft_slo(run, tpot_slo={tpot_slo}, target={target}) on {what}"
+        got = call(tightest_ttft_slo, tl, tpot_slo, target, what=name)
+        want = tightest_reference(tl, tpot_slo, target)
+        slips = tightest_slips(tl, tpot_slo, target)
+        right = got is None if want is None else close(got, want, 1e-9)
+        if not right:
             why = next(
-                (why for why, value in slips if why not in ruled_out and close(got, value, 1e-6)),
+                (
+                    w
+                    for w, v in slips
+                    if w not in ruled_out
+                    and (got is None if v is None else v is not None and close(got, v, 1e-9))
+                ),
                 "",
             )
-            raise AssertionError(
-                f"{what}: you got {got} req/s, expected {want}" + (f": {why}" if why else "")
-            )
-        ruled_out |= {why for why, value in slips if not close(value, want, 1e-6)}
-    # a simulated run with a one-token request and two aborted ones (one before its first
-    # token); SLO limits halfway between two requests' values, where no rounding decides
+            if not why and want is None:
+                why = "no limit gives the target share here: return None"
+            raise AssertionError(f"{name}: you got {got!r}" + (f"; {why}" if why else ""))
+        ruled_out |= {
+            w
+            for w, v in slips
+            if (v is None) != (want is None) or (v is not None and not close(v, want, 1e-9))
+        }
     run = goodput_run()
-    ttft, tpot = sorted(ttfts(run)), sorted(tpots(run))
-    for ttft_slo in ((ttft[3] + ttft[4]) / 2, (ttft[8] + ttft[9]) / 2, None):
-        for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
-            want = reference(run, ttft_slo, tpot_slo)
-            got = learner_goodput(request_goodput, run, ttft_slo, tpot_slo, "simulated run")
-            assert close(got, want, rel_tol=1e-6), (
-                f"simulated run, ttft_slo={ttft_slo}, tpot_slo={tpot_slo}: you got {got} req/s, expected {want:.4f}"
+    from minilm.metrics import tpots
+
+    tpot = sorted(tpots(run))
+    for tpot_slo in (None, (tpot[5] + tpot[6]) / 2, 0.0):
+        for target in (0.5, 0.75, 0.9, 1.0):
+            want = tightest_reference(run, tpot_slo, target)
+            got = call(
+                tightest_ttft_slo,
+                run,
+                tpot_slo,
+                target,
+                what="tightest_ttft_slo on a simulated run",
+            )
+            assert (got is None) if want is None else close(got, want, 1e-9), (
+                f"a simulated run with a one-token request and two aborted ones, tpot_slo={tpot_slo}, "
+                f"target={target}: you got {got!r}"
             )
     ok(
-        "meets_slo and request goodput right on hand-made runs (limits met exactly, one token, an aborted "
-        "request) and on 9 SLOs of a simulated run"
+        f"meets_slo, and the tightest TTFT limit on {len(tightest_cases())} hand-made runs and 12 "
+        f"(TPOT limit, target) pairs of a simulated run; there, 90% of the requests can be promised "
+        f"a TTFT of {tightest_reference(run, None, 0.9) * 1e3:.1f} ms (simulated)"
     )
 
 
@@ -2220,6 +2727,152 @@ def check_admission_order(admission_order) -> None:
     )
 
 
+# ---- exercise 8, part 3: the order inside the engine ---------------------------------------------
+class PrefixFirstReference(Policy):
+    """The reference for exercise 8, part 3: in-flight batching (a decode for every running request,
+    then whole prompts from the head of the queue) whose queue is put, every step, in
+    `order_reference`'s order, with each request's cached prefix as the engine sees it now."""
+
+    name = "prefix-first-reference"
+
+    def __init__(self, max_wait: float, cached_tokens):
+        self.max_wait, self.cached_tokens = max_wait, cached_tokens
+
+    def schedule(self, s) -> None:
+        for req in s.unscheduled_running():
+            s.schedule_running(req, 1)
+        queue = list(s.waiting)
+        order = order_reference(
+            [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
+        )
+        s.waiting.clear()
+        s.waiting.extend(queue[i] for i in order)
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+
+
+def popular_and_rare(n: int = 100, rate: float = 30.0, seed: int = 0) -> list[RequestSpec]:
+    """Lesson 8's stream, smaller: six system prompts of 256-512 tokens, two of them behind 70%
+    of the requests, each with its own question of 8-32 tokens; Poisson arrivals at `rate`/s."""
+    from minilm.workload import poisson_arrivals, spec
+
+    popularity = [0.5, 0.2, 0.12, 0.08, 0.06, 0.04]
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(0, 128256, int(k)).tolist() for k in rng.integers(256, 512, 6)]
+    picks = rng.choice(len(popularity), n, p=popularity)
+    arrivals = poisson_arrivals(rng, rate, n)
+    return [
+        spec(
+            f"r{i}",
+            systems[k] + rng.integers(0, 128256, int(rng.integers(8, 33))).tolist(),
+            int(rng.integers(16, 65)),
+            t,
+        )
+        for i, (k, t) in enumerate(zip(picks, arrivals))
+    ]
+
+
+def prefix_first_run(make_policy, specs, **knobs):
+    """A simulated run with prefix caching; `make_policy(cached_tokens)` gets the function that
+    says how many of a waiting request's prompt tokens the engine's prefix cache holds now."""
+    from minilm.sim import simulated_engine
+
+    kv = None
+
+    def cached_tokens(req) -> int:
+        return len(kv.get_computed_blocks(req)) * kv.block_size
+
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=make_policy(cached_tokens) if callable(make_policy) else make_policy,
+        enable_prefix_caching=True,
+        num_blocks=150,
+        max_num_seqs=8,
+        **knobs,
+    )
+    kv = engine.kv_manager
+    engine.add_workload(specs)
+    return engine.run()
+
+
+def oldest_wait(tl) -> float:
+    """The longest a request waited in the queue before it was first scheduled, seconds."""
+    return max(r.t_scheduled - r.arrival for r in tl.requests)
+
+
+def prefix_first_hint(mine, ref, max_wait: float) -> str:
+    """The first step where the two runs part, and what it shows."""
+    for a, b in zip(mine.steps, ref.steps):
+        if step_work(a) != step_work(b):
+            break
+    else:
+        return f"your run took {len(mine.steps)} steps, the reference's {len(ref.steps)}"
+    arrival = {r.request_id: r.arrival for r in ref.requests}
+    new = lambda step: [i.request_id for i in step.items if i.kind == "prefill"]  # noqa: E731
+    got, want = new(a), new(b)
+    where = f"step {a.step} (t = {a.t_start:.3f} s)"
+    if {i.request_id for i in b.items if i.kind == "decode"} - {
+        i.request_id for i in a.items if i.kind == "decode"
+    }:
+        return f"{where}: a running request got no decode; every decode comes first"
+    admitted = {r.request_id: r.t_scheduled for r in mine.requests}  # in your run
+    starving = [r for r in want if a.t_start - arrival[r] >= max_wait and admitted[r] > a.t_start]
+    if starving:
+        return (
+            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s, at least "
+            f"max_wait, and your policy did not admit it: a request that waited that long goes first, "
+            f"those that did in the order they stand in the queue your policy left a step before "
+            f"(is that the order you chose, and was each prefix the one cached at the time?)"
+        )
+    cached = {r.request_id: r.num_cached_tokens for r in mine.requests}
+    cached_ref = {r.request_id: r.num_cached_tokens for r in ref.requests}
+    if got and want and arrival[got[0]] < arrival[want[0]] and cached_ref[want[0]] > cached[got[0]]:
+        return (
+            f"{where}: your policy admitted {got[0]}, which arrived first, with {cached[got[0]]} "
+            f"tokens cached; the order admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
+            f"cached: below the limit, the longest cached prefix goes first"
+        )
+    return (
+        f"{where}: your policy admitted {got}, the order admits {want}. Is the queue you leave in "
+        f"s.waiting the order you chose (the next step starts from it), and is each prefix the one "
+        f"cached now?"
+    )
+
+
+PREFIX_WAITS = (1.0, 1.5)
+
+
+def check_prefix_first_policy(make_policy) -> None:
+    specs = popular_and_rare()
+    fcfs, lpm = (
+        prefix_first_run("continuous", specs, scheduling_policy=order) for order in ("fcfs", "lpm")
+    )
+    mine_by_wait = {}
+    for max_wait in PREFIX_WAITS:
+        what = f"max_wait={max_wait}"
+        mine = run_policy(
+            lambda w=max_wait: prefix_first_run(lambda c: make_policy(w, c), specs), what
+        )
+        ref = prefix_first_run(lambda c, w=max_wait: PrefixFirstReference(w, c), specs)
+        if [step_work(x) for x in mine.steps] != [step_work(y) for y in ref.steps]:
+            raise AssertionError(
+                f"{what}: your policy's oldest request waited {oldest_wait(mine):.2f} s, the "
+                f"reference's {oldest_wait(ref):.2f} s (longest prefix first with no limit: "
+                f"{oldest_wait(lpm):.2f} s). {prefix_first_hint(mine, ref, max_wait)}"
+            )
+        mine_by_wait[max_wait] = summarize(mine)
+        mine_by_wait[max_wait]["oldest"] = oldest_wait(mine)
+    rows = [("first come first served", summarize(fcfs) | {"oldest": oldest_wait(fcfs)})]
+    rows += [("longest prefix first", summarize(lpm) | {"oldest": oldest_wait(lpm)})]
+    rows += [(f"yours, max_wait={w:g} s", m) for w, m in mine_by_wait.items()]
+    ok(
+        "your order runs the reference's steps, 100 requests at 30/s (simulated H100). Oldest wait, "
+        "median TTFT: "
+        + "; ".join(f"{name} {m['oldest']:.2f} s, {m['ttft_p50']:.2f} s" for name, m in rows)
+    )
+
+
 # ---- exercise 10: accepting draft tokens ------------------------------------------------------
 # the first cases tell the slips below apart; alpha 0 and 1 come after them
 TOKENS_CASES = [
@@ -2264,7 +2917,18 @@ def tokens_slips(alpha: float, k: int) -> list[tuple[str, float]]:
             "still keeps the ones before the first rejection",
             (k + 1) * a**k,
         ),
+        (
+            "a step verifies only k drafts, so it keeps at most k + 1 tokens: the series has an end",
+            1 / (1 - a) if a < 1 else float("inf"),
+        ),
     ]
+
+
+TOKENS_HINT = (
+    "count, for each of the k + 1 places a kept token can take, the chance that the step keeps "
+    "one there (the target's own token is always kept; draft i only if drafts 1..i all were), and "
+    "add them up. Try it by hand with alpha = 0.5 and k = 1: what can the step keep, and how often?"
+)
 
 
 def check_expected_tokens(expected_tokens) -> None:
@@ -2285,14 +2949,103 @@ def check_expected_tokens(expected_tokens) -> None:
             why = next((w for w, v in slips if w not in ruled_out and close(got, v, 1e-9)), "")
             if alpha == 1.0 and not why:
                 why = "with alpha = 1 every draft is kept: k + 1 tokens (the closed form divides by zero there)"
+            why = why or TOKENS_HINT
             raise AssertionError(
-                f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}"
-                + (f": {why}" if why else "")
+                f"expected_tokens({alpha}, {k}): you got {got}, expected {want:.6g}: {why}"
             )
         ruled_out |= {w for w, v in slips if not close(v, want, 1e-9)}
     ok(
         f"expected tokens per verification right on {len(TOKENS_CASES)} (alpha, k) pairs, alpha 0 and 1 included "
         f"(alpha 0.7, k 4: {float(expected_tokens_reference(Fraction(7, 10), 4)):.4f} tokens)"
+    )
+
+
+# ---- exercise 10, part 3: how many drafts pay ----------------------------------------------------
+def tokens_per_time(alpha: Fraction, c: Fraction, k: int) -> Fraction:
+    """Tokens kept per unit of time (a target step is 1) with `k` drafts, each costing `c`."""
+    return expected_tokens_reference(alpha, k) / (1 + k * c)
+
+
+def best_k_reference(alpha, c, k_max: int, **slip) -> int:
+    """The k in 0..k_max with the most tokens per unit of time, the smallest of equal ones.
+    `slip`: `rate` (another measure), `first`/`last` (range ends), `largest` (ties)."""
+    a, cost = Fraction(alpha), Fraction(c)
+    rate = slip.get("rate", lambda k: tokens_per_time(a, cost, k))
+    ks = list(range(slip.get("first", 0), slip.get("last", k_max) + 1))
+    best = max(rate(k) for k in ks)
+    chosen = [k for k in ks if rate(k) == best]
+    return chosen[-1] if slip.get("largest") else chosen[0]
+
+
+# (alpha, c, k_max): each case adds one thing to the ones before
+BEST_K_CASES = [
+    (0.8, 0.1, 16),  # an optimum inside the range
+    (0.6, 0.05, 16),
+    (0.3, 0.5, 8),  # drafts that cost more than they keep: no speculation, k = 0
+    (0.9, 0.0, 6),  # free drafts: more is always better, up to k_max
+    (0.0, 0.0, 5),  # a draft that is never accepted and costs nothing: every k keeps 1 token a step
+    (1.0, 0.2, 12),  # every draft accepted (the closed form divides by zero)
+    (0.95, 0.02, 10),  # the best k would be past k_max
+]
+
+
+def best_k_slips(alpha, c, k_max) -> list[tuple[str, int]]:
+    a, cost = Fraction(alpha), Fraction(c)
+    return [
+        (
+            "more drafts keep more tokens, but each costs c of a target step: compare tokens per "
+            "unit of time, not tokens per step",
+            best_k_reference(alpha, c, k_max, rate=lambda k: expected_tokens_reference(a, k)),
+        ),
+        (
+            "a step costs the target's own step (1) plus the k draft steps",
+            best_k_reference(
+                alpha,
+                c,
+                k_max,
+                first=1,
+                rate=lambda k: expected_tokens_reference(a, k) / (k * cost or 1),
+            ),
+        ),
+        (
+            "k = 0 (no speculation) is a choice too, and sometimes the best",
+            best_k_reference(alpha, c, k_max, first=1),
+        ),
+        ("k_max itself is allowed", best_k_reference(alpha, c, k_max, last=k_max - 1)),
+        (
+            "when several k keep the same tokens per unit of time, the smallest costs least to run: "
+            "take it",
+            best_k_reference(alpha, c, k_max, largest=True),
+        ),
+    ]
+
+
+def check_best_draft_length(best_draft_length) -> None:
+    ruled_out: set[str] = set()
+    for alpha, c, k_max in BEST_K_CASES:
+        name = f"best_draft_length({alpha}, {c}, {k_max})"
+        got = call(best_draft_length, alpha, c, k_max, what=name)
+        want = best_k_reference(alpha, c, k_max)
+        slips = best_k_slips(alpha, c, k_max)
+        if got != want:
+            why = next((w for w, v in slips if w not in ruled_out and v == got), "")
+            if not why and alpha == 1.0:
+                why = "with alpha = 1 every draft is kept: k + 1 tokens a step"
+            raise AssertionError(
+                f"{name} = {got!r}: "
+                + (
+                    why
+                    or "compare every k from 0 to k_max by the tokens it keeps per unit of time "
+                    "(a target step is 1)"
+                )
+            )
+        ruled_out |= {w for w, v in slips if v != want}
+    a, cost = Fraction(8, 10), Fraction(1, 10)
+    k = best_k_reference(a, cost, 16)
+    ok(
+        f"the best number of drafts on {len(BEST_K_CASES)} (alpha, c, k_max) cases; at alpha 0.8 "
+        f"and c 0.1 it is k = {k}: {float(tokens_per_time(a, cost, k)):.2f} tokens per target-step "
+        f"time, against 1 without speculation"
     )
 
 

@@ -336,3 +336,47 @@ def test_predict_steps_accepts(fn, capsys):
 def test_predict_steps_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_predict_steps(fn)
+
+
+# ---- no pass by running the engine (issue 29.2) ----------------------------------------------
+def tokens_by_running(specs):  # wrong: runs the engine and counts, instead of predicting
+    from minilm import run_workload
+
+    tl = run_workload(specs, policy="continuous", max_num_seqs=4, sampling={"ignore_eos": True})
+    return tokens_loop(tl)
+
+
+def steps_by_running(specs, max_num_seqs):  # wrong: runs the engine, and hides a failure
+    from minilm import run_workload
+
+    try:
+        return len(run_workload(specs, policy="continuous", max_num_seqs=max_num_seqs).steps)
+    except Exception:  # noqa: BLE001 - what a learner might write; the check must still say why
+        return 0
+
+
+def steps_by_simulating(specs, max_num_seqs):  # wrong: the simulator is an engine too
+    from minilm.sim import simulated_engine
+
+    engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=max_num_seqs)
+    engine.add_workload(specs, ignore_eos=True)
+    return len(engine.run().steps)
+
+
+@pytest.mark.parametrize(
+    "check, fn",
+    [
+        (checks.check_predict_tokens, tokens_by_running),
+        (checks.check_predict_steps, steps_by_running),
+        (checks.check_predict_steps, steps_by_simulating),
+    ],
+    ids=["tokens_by_running", "steps_by_running", "steps_by_simulating"],
+)
+def test_a_prediction_cannot_run_the_engine(check, fn):
+    with pytest.raises(AssertionError, match="tried to run the engine"):
+        check(fn)
+    from minilm import run_workload
+
+    assert run_workload(  # and the engine works again afterwards
+        [checks.RequestSpec("r", [1, 2], 2)], policy="continuous"
+    ).steps

@@ -215,3 +215,123 @@ def test_sorted_padding_rejects(fn):
 def test_sorted_padding_says_when_the_queue_was_not_sorted():
     with pytest.raises(AssertionError, match="arrival order"):
         checks.check_sorted_padding(unsorted)
+
+
+# ---- no pass by running the engine (issue 29.2) ----------------------------------------------
+def padding_by_simulating(prompt_lens, output_lens, max_num_seqs):  # wrong: runs the engine
+    return sum(checks.engine_padding(tuple(prompt_lens), tuple(output_lens), max_num_seqs))
+
+
+def sorted_padding_by_simulating(prompt_lens, output_lens, max_num_seqs):  # wrong: the same, sorted
+    return sum(
+        checks.engine_padding(*checks.by_prompt_length(prompt_lens, output_lens), max_num_seqs)
+    )
+
+
+@pytest.mark.parametrize(
+    "check, fn",
+    [
+        (checks.check_static_padding, padding_by_simulating),
+        (checks.check_sorted_padding, sorted_padding_by_simulating),
+    ],
+    ids=["static", "sorted"],
+)
+def test_a_padding_prediction_cannot_run_the_engine(check, fn):
+    checks.engine_padding.cache_clear()  # the check's own runs are cached: the learner's must not hit them
+    with pytest.raises(AssertionError, match="tried to run the engine"):
+        check(fn)
+
+
+# ---- part 3: cut the sorted queue where it pays -----------------------------------------------
+def sort_queue(prompts, outputs):
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    return [prompts[i] for i in order], [outputs[i] for i in order]
+
+
+def one_batch_padding(prompts, outputs):
+    return sum(max(prompts) - p for p in prompts) + sum(max(outputs) - o for o in outputs)
+
+
+def least_dp(prompts, outputs, size, sort=True, batches=None, largest=None, key=one_batch_padding):
+    """The solution's dynamic programme, with one knob per slip."""
+    ps, os_ = sort_queue(prompts, outputs) if sort else (list(prompts), list(outputs))
+    n, largest = len(ps), largest or size
+    m_max = batches or -(-n // size)
+    best = {(0, 0): (0, 0)}  # (requests, batches) -> (cost by key, padding)
+    for j in range(1, n + 1):
+        for m in range(1, m_max + 1):
+            options = [
+                (
+                    best[i, m - 1][0] + key(ps[i:j], os_[i:j]),
+                    best[i, m - 1][1] + one_batch_padding(ps[i:j], os_[i:j]),
+                )
+                for i in range(max(0, j - largest), j)
+                if (i, m - 1) in best
+            ]
+            if options:
+                best[j, m] = min(options)
+    return best[n, m_max][1] if (n, m_max) in best else None
+
+
+def least_memoized(prompts, outputs, size):  # right: recursion over where the first batch ends
+    import functools
+
+    ps, os_ = sort_queue(prompts, outputs)
+    n = len(ps)
+
+    @functools.cache
+    def cost(i, m):  # the least padding of ps[i:] in m batches
+        if i == n:
+            return 0 if m == 0 else float("inf")
+        if m == 0:
+            return float("inf")
+        return min(
+            one_batch_padding(ps[i:j], os_[i:j]) + cost(j, m - 1)
+            for j in range(i + 1, min(n, i + size) + 1)
+        )
+
+    return int(cost(0, -(-n // size)))
+
+
+def least_brute_force(prompts, outputs, size):  # right: every cut, itertools
+    import itertools
+
+    ps, os_ = sort_queue(prompts, outputs)
+    n, m = len(ps), -(-len(ps) // size)
+    best = None
+    for cuts in itertools.combinations(range(1, n), m - 1):
+        edges = [0, *cuts, n]
+        if all(b - a <= size for a, b in zip(edges, edges[1:])):
+            pad = sum(one_batch_padding(ps[a:b], os_[a:b]) for a, b in zip(edges, edges[1:]))
+            best = pad if best is None else min(best, pad)
+    return best
+
+
+WRONG_LEAST = {
+    "full batches": (lambda p, o, b: sorted_stable(p, o, b), "full batches from the front"),
+    "any number of batches": (lambda p, o, b: least_dp(p, o, b, batches=len(p)), "no more"),
+    "batches one too small": (lambda p, o, b: least_dp(p, o, b, largest=b - 1), "not fewer"),
+    "arrival order": (
+        lambda p, o, b: least_dp(p, o, b, sort=False),
+        "sorted by prompt length first",
+    ),
+    "cuts chosen by prompt padding": (
+        lambda p, o, b: least_dp(p, o, b, key=lambda ps, os_: sum(max(ps) - x for x in ps)),
+        "output padding changes too",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "fn", [lambda p, o, b: least_dp(p, o, b), least_memoized, least_brute_force]
+)
+def test_least_padding_accepts(fn, capsys):
+    checks.check_least_padding(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", WRONG_LEAST.values(), ids=WRONG_LEAST.keys())
+def test_least_padding_rejects_and_names_the_cause(case):
+    fn, words = case
+    with pytest.raises(AssertionError, match=words):
+        checks.check_least_padding(fn)

@@ -323,3 +323,108 @@ def test_a_refusal_is_called_one():
 def test_the_message_names_the_cause(policy, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_policy(policy)
+
+
+# ---- part 2: the smallest watermark that avoids preemption ----------------------------------
+def preemptions(tl) -> int:
+    return sum(step.num_preempted for step in tl.steps)
+
+
+def scan(run, num_blocks):  # right: the solution's scan, counting preemptions from the steps
+    for watermark in range(num_blocks + 1):
+        try:
+            if preemptions(run(watermark)) == 0:
+                return watermark
+        except RuntimeError:
+            return None
+    return None
+
+
+def scan_requests(run, num_blocks):  # right: no request was ever preempted; a while loop
+    watermark = 0
+    while watermark <= num_blocks:
+        try:
+            tl = run(watermark)
+        except RuntimeError:
+            break
+        if not any(r.preemptions for r in tl.requests):
+            return watermark
+        watermark += 1
+    return None
+
+
+def bisection(run, num_blocks):  # wrong: assumes fewer preemptions with every block of reserve
+    lo, hi = 0, num_blocks
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            safe = preemptions(run(mid)) == 0
+        except RuntimeError:
+            safe = True  # nothing runs, nothing is preempted
+        lo, hi = (lo, mid) if safe else (mid + 1, hi)
+    return lo
+
+
+def after_the_last_preemption(run, num_blocks):  # wrong: one past the largest that preempts
+    last = -1
+    for watermark in range(num_blocks + 1):
+        try:
+            if preemptions(run(watermark)):
+                last = watermark
+        except RuntimeError:
+            break
+    return last + 1
+
+
+def starts_at_one(run, num_blocks):  # wrong: a watermark of 0 is not tried
+    for watermark in range(1, num_blocks + 1):
+        try:
+            if preemptions(run(watermark)) == 0:
+                return watermark
+        except RuntimeError:
+            return None
+    return None
+
+
+def last_step_only(run, num_blocks):  # wrong: reads the preemptions of the last step alone
+    for watermark in range(num_blocks + 1):
+        try:
+            if run(watermark).steps[-1].num_preempted == 0:
+                return watermark
+        except RuntimeError:
+            return None
+    return None
+
+
+def never_catches(run, num_blocks):  # wrong: runs past the last usable watermark and crashes
+    found = [w for w in range(num_blocks + 1) if preemptions(run(w)) == 0]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("answer", [scan, scan_requests], ids=lambda f: f.__name__)
+def test_safe_watermark_accepts_a_right_search(answer, capsys):
+    checks.check_safe_watermark(Solution, answer)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (bisection, "a smaller watermark does too"),
+        (after_the_last_preemption, "a smaller watermark does too"),
+        (starts_at_one, "a smaller watermark does too"),
+        (last_step_only, "preempts"),
+        (never_catches, "raised RuntimeError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_safe_watermark_rejects_a_wrong_search(answer, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_safe_watermark(Solution, answer)
+
+
+def test_safe_watermark_runs_the_learners_policy():
+    """The search measures the learner's policy: a policy that ignores the watermark preempts at
+    every watermark, so even a right search finds another answer than the reference's."""
+    with pytest.raises(AssertionError):
+        checks.check_safe_watermark(IgnoresWatermark, scan)

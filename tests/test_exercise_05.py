@@ -197,3 +197,94 @@ def test_check_accepts_right_parts(case, capsys):
 def test_the_message_names_the_cause(case, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_flash_decoding(*case)
+
+
+# ---- part 3: the kernel's fold ----------------------------------------------------------------
+def fold(state, part):  # the solution
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    a, b = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+
+
+def fold_skips_empty(state, part):  # right: a part that holds nothing changes nothing
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    if not torch.isfinite(m2).any():
+        return state
+    if not torch.isfinite(m1).any():
+        return part
+    m = torch.maximum(m1, m2)
+    a, b = (m1 - m).exp(), (m2 - m).exp()
+    return m, a * l1 + b * l2, a.unsqueeze(-1) * acc1 + b.unsqueeze(-1) * acc2
+
+
+def fold_nan_to_num(state, part):  # right: nan where both hold nothing, then made 0
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    a, b = torch.exp(m1 - m).nan_to_num(0.0), torch.exp(m2 - m).nan_to_num(0.0)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+
+
+def fold_nan_on_empty(state, part):  # wrong: exp(-inf - -inf) is nan when both hold nothing
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    a, b = torch.exp(m1 - m), torch.exp(m2 - m)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+
+
+def fold_acc_not_rescaled(state, part):  # wrong: l rescaled, acc added as it is
+    m, l, _ = fold(state, part)
+    return m, l, state[2] + part[2]
+
+
+def fold_last_max(state, part):  # wrong: takes the new part's max, right only in rising order
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.where(torch.isfinite(m2), m2, m1)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    a, b = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+
+
+def fold_inverted(state, part):  # wrong: rescales by exp(m - m_i), the wrong way round
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    a = torch.exp(m - m1).nan_to_num(0.0, posinf=0.0)
+    b = torch.exp(m - m2).nan_to_num(0.0, posinf=0.0)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+
+
+def fold_divided(state, part):  # wrong: keeps acc divided by l (the output), not the kernel's acc
+    m, l, acc = fold(state, part)
+    return m, l, acc / l.clamp_min(1e-300)[:, None]
+
+
+def fold_in_exp_space(state, part):  # wrong: back to exp(score) sums, which overflow near 1000
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    l = l1 * m1.exp() + l2 * m2.exp()
+    acc = acc1 * m1.exp()[:, None] + acc2 * m2.exp()[:, None]
+    return m, l / m.exp(), acc / m.exp()[:, None]
+
+
+FOLD_RIGHT = [fold, fold_skips_empty, fold_nan_to_num]
+FOLD_WRONG = [
+    (fold_nan_on_empty, "inf or nan"),
+    (fold_acc_not_rescaled, "relative to its own m"),
+    (fold_last_max, "rising order"),
+    (fold_inverted, "l is the sum of exp"),
+    (fold_divided, "not divided by l"),
+    (fold_in_exp_space, "inf or nan"),
+]
+
+
+@pytest.mark.parametrize("answer", FOLD_RIGHT, ids=lambda f: f.__name__)
+def test_fold_accepts_a_right_fold(answer, capsys):
+    checks.check_fold(answer)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, words", FOLD_WRONG, ids=lambda x: getattr(x, "__name__", ""))
+def test_fold_rejects_a_wrong_fold(answer, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_fold(answer)

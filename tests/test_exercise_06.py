@@ -296,3 +296,146 @@ def test_long_check_accepts(fn, capsys):
 def test_long_check_rejects(fn):
     with pytest.raises(AssertionError):
         checks.check_split_budget_long(fn)
+
+
+# ---- part 3: the limit as a policy in the engine ---------------------------------------------
+from minilm.core.policies import ChunkedPolicy  # noqa: E402
+
+
+def is_long(n, cap):
+    return n > cap
+
+
+class LimitPolicy(ChunkedPolicy):
+    """The solution, with one knob per plausible slip (each test's policy turns one on)."""
+
+    name = "test-long-limit"
+    long_test = staticmethod(is_long)
+    count_partial, stop_at_aside, aside_to_back, put_back, queue_first = (
+        True,
+        False,
+        False,
+        True,
+        False,
+    )
+    only_long, decodes_first = True, True
+
+    def __init__(self, max_long=None):
+        self.max_long = max_long
+
+    def decodes(self, s):
+        for req in s.unscheduled_running():
+            if req.num_remaining == 1:
+                s.schedule_running(req, 1)
+
+    def schedule(self, s) -> None:
+        cap = s.config.long_prefill_token_threshold
+        if self.decodes_first:
+            self.decodes(s)
+        partial, waiting = (
+            [r for r in s.unscheduled_running() if r.num_remaining > 1],
+            list(s.waiting),
+        )
+        prompts = waiting + partial if self.queue_first else partial + waiting
+        left, chunks, longs = s.budget, [], 0  # with decodes last, none is left for them
+        for req in prompts:
+            long = self.long_test(req.num_remaining, cap) if self.only_long else True
+            counted = self.count_partial or req in waiting
+            if long and counted and self.max_long is not None and longs == self.max_long:
+                chunks.append(0)
+                continue
+            n = min(req.num_remaining, left, cap)
+            chunks.append(n)
+            left -= n
+            longs += long and counted
+        plan = dict(zip(map(id, prompts), chunks))
+        aside = []
+        for req in prompts:
+            n = plan[id(req)]
+            if req in partial:
+                if n:
+                    s.schedule_running(req, n)
+                continue
+            if n == 0:
+                if self.stop_at_aside:
+                    break
+                aside.append(s.waiting.popleft())
+                continue
+            if not s.can_admit(req, n):
+                break
+            s.admit(req, n)
+        if self.put_back:
+            if self.aside_to_back:
+                s.waiting.extend(aside)
+            else:
+                s.waiting.extendleft(reversed(aside))
+        if not self.decodes_first:
+            self.decodes(s)
+
+
+class LimitRebuildsQueue(ChunkedPolicy):
+    """Right, written differently: counts the long prompts as it goes, and rebuilds the queue
+    (the ones that stepped aside, then the rest) instead of putting them back one by one."""
+
+    name = "test-rebuild"
+
+    def __init__(self, max_long=None):
+        self.max_long = max_long
+
+    def schedule(self, s) -> None:
+        cap = s.config.long_prefill_token_threshold
+        for req in list(s.unscheduled_running()):
+            if req.num_remaining == 1:
+                s.schedule_running(req, 1)
+        longs = 0
+        for req in list(s.unscheduled_running()):
+            if self.max_long is not None and req.num_remaining > cap and longs >= self.max_long:
+                continue
+            longs += req.num_remaining > cap
+            n = min(req.num_remaining, s.budget, cap)
+            if n:
+                s.schedule_running(req, n)
+        skipped = []
+        while s.waiting and s.budget:
+            req = s.waiting[0]
+            if self.max_long is not None and req.num_remaining > cap and longs >= self.max_long:
+                skipped.append(s.waiting.popleft())
+                continue
+            n = min(req.num_remaining, s.budget, cap)
+            if not s.can_admit(req, n):
+                break
+            longs += req.num_remaining > cap
+            s.admit(req, n)
+        rest = list(s.waiting)
+        s.waiting.clear()
+        s.waiting.extend(skipped + rest)
+
+
+def variant(**knobs):
+    return type("Limit_" + "_".join(knobs), (LimitPolicy,), knobs)
+
+
+POLICY_RIGHT = [LimitPolicy, LimitRebuildsQueue]
+POLICY_WRONG = [
+    (variant(stop_at_aside=True), "left prompts waiting"),
+    (variant(aside_to_back=True), "keeps its place|left prompts waiting"),
+    (variant(put_back=False), "never finished"),
+    (variant(count_partial=False), "part-done prompts count"),
+    (variant(only_long=False), "the oldest ones|left prompts waiting"),
+    (variant(long_test=staticmethod(lambda n, cap: n >= cap)), "more than max_long|left prompts"),
+    (variant(queue_first=True), "part-done ones before the queue|refused"),
+    (variant(max_long=None, __init__=lambda self, max_long=None: None), "more than max_long"),
+    (variant(decodes_first=False), "refused your policy"),
+]
+
+
+@pytest.mark.parametrize("policy", POLICY_RIGHT, ids=lambda p: p.__name__)
+def test_long_limit_policy_accepts(policy, capsys):
+    checks.check_long_limit_policy(policy)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy, words", POLICY_WRONG, ids=lambda x: getattr(x, "__name__", ""))
+def test_long_limit_policy_rejects(policy, words):
+    with pytest.raises(AssertionError, match=words or None):
+        checks.check_long_limit_policy(policy)

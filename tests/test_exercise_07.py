@@ -17,43 +17,21 @@ from minilm.metrics import (  # noqa: E402
     distserve_goodput,
     meets_slo,
     request_goodput,
-    requests_df,
     slo_attainment,
     summarize,
 )
-
-
-def span(tl):
-    return max(s.t_end for s in tl.steps) - min(r.arrival for r in tl.requests)
 
 
 def good(ttft, tpot, ttft_slo, tpot_slo):
     return (ttft_slo is None or ttft <= ttft_slo) and (tpot_slo is None or tpot <= tpot_slo)
 
 
+def strict(ttft, tpot, ttft_slo, tpot_slo):
+    return (ttft_slo is None or ttft < ttft_slo) and (tpot_slo is None or tpot < tpot_slo)
+
+
 def tpot_guarded(r):
     return (r.t_finished - r.t_first_token) / (r.output_len - 1) if r.output_len > 1 else 0.0
-
-
-def goodput_with(
-    tpot_of=tpot_guarded,
-    ttft_of=lambda r: r.t_first_token - r.arrival,
-    span_of=span,
-    compare=good,
-    aborted=False,
-):
-    """A request goodput built from parts, so each wrong variant changes exactly one."""
-
-    def request_goodput(tl, ttft_slo, tpot_slo):
-        n = sum(
-            aborted
-            if r.t_first_token is None
-            else compare(ttft_of(r), tpot_of(r), ttft_slo, tpot_slo)
-            for r in tl.requests
-        )
-        return n / span_of(tl)
-
-    return request_goodput
 
 
 def meets(r, ttft_slo, tpot_slo):  # the solution's meets_slo
@@ -62,69 +40,7 @@ def meets(r, ttft_slo, tpot_slo):  # the solution's meets_slo
     return good(r.t_first_token - r.arrival, tpot_guarded(r), ttft_slo, tpot_slo)
 
 
-# ---- request goodput: wrong ------------------------------------------------------------
-def strict(ttft, tpot, ttft_slo, tpot_slo):
-    return (ttft_slo is None or ttft < ttft_slo) and (tpot_slo is None or tpot < tpot_slo)
-
-
-def skips_one_token_requests(tl, ttft_slo, tpot_slo):  # wrong: a one-token request never counts
-    return sum(meets(r, ttft_slo, tpot_slo) for r in tl.requests if r.output_len > 1) / span(tl)
-
-
-def attainment_not_rate(tl, ttft_slo, tpot_slo):  # wrong: the share of requests, not a rate
-    return slo_attainment(tl, ttft_slo, tpot_slo)
-
-
-def good_tokens_per_second(
-    tl, ttft_slo, tpot_slo
-):  # wrong: tokens of the good requests, not requests
-    return sum(r.output_len for r in tl.requests if meets(r, ttft_slo, tpot_slo)) / span(tl)
-
-
-def crashes_on_aborted(
-    tl, ttft_slo, tpot_slo
-):  # wrong: t_first_token None - arrival raises TypeError
-    return sum(
-        good(
-            r.t_first_token - r.arrival,
-            tpot_guarded(r) if r.output_len > 1 else 0.0,
-            ttft_slo,
-            tpot_slo,
-        )
-        for r in tl.requests
-    ) / span(tl)
-
-
-WRONG_REQUEST = {  # each with the right meets_slo
-    "no one-token guard": goodput_with(
-        lambda r: (r.t_finished - r.t_first_token) / (r.output_len - 1)
-    ),
-    "one-token TPOT infinite": goodput_with(
-        lambda r: (
-            (r.t_finished - r.t_first_token) / (r.output_len - 1)
-            if r.output_len > 1
-            else float("inf")
-        )
-    ),
-    "TPOT over output_len": goodput_with(lambda r: (r.t_finished - r.t_first_token) / r.output_len),
-    "TPOT from arrival": goodput_with(lambda r: (r.t_finished - r.arrival) / r.output_len),
-    "TTFT without queueing": goodput_with(ttft_of=lambda r: r.t_first_token - r.t_scheduled),
-    "span from zero": goodput_with(span_of=lambda tl: max(s.t_end for s in tl.steps)),
-    "span from the last arrival": goodput_with(
-        span_of=lambda tl: (
-            max(r.t_finished for r in tl.requests) - max(r.arrival for r in tl.requests)
-        )
-    ),
-    "strict limits": goodput_with(compare=strict),
-    "aborted counts as met": goodput_with(aborted=True),
-    "skips one-token requests": skips_one_token_requests,
-    "attainment, not a rate": attainment_not_rate,
-    "good tokens per second": good_tokens_per_second,
-    "crashes on None": goodput_with(compare=lambda a, b, c, d: a <= c and b <= d),
-    "crashes on an aborted request": crashes_on_aborted,
-}
-
-
+# ---- meets_slo: wrong ------------------------------------------------------------------------
 def meets_strict(r, ttft_slo, tpot_slo):  # wrong: a request exactly at a limit fails it
     return r.t_first_token is not None and strict(
         r.t_first_token - r.arrival, tpot_guarded(r), ttft_slo, tpot_slo
@@ -139,116 +55,154 @@ def meets_crashes(r, ttft_slo, tpot_slo):  # wrong: None - arrival raises TypeEr
     return good(r.t_first_token - r.arrival, tpot_guarded(r), ttft_slo, tpot_slo)
 
 
+def meets_one_token_fails(r, ttft_slo, tpot_slo):  # wrong: a one-token request fails any TPOT limit
+    if r.t_first_token is None:
+        return False
+    tpot = tpot_guarded(r) if r.output_len > 1 else math.inf
+    return good(r.t_first_token - r.arrival, tpot, ttft_slo, tpot_slo)
+
+
 WRONG_MEETS = {
     "strict": meets_strict,
     "aborted meets": meets_aborted,
     "crashes on an aborted request": meets_crashes,
+    "one token fails TPOT": meets_one_token_fails,
 }
 
 
-# ---- request goodput: right, written differently ----------------------------------------
-def from_token_times(tl, ttft_slo, tpot_slo):  # right: TTFT and TPOT from the token times
-    start = min(r.arrival for r in tl.requests)
-    end = max(step.t_end for step in tl.steps)
-    count = 0
-    for r in tl.requests:
-        if not r.token_times:
-            continue  # no token at all: no promise kept
-        gaps = [b - a for a, b in zip(r.token_times, r.token_times[1:])]
-        tpot = sum(gaps) / len(gaps) if gaps else 0.0
-        ttft = r.token_times[0] - r.arrival
-        count += (ttft_slo is None or ttft <= ttft_slo) and (tpot_slo is None or tpot <= tpot_slo)
-    return count / (end - start)
+# ---- tightest_ttft_slo: right, written differently -----------------------------------------------
+def tightest(tl, tpot_slo, target, meets_fn=meets, n_of=len, ttft_of=None, rank=None, none=None):
+    """The solution, built from parts so that each wrong variant changes one."""
+    ttft_of = ttft_of or (lambda r: r.t_first_token - r.arrival)
+    n = n_of(tl.requests)
+    ttfts = sorted(ttft_of(r) for r in tl.requests if meets_fn(r, None, tpot_slo))
+    if rank is not None:
+        k = rank(n, target)
+        return ttfts[k - 1] if 0 < k <= len(ttfts) else none
+    for k, ttft in enumerate(ttfts, start=1):
+        if k / n >= target:
+            return ttft
+    return none
 
 
-def with_pandas(
-    tl, ttft_slo, tpot_slo
-):  # right: pandas, where a missing first token is NaN and fails
-    df = requests_df(tl)
-    ttft = df.t_first_token.astype(float) - df.arrival
-    tpot = (
-        (df.t_finished - df.t_first_token.astype(float)) / (df.output_len - 1).clip(lower=1)
-    ).where(df.output_len > 1, 0.0)
-    ok = (ttft <= (ttft_slo if ttft_slo is not None else math.inf)) & (
-        tpot <= (tpot_slo if tpot_slo is not None else math.inf)
+def tightest_by_bisecting_the_limits(tl, tpot_slo, target):
+    """Right: tries each distinct TTFT as a limit, smallest first, counting with meets_slo."""
+    limits = sorted(
+        {r.t_first_token - r.arrival for r in tl.requests if r.t_first_token is not None}
     )
-    return np.float32(ok.sum() / span(tl))  # a NumPy float32, not a Python float
+    for limit in limits:
+        if sum(meets(r, limit, tpot_slo) for r in tl.requests) >= target * len(tl.requests):
+            return limit
+    return None
 
 
-def by_limits_added(tl, ttft_slo, tpot_slo):  # right: compares first token with arrival + limit
-    n = 0
-    for r in tl.requests:
-        if r.t_first_token is None:
-            continue
-        ok_ttft = ttft_slo is None or r.t_first_token <= r.arrival + ttft_slo
-        ok_tpot = (
-            tpot_slo is None
-            or r.output_len < 2
-            or r.t_finished - r.t_first_token <= tpot_slo * (r.output_len - 1)
-        )
-        n += ok_ttft and ok_tpot
-    return n / span(tl)
+def tightest_with_numpy(tl, tpot_slo, target):  # right: numpy, the rank by Fractions
+    ttft = np.array(
+        [r.t_first_token - r.arrival if meets(r, None, tpot_slo) else np.inf for r in tl.requests]
+    )
+    k = math.ceil(Fraction(target).limit_denominator(1000) * len(ttft))
+    value = np.sort(ttft)[k - 1]
+    return float(value) if np.isfinite(value) else None
 
 
-RIGHT_REQUEST = {
-    "solution": (meets, goodput_with()),
-    "from token times": (meets, from_token_times),
-    "span to the last finish": (
-        meets,
-        goodput_with(
-            span_of=lambda tl: (
-                max(r.t_finished for r in tl.requests) - min(r.arrival for r in tl.requests)
-            )
-        ),
+RIGHT_TIGHTEST = {
+    "solution": (meets, tightest),
+    "limits tried in turn": (meets, tightest_by_bisecting_the_limits),
+    "numpy": (meets, tightest_with_numpy),
+    "minilm.metrics' meets_slo": (
+        meets_slo,
+        lambda tl, b, t: tightest(tl, b, t, meets_fn=meets_slo),
     ),
-    "pandas, float32": (meets, with_pandas),
-    "limits added": (meets, by_limits_added),
-    "minilm.metrics": (meets_slo, request_goodput),
 }
 
 
-@pytest.mark.parametrize("fn", WRONG_REQUEST.values(), ids=WRONG_REQUEST.keys())
-def test_request_goodput_check_rejects(fn):
-    with pytest.raises(AssertionError):
-        checks.check_request_goodput(meets, fn)
+# ---- tightest_ttft_slo: wrong --------------------------------------------------------------------
+def with_first_token(reqs):
+    return len([r for r in reqs if r.t_first_token is not None])
+
+
+def meets_no_tpot(r, ttft_slo, tpot_slo):
+    return meets(r, ttft_slo, None)
+
+
+def meets_not_aborted(r, ttft_slo, tpot_slo):
+    return r.finish_reason != "aborted" and meets(r, ttft_slo, tpot_slo)
+
+
+def percentile_of_ttfts(tl, tpot_slo, target):  # wrong: numpy's interpolated percentile
+    return float(
+        np.percentile(
+            [r.t_first_token - r.arrival for r in tl.requests if r.t_first_token], 100 * target
+        )
+    )
+
+
+def distinct_ttfts(tl, tpot_slo, target):  # wrong: two requests with one TTFT counted once
+    ttfts = sorted({r.t_first_token - r.arrival for r in tl.requests if meets(r, None, tpot_slo)})
+    k = math.ceil(target * len(tl.requests))
+    return ttfts[k - 1] if k <= len(ttfts) else None
+
+
+WRONG_TIGHTEST = {
+    "share of the requests with a first token": (
+        lambda tl, b, t: tightest(tl, b, t, n_of=with_first_token),
+        "those aborted before a first token too",
+    ),
+    "TPOT limit ignored": (
+        lambda tl, b, t: tightest(tl, b, t, meets_fn=meets_no_tpot),
+        "meets both limits",
+    ),
+    "rank rounded down": (
+        lambda tl, b, t: tightest(tl, b, t, rank=lambda n, t: int(n * t)),
+        "rounding down",
+    ),
+    "one too far": (
+        lambda tl, b, t: tightest(tl, b, t, rank=lambda n, t: math.ceil(n * t) + 1),
+        "counting from 1",
+    ),
+    "equal TTFTs once": (distinct_ttfts, "two requests"),
+    "aborted after the first token left out": (
+        lambda tl, b, t: tightest(tl, b, t, meets_fn=meets_not_aborted),
+        "aborted after its first token",
+    ),
+    "interpolated percentile": (percentile_of_ttfts, "interpolated percentile"),
+    "TTFT from scheduling": (
+        lambda tl, b, t: tightest(tl, b, t, ttft_of=lambda r: r.t_first_token - r.t_scheduled),
+        "",
+    ),
+    "0 when none is enough": (lambda tl, b, t: tightest(tl, b, t, none=0.0), "return None"),
+    "infinity when none is enough": (
+        lambda tl, b, t: tightest(tl, b, t, none=math.inf),
+        "return None",
+    ),
+}
 
 
 @pytest.mark.parametrize("fn", WRONG_MEETS.values(), ids=WRONG_MEETS.keys())
 def test_meets_slo_check_rejects(fn):
     with pytest.raises(AssertionError):
-        checks.check_request_goodput(fn, goodput_with())
+        checks.check_tightest_ttft_slo(fn, tightest)
 
 
-@pytest.mark.parametrize("fns", RIGHT_REQUEST.values(), ids=RIGHT_REQUEST.keys())
-def test_request_goodput_check_accepts(fns, capsys):
-    checks.check_request_goodput(*fns)
+@pytest.mark.parametrize("fns", RIGHT_TIGHTEST.values(), ids=RIGHT_TIGHTEST.keys())
+def test_tightest_check_accepts(fns, capsys):
+    checks.check_tightest_ttft_slo(*fns)
     assert "passed:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "name, words",
-    [
-        ("one-token TPOT infinite", "one-token request has no gap"),
-        ("strict limits", "exactly at a limit"),
-        ("TPOT over output_len", "output_len - 1"),
-        ("TTFT without queueing", "time in the queue"),
-        ("span from zero", "first arrival"),
-        ("aborted counts as met", "kept no promise"),
-        ("skips one-token requests", "counts like any other"),
-        ("no one-token guard", "output_len - 1 is 0"),
-        ("crashes on an aborted request", "t_first_token None"),
-        ("attainment, not a rate", "not the share"),
-    ],
-)
-def test_request_goodput_message_names_the_cause(name, words):
-    with pytest.raises(AssertionError, match=words):
-        checks.check_request_goodput(meets, WRONG_REQUEST[name])
+@pytest.mark.parametrize("case", WRONG_TIGHTEST.values(), ids=WRONG_TIGHTEST.keys())
+def test_tightest_check_rejects_and_names_the_cause(case):
+    fn, words = case
+    with pytest.raises(AssertionError, match=words or None):
+        checks.check_tightest_ttft_slo(meets, fn)
 
 
-def test_a_one_token_slip_is_not_blamed_on_the_limits_or_the_span():
-    with pytest.raises(AssertionError) as e:
-        checks.check_request_goodput(meets, WRONG_REQUEST["one-token TPOT infinite"])
-    assert "<=" not in str(e.value) and "span" not in str(e.value)
+def test_every_target_of_the_check_is_a_whole_number_of_requests_in_floats_too():
+    """ceil(target * n) and the fewest k with k / n >= target agree on every hand-made case, so no
+    right answer fails on float rounding."""
+    for tl, _, target, _ in checks.tightest_cases():
+        n = len(tl.requests)
+        assert math.ceil(target * n) == next(k for k in range(n + 1) if k / n >= target)
 
 
 # ---- per-percentile goodput -------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(
     0, str(Path(__file__).resolve().parent.parent)
 )  # `labs` is a folder of the repository
+from labs import checks  # noqa: E402
 from labs.checks import check_prefix_lookup  # noqa: E402
 
 
@@ -335,3 +336,112 @@ def test_order_message_names_the_cause(fn, words):
 
     with pytest.raises(AssertionError, match=words):
         check_admission_order(fn)
+
+
+# ---- part 3: the order in the engine --------------------------------------------------------
+from minilm.core.policies import Policy  # noqa: E402
+
+
+class PrefixFirst(Policy):
+    """The solution, with the order function and the pieces a slip changes as knobs."""
+
+    name = "test-prefix-first"
+    order = staticmethod(order_solution)
+    memo: dict | None = None  # a slip: the cached prefix remembered from the first look
+    keep_queue = True  # a slip when False: admits in the order, then restores arrival order
+
+    def __init__(self, max_wait, cached_tokens):
+        self.max_wait, self.cached_tokens = max_wait, cached_tokens
+        self.seen = {}
+
+    def cached(self, req):
+        if self.memo is None:
+            return self.cached_tokens(req)
+        return self.seen.setdefault(req.request_id, self.cached_tokens(req))
+
+    def decodes(self, s):
+        for req in s.unscheduled_running():
+            s.schedule_running(req, 1)
+
+    def fill(self, s):
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+
+    def schedule(self, s) -> None:
+        self.decodes(s)
+        queue = list(s.waiting)
+        order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
+        s.waiting.clear()
+        s.waiting.extend(queue[i] for i in order)
+        self.fill(s)
+        if not self.keep_queue:
+            rest = sorted(s.waiting, key=lambda r: queue.index(r))
+            s.waiting.clear()
+            s.waiting.extend(rest)
+
+
+class PrefixFirstOneSort(Policy):
+    """Right, written differently: one sort of the queue itself with a key that puts the ones
+    that waited too long first (sorted() is stable: both groups keep their queue order)."""
+
+    name = "test-one-sort"
+
+    def __init__(self, max_wait, cached_tokens):
+        self.max_wait, self.cached_tokens = max_wait, cached_tokens
+
+    def schedule(self, s) -> None:
+        for req in list(s.unscheduled_running()):
+            s.schedule_running(req, 1)
+
+        def key(r):
+            late = s.now - r.arrival >= self.max_wait
+            return (0, 0) if late else (1, -self.cached_tokens(r))
+
+        items = sorted(s.waiting, key=key)
+        s.waiting.clear()
+        s.waiting.extend(items)
+        while s.waiting:
+            head = s.waiting[0]
+            if not s.can_admit(head, head.num_remaining):
+                break
+            s.admit(head, head.num_remaining)
+
+
+def prefix_variant(name, **knobs):
+    return type(name, (PrefixFirst,), knobs)
+
+
+class AdmitsBeforeDecodes(PrefixFirst):
+    def schedule(self, s) -> None:
+        queue = list(s.waiting)
+        order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
+        s.waiting.clear()
+        s.waiting.extend(queue[i] for i in order)
+        self.fill(s)
+        self.decodes(s)
+
+
+PREFIX_RIGHT = [PrefixFirst, PrefixFirstOneSort]
+PREFIX_WRONG = [
+    (
+        prefix_variant("Fcfs", order=staticmethod(lambda w, now, m: list(range(len(w))))),
+        "arrived first",
+    ),
+    (prefix_variant("NoLimit", order=staticmethod(order_plain_lpm)), "goes first"),
+    (prefix_variant("LateLast", order=staticmethod(order_late_last)), "goes first"),
+    (prefix_variant("StaleCache", memo={}), "cached at the time|cached now"),
+    (prefix_variant("RestoresArrivalOrder", keep_queue=False), "the order you chose"),
+    (AdmitsBeforeDecodes, "decode|refused|cached now"),
+]
+
+
+@pytest.mark.parametrize("policy", PREFIX_RIGHT, ids=lambda p: p.__name__)
+def test_prefix_first_policy_accepts(policy, capsys):
+    checks.check_prefix_first_policy(policy)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy, words", PREFIX_WRONG, ids=lambda x: getattr(x, "__name__", ""))
+def test_prefix_first_policy_rejects(policy, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_prefix_first_policy(policy)

@@ -59,9 +59,21 @@ WRONG_TOKENS = {
     "all or nothing": (lambda a, k: (k + 1) * a**k, "chance all k drafts are kept"),
     "closed form everywhere": (lambda a, k: (1 - a ** (k + 1)) / (1 - a), "divides by zero"),
     "alpha = 1 wrong": (lambda a, k: k if a == 1 else closed_form(a, k), "every draft is kept"),
-    "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, ""),
-    "integer": (lambda a, k: int(closed_form(a, k)), ""),
+    "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, "for each of the k + 1 places"),
+    "integer": (lambda a, k: int(closed_form(a, k)), "for each of the k + 1 places"),
+    "no end to the series": (lambda a, k: 1 / (1 - a) if a < 1 else k + 1, "the series has an end"),
 }
+
+
+def test_a_wrong_sum_gets_a_hint_not_the_answer():
+    """Issue 29.4: 'you got 2.0, expected 1.9375' alone teaches nothing; the message says what the
+    series counts, and never its formula."""
+    with pytest.raises(AssertionError, match="the series has an end"):
+        checks.check_expected_tokens(lambda a, k: 2.0)  # the issue's case: 1 / (1 - 0.5)
+    with pytest.raises(AssertionError) as err:
+        checks.check_expected_tokens(lambda a, k: 2.5)
+    assert "for each of the k + 1 places" in str(err.value)
+    assert "1 - alpha" not in str(err.value) and "alpha^" not in str(err.value)
 
 
 @pytest.mark.parametrize("name", WRONG_TOKENS)
@@ -159,3 +171,63 @@ def test_the_engines_rule_is_the_one_hot_case():
     assert checks.close(
         ap_torch(p.double(), torch.eye(6, dtype=torch.float64)[1], 1), float(p[1]), 1e-6
     )
+
+
+# ---- part 3: how many drafts pay --------------------------------------------------------------
+def kept(alpha, k):
+    return sum(alpha**i for i in range(k + 1))
+
+
+def best_by_index(alpha, c, k_max):  # the solution
+    rate = [kept(alpha, k) / (1 + k * c) for k in range(k_max + 1)]
+    return rate.index(max(rate))
+
+
+def best_by_max_key(alpha, c, k_max):  # right: max() with the smaller k winning ties
+    return max(range(k_max + 1), key=lambda k: (kept(alpha, k) / (1 + k * c), -k))
+
+
+def best_stops_when_it_falls(alpha, c, k_max):  # right: the rate rises, then falls (unimodal)
+    k = 0
+    while k < k_max and kept(alpha, k + 1) / (1 + (k + 1) * c) > kept(alpha, k) / (1 + k * c):
+        k += 1
+    return k
+
+
+def best_closed_form(
+    alpha, c, k_max
+):  # wrong: (1 - alpha^(k+1)) / (1 - alpha) divides by zero at 1
+    rate = [(1 - alpha ** (k + 1)) / (1 - alpha) / (1 + k * c) for k in range(k_max + 1)]
+    return rate.index(max(rate))
+
+
+WRONG_BEST = {
+    "tokens per step, not per time": (
+        lambda a, c, m: max(range(m + 1), key=lambda k: (kept(a, k), -k)),
+        "tokens per unit of time",
+    ),
+    "no target step in the cost": (
+        lambda a, c, m: max(range(1, m + 1), key=lambda k: (kept(a, k) / (k * c or 1), -k)),
+        "plus the k draft steps",
+    ),
+    "never k = 0": (lambda a, c, m: best_by_index(a, c, m) or 1, "k = 0"),
+    "k_max left out": (lambda a, c, m: best_by_index(a, c, m - 1), "k_max itself"),
+    "largest of equal ones": (
+        lambda a, c, m: max(range(m + 1), key=lambda k: (kept(a, k) / (1 + k * c), k)),
+        "the smallest",
+    ),
+    "closed form": (best_closed_form, "ZeroDivisionError"),
+}
+
+
+@pytest.mark.parametrize("fn", [best_by_index, best_by_max_key, best_stops_when_it_falls])
+def test_best_draft_length_accepts(fn, capsys):
+    checks.check_best_draft_length(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", WRONG_BEST.values(), ids=WRONG_BEST.keys())
+def test_best_draft_length_rejects_and_names_the_cause(case):
+    fn, words = case
+    with pytest.raises(AssertionError, match=words):
+        checks.check_best_draft_length(fn)

@@ -37,7 +37,8 @@ checks.check_tokens_by_kind(tokens_by_kind)
 # generates exactly `max_tokens` tokens, and no request is ever padded.
 #
 # Write `predict_tokens(specs)`: the same dict as `tokens_by_kind` would return for
-# that run, from the workload alone, without running the engine. Lesson 0, section 3
+# that run, from the workload alone, without running the engine (the check makes the
+# engine unavailable while your function runs, in this part and the next). Lesson 0, section 3
 # shows one request: how many decode steps did `max_tokens=8` take, and where did its
 # first output token come from?
 

@@ -50,9 +50,13 @@
 # The check runs your policy and the engine's `continuous` policy (watermark `0`) on the
 # same requests, simulated so that arrivals fall between the same steps everywhere, with
 # a tight token budget and with a tight KV cache that forces preemptions, and compares
-# every step's work, in any order. Then it compares your steps at watermarks `2`, `4`
-# and `8` with a reference written in `labs/checks.py`, and runs your policy on a small
-# real model whose cache is too small for everyone: the same tokens must come out.
+# every step's work, in any order. (What it assumes: a decode needs one token of the
+# budget like any other, and `schedule_running` checks it; the budget always has room for
+# every running request's decode, since `max_num_batched_tokens >= max_num_seqs`, so your
+# decodes need no test of their own before they are scheduled.) Then it compares your
+# steps at watermarks `2`, `4` and `8` with a reference written in `labs/checks.py`, and
+# runs your policy on a small real model whose cache is too small for everyone: the same
+# tokens must come out.
 
 # %%
 from minilm.core.policies import Policy
@@ -88,9 +92,47 @@ class MyWatermarkPolicy(Policy):
 checks.check_policy(MyWatermarkPolicy)
 
 # %% [markdown]
+# **Part 2: how much reserve is enough?** A watermark buys fewer preemptions with a
+# slower fill of the batch. Write `smallest_safe_watermark(run, num_blocks)`: the smallest
+# watermark with which a workload runs **without a single preemption**, found by
+# measuring. `run(watermark)` runs *your* `MyWatermarkPolicy(watermark)` on the workload
+# (on the simulated H100, a cache of `num_blocks` KV blocks) and returns its `Timeline`
+# (lesson 0: `tl.steps`, `tl.requests`, and `summarize(tl)` from `minilm`). Return
+# `None` if no watermark avoids preemption.
+#
+# What the check assumes, so that you need not guess: a watermark so large that some
+# prompt can never be admitted makes `run` raise `RuntimeError` (the engine stops: nothing
+# can be scheduled), and no larger watermark runs either. Nothing else is promised: the
+# number of preemptions need not shrink step by step as the watermark grows. Decide
+# before you code what your search may assume and when it may stop. The check runs four
+# workloads and compares your answer with what it measures itself.
+
+# %%
+from minilm import summarize
+
+
+def smallest_safe_watermark(run, num_blocks: int) -> int | None:
+    # BEGIN SOLUTION
+    # A scan from 0, not a bisection: a larger reserve changes which prompts share a step, so
+    # the preemptions need not fall monotonically with the watermark (the check has such runs).
+    for watermark in range(num_blocks + 1):
+        try:
+            tl = run(watermark)
+        except RuntimeError:  # from here on some prompt can never be admitted
+            return None
+        if summarize(tl)["preemptions"] == 0:
+            return watermark
+    return None
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
+
+# %% [markdown]
 # **Think further (no check).** A prompt that needs more than `num_blocks - watermark`
 # blocks can never be admitted: what does your policy do with it, and what should it do
-# (vLLM rejects such a request when it arrives)? The watermark protects only the next few
-# steps of growth: on lesson 4's workload, find the smallest watermark with no preemption
-# at all, and what it costs in steps and in TTFT. Is a fixed number of blocks the right
-# kind of reserve, or should it grow with the number of running requests?
+# (vLLM rejects such a request when it arrives)? What does the smallest safe watermark cost
+# in steps and in TTFT on the check's first workload, and why can one more block of
+# reserve bring a preemption back? Is a fixed number of blocks the right kind of reserve,
+# or should it grow with the number of running requests?

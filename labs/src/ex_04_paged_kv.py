@@ -38,6 +38,10 @@
 # the cache's contents itself: every sequence must read back its own tokens, no block
 # may be written while another sequence holds it, and every block must come back in the
 # end. Last, it runs the real engine on your pool with a cache small enough to preempt.
+# What it assumes, so that you need not guess: it never frees a block that has no holder
+# (what your pool does then is yours to choose; raising is kindest); `append_slot` may
+# return the table it was given, changed in place, or a new list (the check keeps the one
+# you return); `fork` returns a new list.
 
 # %%
 from labs import checks

@@ -58,10 +58,42 @@ def merge_segments(outs: torch.Tensor, lses: torch.Tensor) -> torch.Tensor:
 checks.check_flash_decoding(attend_segment, merge_segments)
 
 # %% [markdown]
-# **Think further (no check).** The kernel keeps, per segment, the largest score `m`, the sum
-# `l` of `exp(score - m)` and the output *not yet divided* by `l`. Rewrite your merge for
-# that form, and as a loop that folds in one segment at a time — the online softmax that
-# the kernel also runs over its tiles of keys. Then: the kernel splits only when a step
-# has few sequences. For `8` decodes of `4096` tokens on a GPU with `132` SMs and eight
-# KV heads, how many programs does a split into `16` segments give, and what does the
-# merge cost in memory traffic against reading the K/V itself?
+# **Part 3: the kernel's own form, one segment at a time.** The kernel does not keep
+# `(out, lse)`. Per segment it keeps `m`, the largest score `[heads]`; `l`, the sum of
+# `exp(score - m)` `[heads]`; and `acc`, the values weighted by `exp(score - m)` and **not
+# yet divided** by `l` `[heads, dim]`. It divides once, at the very end. The same form
+# serves the online softmax that the kernel runs over its tiles of keys: it folds in one
+# tile at a time and never holds all the scores.
+#
+# Write `fold(state, part)`: `state` and `part` are each such a triple `(m, l, acc)` over
+# some keys; return the triple over the keys of both, in the same form. The check starts
+# from the empty state `(-inf, 0, 0)` (no keys yet: that is also what an empty segment
+# gives) and folds a context's segments in **any order**, not only left to right, then
+# compares your state after every fold with the one over the keys folded so far (`m`
+# included), and `acc / l` at the end with attention over the whole context. Derive it on
+# paper first: when a new part has a larger maximum, what happens to the `l` and the `acc`
+# you already hold? Then make it survive two parts that hold nothing, and scores near
+# `1000` and `-1000`.
+
+# %%
+def fold(state, part):
+    # BEGIN SOLUTION
+    (m1, l1, acc1), (m2, l2, acc2) = state, part
+    m = torch.maximum(m1, m2)
+    # each side was weighted relative to its own max: rescale it to the new one. A side that holds
+    # nothing has m = -inf; where both do, m stays -inf and exp(-inf - -inf) would be nan: use 0.
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    a, b = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, a * l1 + b * l2, a[:, None] * acc1 + b[:, None] * acc2
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_fold(fold)
+
+# %% [markdown]
+# **Think further (no check).** The kernel splits only when a step has few sequences. For
+# `8` decodes of `4096` tokens on a GPU with `132` SMs and eight KV heads, how many
+# programs does a split into `16` segments give, and what does the merge cost in memory
+# traffic against reading the K/V itself? Compare your `fold` with the loop over tiles in
+# `_attend_tiles` and with `_merge_segments_kernel` (`minilm/model/attention/triton_paged.py`).

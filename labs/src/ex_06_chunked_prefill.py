@@ -87,8 +87,74 @@ def split_budget_long(budget: int, num_decodes: int, prompt_remaining: list[int]
 checks.check_split_budget_long(split_budget_long)
 
 # %% [markdown]
-# **Think further (no check).** Lesson 6 section 1's example, with a second and third
-# `4096`-token prompt and a short one arriving behind them: with `max_long=1`, how many
-# steps does the short one wait for its first token, against no limit? The limit trades
-# whose TTFT? Write a `Policy` (exercise 3) that applies your rule inside the engine and
-# measure it on the simulated H100.
+# **Part 3: the limit inside the engine, and what it buys.** Write `MyLongLimitPolicy`, a
+# `Policy` (exercise 3) that runs your Part 2 rule in every step: the engine's chunked
+# prefill, with at most `max_long` long prompts getting tokens in a step. It subclasses the
+# engine's `ChunkedPolicy`, so it inherits the chunked policy's rules (a prompt may be cut);
+# the cap is the engine's `s.config.long_prefill_token_threshold`. What you work with:
+#
+# * running requests come as two kinds: a decode (`req.num_remaining == 1`) and a prompt
+#   part-way through its prefill, still running (`s.unscheduled_running()` gives both,
+#   oldest first; `s.schedule_running(req, n)` gives one `n` tokens);
+# * waiting prompts: `s.waiting`, `s.can_admit(req, n)` and `s.admit(req, n)`, which takes
+#   **only the head** of the queue.
+#
+# Decide first: in what order do the decodes, the part-done prompts and the queue get the
+# budget, and which of them count toward `max_long`? And how can a short prompt behind a
+# long one at the head of the queue get its tokens, when `admit` takes only the head? What
+# the check assumes: the KV cache has room for every request (nothing is preempted); you may
+# take requests off the head of `s.waiting` (`popleft`) if every one is back in its place,
+# in its order, when `schedule` returns. The check runs your policy on the simulated H100,
+# 40 requests of which every fourth has a 3000-4000-token prompt (budget `512`, cap `128`),
+# with `max_long=None` against the engine's `chunked` policy and with `1`, `2`, `3` against a
+# reference in `labs/checks.py`, step by step, and reports the p99 ITL each limit buys and
+# the p99 TTFT it costs.
+
+# %%
+from minilm.core.policies import ChunkedPolicy
+
+
+class MyLongLimitPolicy(ChunkedPolicy):
+    name = "my-long-limit"
+
+    def __init__(self, max_long: int | None = None):
+        self.max_long = max_long
+
+    def schedule(self, s) -> None:
+        # BEGIN SOLUTION
+        cap = s.config.long_prefill_token_threshold
+        for req in s.unscheduled_running():  # decodes first: one token each
+            if req.num_remaining == 1:
+                s.schedule_running(req, 1)
+        # then the prompts in order: part-done ones (they arrived first), then the queue; all of
+        # them count toward max_long, so split the rest of the budget over all together
+        partial, waiting = list(s.unscheduled_running()), list(s.waiting)
+        chunks = split_budget_long(s.budget, 0, [r.num_remaining for r in partial + waiting], cap,
+                                   self.max_long)
+        for req, n in zip(partial, chunks):
+            if n:
+                s.schedule_running(req, n)
+        # a prompt that gets 0 steps off the head so the ones behind it can be admitted, and
+        # goes back to its place afterwards: the queue stays first come, first served
+        aside = []
+        for req, n in zip(waiting, chunks[len(partial):]):
+            if n == 0:
+                aside.append(s.waiting.popleft())
+                continue
+            if not s.can_admit(req, n):
+                break
+            s.admit(req, n)
+        s.waiting.extendleft(reversed(aside))
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_long_limit_policy(MyLongLimitPolicy)
+
+# %% [markdown]
+# **Think further (no check).** The check's line shows what each limit buys in p99 ITL
+# and costs in p99 TTFT: why does a step with fewer long chunks take less time, although
+# it computes as many tokens or fewer? Which limit would you choose for an SLO of `15 ms`
+# p99 ITL, and whose TTFT pays for it? Lesson 6 section 1's example, with a second and
+# third `4096`-token prompt and a short one arriving behind them: with `max_long=1`, how
+# many steps does the short one wait for its first token, against no limit?

@@ -1,22 +1,33 @@
 # %% [markdown]
-# # Exercise 7 · Goodput, per request and per percentile
+# # Exercise 7 · The SLO a run can promise, and SLOs per percentile
 #
 # A request meets the SLOs when its time to first token (TTFT: first token minus arrival,
 # its time in the queue included) is at most `ttft_slo` and its time per output token
 # (TPOT: the average gap between its tokens after the first) is at most `tpot_slo`; a
-# limit of `None` means no limit. A run's span is from its first arrival to the end of
-# its last step.
+# limit of `None` means no limit.
 #
-# ## Part 1: request goodput of one run
+# ## Part 1: the SLO a run can promise
 #
 # Write `meets_slo(record, ttft_slo, tpot_slo)` for one `RequestRecord` (fields
-# `arrival`, `t_first_token`, `t_finished`, `output_len`, `token_times`), then
-# `request_goodput(timeline, ttft_slo, tpot_slo)`: the requests that met both limits, per
-# second of the run's span (what `vllm bench serve --goodput` reports). The engine's own
-# are in `minilm/metrics.py`, which lesson 7 uses: write yours without looking, then
-# compare. Think about every kind of request a run can hold: what is the TPOT of a
-# request that produced a single token? And a request aborted before its first token
-# (`t_first_token` is `None`, `output_len` is `0`)?
+# `arrival`, `t_first_token`, `t_finished`, `output_len`, `token_times`, `finish_reason`).
+# Think about every kind of request a run can hold: what is the TPOT of a request that
+# produced a single token? And a request aborted before its first token (`t_first_token`
+# is `None`, `output_len` is `0`)? What the check assumes for a request aborted *after*
+# its first token (the user closed the stream): it is judged like any other on what it
+# produced, its TTFT and the TPOT of the tokens it got.
+#
+# The engine already computes request goodput and SLO attainment from `meets_slo`
+# (`minilm/metrics.py`, lesson 7): given limits, how many requests met them. A service
+# asks the question the other way round: with this deployment at this load, **what TTFT
+# can we promise?** Write `tightest_ttft_slo(timeline, tpot_slo, target)`: the smallest
+# TTFT limit with which at least a share `target` (`0 < target <= 1`) of the run's
+# requests meet both limits (`tpot_slo` as given, `None` for none), or `None` if no TTFT
+# limit is enough. The engine has no such function; the check compares yours with a
+# reference in `labs/checks.py` on hand-made runs and a simulated one.
+#
+# Decide first: among which values can the answer lie? Which requests can never count,
+# whatever the TTFT limit, and do they still count in the share's denominator? With `5`
+# requests and `target = 0.75`, how many must meet the limits?
 
 # %%
 from labs import checks
@@ -33,15 +44,22 @@ def meets_slo(r, ttft_slo: float | None, tpot_slo: float | None) -> bool:
     # END SOLUTION
 
 
-def request_goodput(timeline, ttft_slo: float | None, tpot_slo: float | None) -> float:
+def tightest_ttft_slo(timeline, tpot_slo: float | None, target: float) -> float | None:
     # BEGIN SOLUTION
-    span = max(s.t_end for s in timeline.steps) - min(r.arrival for r in timeline.requests)
-    return sum(meets_slo(r, ttft_slo, tpot_slo) for r in timeline.requests) / span
+    # a request counts under a TTFT limit L if it meets the TPOT limit and its TTFT <= L: the
+    # answer is one of those TTFTs, the k-th smallest, k the fewest requests whose share of ALL
+    # the run's requests (aborted ones too) reaches the target
+    n = len(timeline.requests)
+    ttfts = sorted(r.t_first_token - r.arrival for r in timeline.requests if meets_slo(r, None, tpot_slo))
+    for k, ttft in enumerate(ttfts, start=1):
+        if k / n >= target:
+            return ttft
+    return None
     # END SOLUTION
 
 # %%
 # exercise check
-checks.check_request_goodput(meets_slo, request_goodput)
+checks.check_tightest_ttft_slo(meets_slo, tightest_ttft_slo)
 
 # %% [markdown]
 # ## Part 2: SLOs on percentiles

@@ -99,10 +99,58 @@ def admission_order(waiting: list[tuple[float, int]], now: float, max_wait: floa
 checks.check_admission_order(admission_order)
 
 # %% [markdown]
-# **Think further (no check).** Put your order into the engine: a `Policy` (exercise 3) can
-# reorder `s.waiting` before it admits (`items = sorted(...)`, then `s.waiting.clear()` and
-# `s.waiting.extend(items)`), with the engine's `scheduling_policy="fcfs"`. On lesson 8's
-# stream of popular and rare system prompts, which `max_wait` keeps the rare prompts'
-# worst TTFT near first-come-first-served's while keeping most of the popular prompts'
-# gain? Why does any fixed `max_wait` stop protecting anyone once the load is high enough
-# that every request waits that long?
+# **Part 3: the order inside the engine, judged by the oldest wait.** Write
+# `MyPrefixFirstPolicy(max_wait, cached_tokens)`, a `Policy` (exercise 3) that admits in your
+# `admission_order`: in-flight batching as the engine's `continuous` policy (a decode for
+# every running request, then whole prompts from the head of the queue while `can_admit`
+# allows), except that before it admits, it puts the waiting queue in your order.
+# `cached_tokens(req)` says how many of a waiting request's prompt tokens the engine's
+# prefix cache holds **now** (the check passes it in); `req.arrival` is its arrival time
+# and `s.now` the step's time.
+#
+# What the check assumes: `admit` takes only the head of `s.waiting`, so you reorder
+# `s.waiting` itself (`items = ...`, then `s.waiting.clear()` and `s.waiting.extend(items)`),
+# and the queue stays in your order: the next step's "order in the queue" is the one you
+# left, as with the engine's own `lpm` order. Decide first: when in the step must the order
+# be computed, and what in it can change from one step to the next? The check runs your
+# policy on the simulated H100 with prefix caching (100 requests at 30 per second behind six
+# system prompts, two of them popular; 150 KV blocks, 8 seats) with `max_wait` `1.0` and
+# `1.5` s, compares its steps with a reference in `labs/checks.py`, and reports the oldest
+# request's wait and the median TTFT next to first-come-first-served and to the engine's
+# `lpm` (no limit).
+
+# %%
+from minilm.core.policies import Policy
+
+
+class MyPrefixFirstPolicy(Policy):
+    name = "my-prefix-first"
+
+    def __init__(self, max_wait: float, cached_tokens):
+        self.max_wait, self.cached_tokens = max_wait, cached_tokens
+
+    def schedule(self, s) -> None:
+        # BEGIN SOLUTION
+        for req in s.unscheduled_running():  # check: every running request decodes
+            s.schedule_running(req, 1)
+        # the order is computed every step: waits grow, and what is cached changes as requests
+        # run and blocks are evicted
+        queue = list(s.waiting)
+        order = admission_order([(r.arrival, self.cached_tokens(r)) for r in queue], s.now,
+                                self.max_wait)
+        s.waiting.clear()
+        s.waiting.extend(queue[i] for i in order)
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):  # fill
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_prefix_first_policy(MyPrefixFirstPolicy)
+
+# %% [markdown]
+# **Think further (no check).** The check's line shows what the limit buys: which
+# `max_wait` keeps the oldest wait near first-come-first-served's while keeping most of the
+# median gain of longest-prefix-first? Why does any fixed `max_wait` stop protecting anyone
+# once the load is high enough that every request waits that long (try 40 requests per
+# second)? Would a limit in tokens of the cache instead of seconds do better?

@@ -66,6 +66,31 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 checks.check_acceptance_rule(accept_probability, residual)
 
 # %% [markdown]
+# ## Part 3: how many drafts pay?
+#
+# Lesson 10 prices a verification step as one target step plus `k` draft steps, each `c`
+# times a target step (a draft model is small; `c = 0` for an n-gram lookup). Write
+# `best_draft_length(alpha, c, k_max)`: the number of drafts `k`, from `0` (no speculation)
+# to `k_max`, that keeps the most tokens per unit of time (a target step is `1`); when
+# several `k` keep exactly as many, the smallest. Use your `expected_tokens`.
+#
+# Decide first: is more drafts ever worse, and when is no speculation best? What does
+# `alpha = 1` do to your formula? The check compares your `k` with a reference in
+# `labs/checks.py` (exact fractions) on cases chosen so that the usual slips give another
+# `k`; none of them is a near-tie that float rounding could decide.
+
+# %%
+def best_draft_length(alpha: float, c: float, k_max: int) -> int:
+    # BEGIN SOLUTION
+    rate = [expected_tokens(alpha, k) / (1 + k * c) for k in range(k_max + 1)]  # tokens per unit of time
+    return rate.index(max(rate))  # index() gives the first, the smallest k, of equal ones
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_best_draft_length(best_draft_length)
+
+# %% [markdown]
 # ## Think further
 #
 # - The lab's engine (and vLLM's, for n-gram and EAGLE drafts) proposes drafts
@@ -74,6 +99,6 @@ checks.check_acceptance_rule(accept_probability, residual)
 # - For one position, the chance a sampled draft is kept is $\sum_x \min(p(x), q(x))$.
 #   Is it larger or smaller than the one-hot draft's $p(x)$ at the draft model's most
 #   likely token? When would you sample drafts rather than take the argmax?
-# - Lesson 10 prices a step as one target step plus `k` draft steps, each `c` times a
-#   target step. With your `expected_tokens`, at which `alpha` does `k = 4` stop paying
-#   for `c = 0.3`?
+# - Your `best_draft_length` assumes a verification step costs one target step whatever
+#   `k` is: true for a decode-bound batch of one, not for a large batch (lesson 10's
+#   speedup table). How would you measure the cost of a step of `k + 1` tokens instead?
