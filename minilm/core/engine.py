@@ -63,8 +63,11 @@ class Engine:
         )
         self.model_config = self.executor.model_config
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[
+            str, Request
+        ] = {}  # every request, finished too (a server releases them)
         self.timeline = Timeline(meta=self.describe())
+        self.num_steps = 0  # steps run (a server keeps only the last of them in its timeline)
 
     def describe(self) -> dict:
         """The timeline's meta: what ran, on what, with which knobs."""
@@ -231,7 +234,7 @@ class Engine:
             if req.t_first_token is None:
                 req.t_first_token = t_end
         record = record_step(
-            index=len(self.timeline.steps),
+            index=self.num_steps,
             plan=plan,
             output=output,
             t_start=t_start,
@@ -240,6 +243,7 @@ class Engine:
             kv_blocks_total=self.config.num_blocks,
         )
         self.timeline.steps.append(record)
+        self.num_steps += 1
         self._retire(finished, t_end)
         return record
 
@@ -249,6 +253,17 @@ class Engine:
             req.t_finished = t
             self.timeline.requests.append(record_request(req))
             self.executor.forget(req.request_id)
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished request (a server, once its last tokens are out: serve/history.py);
+        its record stays in the timeline, and its id may be used again."""
+        req = self.requests.get(request_id)
+        if req is None or not req.finished:
+            state = "unknown" if req is None else "not finished"
+            raise InvalidValue(
+                "request_id", request_id, f"{state}; only a finished request is released"
+            )
+        del self.requests[request_id]
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""
