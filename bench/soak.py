@@ -2,7 +2,11 @@
 through `python -m minilm serve`, the resident memory of its processes sampled as they go.
 
     python bench/soak.py [--requests 20000] [--concurrency 16] [--out bench/results/soak.json]
+    python bench/soak.py --before /tmp/before   # first, the code before the change, for comparison
     python bench/soak.py --show bench/results/soak.json   # print a saved result
+
+(`/tmp/before`: a checkout of the commit before, e.g. `git archive 8257a56 | tar -x -C /tmp/before`,
+run as it is: its server has no `--timeline-window` and keeps everything.)
 
 1. The server: `python -m minilm serve --model docstrings --max-num-seqs 16 --timeline FILE`
    (the engine core in a process of its own, as by default).
@@ -20,8 +24,9 @@ through `python -m minilm serve`, the resident memory of its processes sampled a
    against the `--timeline` file the server wrote when it stopped: its last steps and
    requests, in their public view, must be the window's; the file must hold every request.
 
-Targets (issue 25.6): growth after `--fit-from` under 1 MiB per 1,000 requests, no failed
-request, the window equal to the file's tail and no longer than the server's window.
+Targets (issue 25.6), for this checkout's server: growth after `--fit-from` under 1 MiB per
+1,000 requests, no failed request, the window equal to the file's tail and no longer than
+`--window`. The before run's slope is reported beside it, with no target.
 """
 
 from __future__ import annotations
@@ -70,15 +75,17 @@ def server_rss(pid: int) -> dict[str, int]:
     return out
 
 
-def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
+def start_server(args, code: str, port: int, timeline: Path) -> subprocess.Popen:
     import httpx
 
     cmd = [sys.executable, "-m", "minilm", "serve", "--model", "docstrings"]
     cmd += ["--port", str(port), "--max-num-seqs", str(args.concurrency)]
-    cmd += ["--timeline", str(timeline), *args.server_args]
-    env = {**os.environ, "PYTHONPATH": args.code}  # the server imports the code measured
+    cmd += ["--timeline", str(timeline)]
+    if code == str(ROOT):
+        cmd += ["--timeline-window", str(args.window)]
+    env = {**os.environ, "PYTHONPATH": code}  # the server imports the code measured
     log = open(timeline.with_suffix(".log"), "w+")  # a file: a pipe nobody reads stalls the server
-    proc = subprocess.Popen(cmd, cwd=args.code, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -95,8 +102,9 @@ def start_server(args, port: int, timeline: Path) -> subprocess.Popen:
 class Load:
     """The clients, the live-view poller and the memory samples of one run."""
 
-    def __init__(self, args, url: str, pid: int, prompts: list[str]):
-        self.args, self.url, self.pid, self.prompts = args, url, pid, prompts
+    def __init__(self, args, requests: int, url: str, pid: int, prompts: list[str]):
+        self.args, self.requests, self.url, self.pid = args, requests, url, pid
+        self.prompts = prompts
         self.sent = self.done = 0
         self.errors: list[str] = []
         self.samples: list[dict] = []  # {"requests", "seconds", "rss": {process: bytes}}
@@ -113,7 +121,7 @@ class Load:
         print(f"{self.done:>7} requests  {mib:7.1f} MiB  {self.samples[-1]['seconds']:7.0f} s")
 
     async def client(self, http) -> None:
-        while self.sent < self.args.requests:
+        while self.sent < self.requests:
             k, self.sent = self.sent, self.sent + 1
             body = {
                 "prompt": self.prompts[k % len(self.prompts)],
@@ -197,6 +205,44 @@ def window_check(window: dict, tl: Timeline) -> dict:
     }
 
 
+def soak(args, code: str, requests: int, fit_from: int, run: str, prompts: list[str]) -> dict:
+    """One server from checkout `code`, `requests` requests through it: its samples and verdicts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port, path = free_port(), Path(tmp) / "timeline.json"
+        proc = start_server(args, code, port, path)
+        load = Load(args, requests, f"http://127.0.0.1:{port}", proc.pid, prompts)
+        try:
+            asyncio.run(load.run())
+        finally:
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: drains, stops, writes --timeline
+            proc.wait(300)
+        tl = Timeline.from_json(path)
+        file_mib = path.stat().st_size / MIB
+    samples = [
+        {
+            "run": run,
+            "requests": s["requests"],
+            "seconds": s["seconds"],
+            "rss_mib": sum(s["rss"].values()) / MIB,
+            "server_mib": s["rss"]["server"] / MIB,
+            "children_mib": sum(v for k, v in s["rss"].items() if k != "server") / MIB,
+            "processes": len(s["rss"]),
+        }
+        for s in load.samples
+    ]
+    summary = {
+        "run": run,
+        "code": git_commit(code),
+        "requests_sent": requests,
+        "fit": slope(load.samples, fit_from),
+        "window": window_check(load.window, tl) | {"polls": load.polls, "poll_gaps": load.gaps},
+        "timeline_file_mib": file_mib,
+        "errors": len(load.errors),
+        "first_errors": load.errors[:20],
+    }
+    return {"samples": samples, "summary": summary}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20000)
@@ -205,13 +251,15 @@ def main() -> None:
     ap.add_argument("--sample-every", type=int, default=1000, help="requests between RSS samples")
     ap.add_argument("--fit-from", type=int, default=5000, help="fit the slope from here on")
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between /timeline polls")
-    ap.add_argument("--window", type=int, default=None, help="the server's window (for the check)")
+    ap.add_argument("--window", type=int, default=1000, help="the server's --timeline-window")
     ap.add_argument(
-        "--code", default=str(ROOT), help="the checkout whose server runs (a before/after pair)"
+        "--before",
+        metavar="DIR",
+        help="first, the same through a checkout of the code before the change (no targets)",
     )
-    ap.add_argument("--label", default="", help="what this run measures (e.g. 'before')")
+    ap.add_argument("--before-requests", type=int, default=6000)
+    ap.add_argument("--before-fit-from", type=int, default=1000)
     ap.add_argument("--out", default=str(ROOT / "bench/results/soak.json"))
-    ap.add_argument("server_args", nargs="*", help="more `serve` flags, after --")
     report.add_show_option(ap)
     args = ap.parse_args()
     if args.show:
@@ -231,65 +279,53 @@ def main() -> None:
         "sample_every": args.sample_every,
         "fit_from": args.fit_from,
         "poll_s": args.poll,
-        "server_args": args.server_args,
-        "code": git_commit(args.code),
-        "label": args.label,
+        "timeline_window": args.window,
+        "before_requests": args.before_requests if args.before else None,
+        "before_fit_from": args.before_fit_from if args.before else None,
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        port, path = free_port(), Path(tmp) / "timeline.json"
-        proc = start_server(args, port, path)
-        load = Load(args, f"http://127.0.0.1:{port}", proc.pid, prompts)
-        try:
-            asyncio.run(load.run())
-        finally:
-            proc.send_signal(signal.SIGINT)  # Ctrl-C: drains, stops, writes --timeline
-            proc.wait(300)
-        tl = Timeline.from_json(path)
-        conditions["timeline_file_mib"] = path.stat().st_size / MIB
+    runs = []
+    if args.before:  # the old server has no --timeline-window
+        runs.append(
+            soak(args, args.before, args.before_requests, args.before_fit_from, "before", prompts)
+        )
+    runs.append(soak(args, str(ROOT), args.requests, args.fit_from, "after", prompts))
     conditions["loadavg_after"] = os.getloadavg()
-    fit = slope(load.samples, args.fit_from)
-    win = window_check(load.window, tl) | {"polls": load.polls, "poll_gaps": load.gaps}
-    rows = [
-        {
-            "requests": s["requests"],
-            "seconds": s["seconds"],
-            "rss_mib": sum(s["rss"].values()) / MIB,
-            "server_mib": s["rss"]["server"] / MIB,
-            "children_mib": sum(v for k, v in s["rss"].items() if k != "server") / MIB,
-            "processes": len(s["rss"]),
-        }
-        for s in load.samples
-    ]
-    rows.append({"fit": fit, "window": win, "errors": load.errors[:20]})
-    res = report.result(
-        "soak", report.command_line(), conditions, rows, checks(args, fit, win, load)
-    )
+    rows = [s for r in runs for s in r["samples"]] + [r["summary"] for r in runs]
+    res = report.result("soak", report.command_line(), conditions, rows, checks(args, runs))
     report.write(args.out, res)
     show(res)
     print(f"\nJSON: {args.out}")
 
 
-def checks(args, fit: dict, win: dict, load: Load) -> list[dict]:
+def checks(args, runs: list[dict]) -> list[dict]:
     out = []
-    if fit["mib_per_1000"] is not None:
-        out.append(
-            report.check(
-                f"RSS growth after {args.fit_from:,} requests (MiB per 1,000 requests)",
-                fit["mib_per_1000"],
-                "<",
-                1.0,
-                r2=fit["r2"],
-                points=fit["points"],
+    for run in runs:
+        s, fit = run["summary"], run["summary"]["fit"]
+        if s["run"] == "before" and fit["mib_per_1000"] is not None:
+            out.append(
+                report.check(
+                    f"before ({s['code']}): RSS growth after {fit['from_requests']:,} requests "
+                    "(MiB per 1,000 requests)",
+                    fit["mib_per_1000"],
+                    r2=fit["r2"],
+                    points=fit["points"],
+                )
             )
-        )
-    out.append(report.check("failed requests", len(load.errors), "==", 0))
+    s = runs[-1]["summary"]
+    fit, win = s["fit"], s["window"]
     out.append(
         report.check(
-            "requests in the --timeline file (all sent + 0 lost)",
-            win["file_requests"],
-            "==",
-            args.requests,
+            f"RSS growth after {args.fit_from:,} requests (MiB per 1,000 requests)",
+            fit["mib_per_1000"] if fit["mib_per_1000"] is not None else float("inf"),
+            "<",
+            1.0,
+            r2=fit["r2"] or 0.0,
+            points=fit["points"],
         )
+    )
+    out.append(report.check("failed requests", s["errors"], "==", 0))
+    out.append(
+        report.check("requests in the --timeline file", win["file_requests"], "==", args.requests)
     )
     out.append(
         report.check("/timeline window == the file's last steps", win["steps_match"], "==", True)
@@ -300,9 +336,8 @@ def checks(args, fit: dict, win: dict, load: Load) -> list[dict]:
         )
     )
     out.append(report.check("live polls that skipped steps", win["poll_gaps"], "==", 0))
-    if args.window is not None:
-        longest = max(win["window_steps"], win["window_requests"])
-        out.append(report.check("/timeline window, longest (records)", longest, "<=", args.window))
+    longest = max(win["window_steps"], win["window_requests"])
+    out.append(report.check("/timeline window, longest (records)", longest, "<=", args.window))
     return out
 
 
@@ -323,14 +358,15 @@ def show(res: dict) -> None:
     print(
         report.joined(
             report.about(c),
-            f"{c['requests']:,} requests at concurrency {c['concurrency']}, max_tokens {c['max_tokens']}",
-            c.get("label") and f"code {c['code']} ({c['label']})",
+            f"{c['requests']:,} requests at concurrency {c['concurrency']}, max_tokens "
+            f"{c['max_tokens']}, --timeline-window {c['timeline_window']}",
         )
     )
-    samples = [r for r in res["rows"] if "requests" in r]
+    samples = [r for r in res["rows"] if "rss_mib" in r]
     report.print_table(
         samples,
         [
+            report.Column("run", "run"),
             report.Column("requests (count)", "requests", "d"),
             report.Column("time (s)", "seconds", ".0f"),
             report.Column("RSS (MiB)", "rss_mib", ".1f"),
@@ -339,13 +375,15 @@ def show(res: dict) -> None:
             report.Column("processes (count)", "processes", "d"),
         ],
     )
-    fit = next(r["fit"] for r in res["rows"] if "fit" in r)
-    if fit["mib_per_1000"] is not None:
-        print(
-            f"fit over {fit['points']} samples, {fit['from_requests']:,}-{fit['to_requests']:,} "
-            f"requests: {fit['mib_per_1000']:+.2f} MiB per 1,000 requests (R² {fit['r2']:.2f}, "
-            f"largest residual {fit['max_residual_mib']:.1f} MiB)"
-        )
+    for s in (r for r in res["rows"] if "fit" in r):
+        fit = s["fit"]
+        if fit["mib_per_1000"] is not None:
+            print(
+                f"{s['run']} ({s['code']}): fit over {fit['points']} samples, "
+                f"{fit['from_requests']:,}-{fit['to_requests']:,} requests: "
+                f"{fit['mib_per_1000']:+.2f} MiB per 1,000 requests (R² {fit['r2']:.2f}, "
+                f"largest residual {fit['max_residual_mib']:.1f} MiB)"
+            )
     print()
     report.print_checks(res["checks"])
 

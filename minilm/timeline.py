@@ -6,8 +6,6 @@ model on an H100 make the same kind of object.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,33 +124,3 @@ class Timeline:
     def from_json(cls, text_or_path: str | Path) -> Timeline:
         p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
         return cls.from_dict(json.loads(p.read_text() if p else text_or_path))
-
-
-class TimelineWriter:
-    """A timeline written as it grows, for a run too long to hold in memory (a server's
-    `--timeline FILE`, serve/history.py): the same JSON as `Timeline.to_json`, read back by
-    `Timeline.from_json`. The JSON lists every step before the first request, so steps go
-    straight to the file and requests to a scratch file that `close` appends."""
-
-    def __init__(self, path: str | Path, meta: dict[str, Any]):
-        self.path = Path(path)
-        self.file = self.path.open("w")
-        self.file.write(f'{{"meta": {json.dumps(meta)}, "steps": [')
-        self.requests = tempfile.TemporaryFile("w+")
-        self.num_steps = self.num_requests = 0
-
-    def add(self, steps: list[StepRecord], requests: list[RequestRecord]) -> None:
-        for s in steps:
-            self.file.write((", " if self.num_steps else "") + json.dumps(asdict(s)))
-            self.num_steps += 1
-        for r in requests:
-            self.requests.write((", " if self.num_requests else "") + json.dumps(asdict(r)))
-            self.num_requests += 1
-
-    def close(self) -> None:
-        self.file.write('], "requests": [')
-        self.requests.seek(0)
-        shutil.copyfileobj(self.requests, self.file)
-        self.file.write("]}")
-        self.file.close()
-        self.requests.close()

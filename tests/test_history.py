@@ -13,8 +13,9 @@ from serving import docstrings_engine, serving
 
 from minilm.config import InvalidValue
 from minilm.serve.engine_loop import EngineLoop
+from minilm.serve.history import TimelineWriter
 from minilm.serve.messages import Add, Tokens
-from minilm.timeline import Timeline, TimelineWriter
+from minilm.timeline import Timeline
 
 KEYS = iter(range(10**6))
 
@@ -50,7 +51,7 @@ def test_a_finished_request_leaves_the_engine_once_its_last_tokens_are_out():
         loop.retire()
         assert all(not r.finished for r in engine.requests.values())
     assert engine.requests == {} and loop.history.next_request == 5
-    with pytest.raises(InvalidValue, match="'r0'.*unknown"):
+    with pytest.raises(InvalidValue, match="'r0'.*not a finished request"):
         engine.release("r0")
 
 
@@ -58,7 +59,7 @@ def test_release_refuses_a_request_in_flight():
     loop = EngineLoop(micro_engine(), window=4)
     add(loop, "a", 5)
     loop.step()
-    with pytest.raises(InvalidValue, match="'a'.*not finished"):
+    with pytest.raises(InvalidValue, match="'a'.*not a finished request"):
         loop.engine.release("a")
     assert "a" in loop.engine.requests
 

@@ -63,11 +63,9 @@ class Engine:
         )
         self.model_config = self.executor.model_config
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
-        self.requests: dict[
-            str, Request
-        ] = {}  # every request, finished too (a server releases them)
+        self.requests: dict[str, Request] = {}
         self.timeline = Timeline(meta=self.describe())
-        self.num_steps = 0  # steps run (a server keeps only the last of them in its timeline)
+        self.num_steps = 0
 
     def describe(self) -> dict:
         """The timeline's meta: what ran, on what, with which knobs."""
@@ -254,16 +252,11 @@ class Engine:
             self.timeline.requests.append(record_request(req))
             self.executor.forget(req.request_id)
 
-    def release(self, request_id: str) -> None:
-        """Forget a finished request (a server, once its last tokens are out: serve/history.py);
-        its record stays in the timeline, and its id may be used again."""
-        req = self.requests.get(request_id)
-        if req is None or not req.finished:
-            state = "unknown" if req is None else "not finished"
-            raise InvalidValue(
-                "request_id", request_id, f"{state}; only a finished request is released"
-            )
-        del self.requests[request_id]
+    def release(self, rid: str) -> None:
+        """A server forgets a finished request (serve/history.py)."""
+        if not getattr(self.requests.get(rid), "finished", False):
+            raise InvalidValue("request_id", rid, "not a finished request")
+        del self.requests[rid]
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""

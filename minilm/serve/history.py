@@ -13,17 +13,24 @@ requests, what the live views draw (the live Gantt, widgets/live.py). The whole 
 block tables and token ids included, still goes to `--timeline FILE`, written as it
 happens (`TimelineWriter`) rather than held until the end.
 
-Records are numbered over the whole run (`first_step` + the place in the window), so a
-live view's cursors stay right while the window slides; one that fell more than a window
+Records are numbered over the whole run (`Engine.num_steps` numbers the steps, not the
+timeline's length; `first_step` is the window's first), so a live view's cursors stay
+right while the window slides; one that fell more than a window
 behind gets the window and skips what left it.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from ..core.engine import Engine
-from ..timeline import RequestRecord, StepRecord, TimelineWriter
+from ..timeline import RequestRecord, StepRecord
 
 DEFAULT_WINDOW = (
     1000  # steps and finished requests kept for the live views (`serve --timeline-window`)
@@ -87,3 +94,33 @@ def trim(records: list, keep: int) -> int:
     drop = max(0, len(records) - keep)
     del records[:drop]
     return drop
+
+
+class TimelineWriter:
+    """A timeline written as it grows, for a run too long to hold in memory (`--timeline
+    FILE`): the same JSON as `Timeline.to_json`, read back by
+    `Timeline.from_json`. The JSON lists every step before the first request, so steps go
+    straight to the file and requests to a scratch file that `close` appends."""
+
+    def __init__(self, path: str | Path, meta: dict[str, Any]):
+        self.path = Path(path)
+        self.file = self.path.open("w")
+        self.file.write(f'{{"meta": {json.dumps(meta)}, "steps": [')
+        self.requests = tempfile.TemporaryFile("w+")
+        self.num_steps = self.num_requests = 0
+
+    def add(self, steps: list[StepRecord], requests: list[RequestRecord]) -> None:
+        for s in steps:
+            self.file.write((", " if self.num_steps else "") + json.dumps(asdict(s)))
+            self.num_steps += 1
+        for r in requests:
+            self.requests.write((", " if self.num_requests else "") + json.dumps(asdict(r)))
+            self.num_requests += 1
+
+    def close(self) -> None:
+        self.file.write('], "requests": [')
+        self.requests.seek(0)
+        shutil.copyfileobj(self.requests, self.file)
+        self.file.write("]}")
+        self.file.close()
+        self.requests.close()
