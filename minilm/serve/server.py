@@ -32,7 +32,7 @@ shutting down or once the engine has stopped. A client that disconnects aborts
 its request: its KV blocks are freed before the next step and the timeline records it as
 "aborted". Ctrl-C stops taking requests, lets those in flight finish for
 `--drain-timeout` seconds, aborts the rest (their streams end with finish_reason
-"abort"), and writes `--timeline`.
+"abort"), and closes `--timeline` (written as the run goes: serve/history.py).
 """
 
 from __future__ import annotations
