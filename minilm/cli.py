@@ -20,6 +20,7 @@ from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineCon
 from .core.engine import Engine
 from .core.policies import POLICIES
 from .metrics import metrics_text, summarize
+from .serve.history import DEFAULT_WINDOW
 from .sim.executor import simulated_engine
 from .timeline import Timeline
 from .trace import save_trace
@@ -374,8 +375,16 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeline",
-        help="write the whole run's timeline JSON here when the server stops (token ids "
+        help="write the whole run's timeline JSON here, as it runs (token ids and block tables "
         "included: GET /timeline, the live Gantt's feed, has lengths and times only)",
+    )
+    p.add_argument(
+        "--timeline-window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        metavar="N",
+        help="GET /timeline (the live views) keeps the last N steps and N finished requests; "
+        "the server forgets the rest, so its memory stays flat (--timeline has them all)",
     )
     p.add_argument(
         "--api-key",
@@ -408,6 +417,8 @@ def cmd_serve(args) -> None:
             args.max_waiting,
             "must be >= 1 (a new request waits until the next step)",
         )
+    if args.timeline_window < 1:
+        raise InvalidValue("--timeline-window", args.timeline_window, "must be >= 1 (records kept)")
     if args.max_inflight_per_client is not None and args.max_inflight_per_client < 1:
         raise InvalidValue(
             "--max-inflight-per-client",
@@ -432,6 +443,7 @@ def cmd_serve(args) -> None:
         drain_timeout=args.drain_timeout,
         stream_interval=args.stream_interval,
         timeline_path=args.timeline,
+        timeline_window=args.timeline_window,
         engine_core=args.engine_core,
         log_level=args.log_level,
         access_log=args.access_log,

@@ -121,3 +121,30 @@ def test_live_gantt_keeps_what_a_speculating_server_recorded():
         assert [s.draft_time for s in drawn] == [s.draft_time for s in recorded]
         assert sum(i.num_accepted for s in drawn for i in s.items) > 0
         assert bar_rows(live.gantt, "draft accepted") == {live.timeline.requests[0].request_id}
+
+
+def test_live_gantt_keeps_the_servers_window_and_follows_its_cursors():
+    """A server keeping 4 steps and requests (serve --timeline-window 4): the chart keeps as many,
+    the last ones, and polls from the server's run numbers (not from what it holds)."""
+    with serving(docstrings_engine(max_num_seqs=4), window=4) as (url, engine, _):
+
+        async def scenario():
+            live = widgets.live_gantt(url, interval=0.02, steps=False)
+            async with httpx.AsyncClient(timeout=60) as client:
+                for i in range(6):
+                    await client.post(
+                        f"{url}/v1/completions",
+                        json={"prompt": "Return the", "max_tokens": 3, "ignore_eos": True},
+                        headers={"X-Request-Id": f"r{i}"},
+                    )
+                    await asyncio.sleep(0.05)  # a poll or two in between
+            await live.refresh()
+            live.stop()
+            return live
+
+        live = asyncio.run(scenario())
+        steps = [s.step for s in live.timeline.steps]
+        assert steps == [s.step for s in engine.timeline.steps] and len(steps) == 4
+        assert steps == list(range(engine.num_steps - 4, engine.num_steps))
+        assert [r.request_id for r in live.timeline.requests] == ["r2", "r3", "r4", "r5"]
+        assert live.cursor == {"since": engine.num_steps, "since_request": 6}

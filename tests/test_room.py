@@ -167,7 +167,8 @@ def test_a_second_client_finds_nothing_of_the_first_ones_text_through_any_get_ro
         wait_idle(engine)
         read_everything()
     record = next(r for r in engine.timeline.requests)
-    prompt_ids = engine.requests[record.request_id].prompt_ids
+    prompt_ids = engine.tokenizer.encode(PROMPT)  # the engine released the request once it ended
+    assert len(prompt_ids) == record.prompt_len
     text = "".join(answer)
     assert in_flight_seen and len(record.output_ids) == 200 and len(text.strip()) > 40
     assert record.request_id == "req-0"  # the body's `user` is nobody's label

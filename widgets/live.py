@@ -6,7 +6,9 @@
 
 Every `interval` seconds it asks the server for what is new (`GET /timeline?since=STEP`:
 the steps and finished requests since the last poll, and the unfinished requests as they
-are now) and redraws the shown `FigureWidget`s in one update each. The polling is an
+are now) and redraws the shown `FigureWidget`s in one update each. Like the server, it
+keeps only the last `--timeline-window` steps and finished requests (serve/history.py),
+so a chart left open all day draws the last minutes, not the whole day. The polling is an
 asyncio task in the kernel's own event loop, so the kernel stays free: cells run while
 the chart grows (a cell that blocks the kernel, like `time.sleep`, pauses it; `await`
 does not).
@@ -47,6 +49,7 @@ class LiveGantt:
             RequestRecord
         ] = []  # the server's unfinished requests at the last poll
         self.timeline = Timeline()  # what is drawn: steps + finished + unfinished
+        self.cursor = {"since": 0, "since_request": 0}  # the server's numbers of what comes next
         self.now = 0.0
         self.polls = self.errors = 0
         self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
@@ -69,10 +72,11 @@ class LiveGantt:
             return self.read_engine()
         import httpx
 
-        params = {"since": len(self.timeline.steps), "since_request": len(self.finished)}
         async with httpx.AsyncClient(timeout=10) as client:
             data = (
-                (await client.get(f"{self.url}/timeline", params=params)).raise_for_status().json()
+                (await client.get(f"{self.url}/timeline", params=self.cursor))
+                .raise_for_status()
+                .json()
             )
         # the timeline's own parsing, finished and unfinished requests together (every field survives)
         new = Timeline.from_dict({**data, "requests": data["requests"] + data["unfinished"]})
@@ -82,8 +86,10 @@ class LiveGantt:
             r.request_id for r in self.unfinished
         ]
         self.timeline.meta, self.now = data["meta"], data["now"]
-        self.timeline.steps += steps
-        self.finished += finished
+        self.cursor = {"since": data["next_step"], "since_request": data["next_request"]}
+        keep = data["window"]
+        self.timeline.steps = (self.timeline.steps + steps)[-keep:]
+        self.finished = (self.finished + finished)[-keep:]
         self.unfinished = unfinished
         return changed or bool(unfinished)  # waiting rows grow with time
 

@@ -65,6 +65,7 @@ class Engine:
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
         self.requests: dict[str, Request] = {}
         self.timeline = Timeline(meta=self.describe())
+        self.num_steps = 0
 
     def describe(self) -> dict:
         """The timeline's meta: what ran, on what, with which knobs."""
@@ -231,7 +232,7 @@ class Engine:
             if req.t_first_token is None:
                 req.t_first_token = t_end
         record = record_step(
-            index=len(self.timeline.steps),
+            index=self.num_steps,
             plan=plan,
             output=output,
             t_start=t_start,
@@ -240,6 +241,7 @@ class Engine:
             kv_blocks_total=self.config.num_blocks,
         )
         self.timeline.steps.append(record)
+        self.num_steps += 1
         self._retire(finished, t_end)
         return record
 
@@ -249,6 +251,12 @@ class Engine:
             req.t_finished = t
             self.timeline.requests.append(record_request(req))
             self.executor.forget(req.request_id)
+
+    def release(self, rid: str) -> None:
+        """A server forgets a finished request (serve/history.py)."""
+        if not getattr(self.requests.get(rid), "finished", False):
+            raise InvalidValue("request_id", rid, "not a finished request")
+        del self.requests[rid]
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""

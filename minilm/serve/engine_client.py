@@ -78,7 +78,7 @@ class EngineClient(ABC):
 
     @abstractmethod
     async def stop(self) -> None:
-        """Abort what is left, stop the engine, write its timeline file if one was asked for."""
+        """Abort what is left, stop the engine, complete its timeline file if one was asked for."""
 
     @abstractmethod
     def send(self, command: Command) -> None:

@@ -28,6 +28,7 @@ import zmq.asyncio
 
 from ..config import EngineConfig
 from .engine_client import EngineClient, EngineInfo
+from .history import DEFAULT_WINDOW
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
 from .metrics import ServerMetrics
 
@@ -40,11 +41,12 @@ def run_engine_core(
     max_waiting: int | None,
     stream_interval: int,
     timeline_path: str | None,
+    window: int | None,
 ) -> None:
     """The engine-core process's main: build the engine, then serve commands until Stop."""
     from ..core.clock import WallClock
     from ..core.engine import Engine
-    from .engine_loop import EngineLoop, write_timeline
+    from .engine_loop import EngineLoop
 
     ctx = zmq.Context()
     commands, events = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
@@ -52,7 +54,7 @@ def run_engine_core(
     events.connect(events_addr)
     try:
         engine = Engine(model, config, clock=WallClock(config.device))
-        loop = EngineLoop(engine, max_waiting, stream_interval)
+        loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
         while not stopping:
@@ -64,6 +66,7 @@ def run_engine_core(
                 out += [] if isinstance(command, Stop) else loop.apply(command)
             if out:
                 events.send(encode(out))
+                loop.retire()
             out = (
                 loop.abort_all()
                 if stopping or loop.drain_due()
@@ -73,7 +76,8 @@ def run_engine_core(
             )
             if out:
                 events.send(encode(out))
-        write_timeline(engine, timeline_path)
+                loop.retire()
+        loop.history.close()
     except BaseException as e:  # noqa: BLE001 (tell the HTTP side why, then exit)
         events.send(encode([EngineError(f"{e!r}\n{traceback.format_exc(limit=5)}")]))
         raise
@@ -104,9 +108,10 @@ class ProcessEngineClient(EngineClient):
         max_waiting: int | None = 1024,
         stream_interval: int = 1,
         timeline_path: str | None = None,
+        window: int | None = DEFAULT_WINDOW,
     ):
         super().__init__(metrics)
-        self.args = (model, config, max_waiting, stream_interval, timeline_path)
+        self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
         # socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
@@ -123,12 +128,12 @@ class ProcessEngineClient(EngineClient):
         return self.process.pid if self.process is not None else None
 
     async def start(self, timeout: float = 300.0) -> None:
-        model, config, max_waiting, stream_interval, timeline_path = self.args
+        model, config, *options = self.args
         self.process = multiprocessing.get_context("spawn").Process(
             target=run_engine_core,
             name="minilm-engine-core",
             daemon=True,
-            args=(model, config, *self.addrs, max_waiting, stream_interval, timeline_path),
+            args=(model, config, *self.addrs, *options),
         )
         self.process.start()
         loop = asyncio.get_running_loop()

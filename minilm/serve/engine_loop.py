@@ -1,8 +1,9 @@
 """The engine's side of the server, whatever carries its messages (lesson 9).
 
-    loop = EngineLoop(engine, max_waiting=1024, stream_interval=1)
+    loop = EngineLoop(engine, max_waiting=1024, stream_interval=1, window=1000, timeline_path=None)
     events = loop.apply(command)     # between steps: Add, Abort, Snapshot, Drain
     events = loop.step()             # one engine step: each request's new tokens, and the step's stats
+    loop.retire()                    # once the events are out: finished requests leave (history.py)
 
 The engine is one loop and nothing in it is locked, so exactly one thread of one
 process touches it: the engine thread of the in-process design (engine_thread.py) or
@@ -16,12 +17,12 @@ none is lost, none finishes twice.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from ..config import InvalidValue
 from ..core.engine import Engine, record_request
 from ..timeline import StepRecord
+from .history import DEFAULT_WINDOW, History
 from .messages import (
     Abort,
     Accepted,
@@ -39,10 +40,19 @@ from .public import public_view
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, max_waiting: int | None = None, stream_interval: int = 1):
+    def __init__(
+        self,
+        engine: Engine,
+        max_waiting: int | None = None,
+        stream_interval: int = 1,
+        window: int | None = DEFAULT_WINDOW,
+        timeline_path: str | None = None,
+    ):
         """`max_waiting`: requests allowed to wait for a place in the batch; past it new ones get
-        HTTP 429. `stream_interval`: hand over a request's tokens every N tokens (vLLM's flag)."""
+        HTTP 429. `stream_interval`: hand over a request's tokens every N tokens (vLLM's flag).
+        `window`, `timeline_path`: what is kept of the run, and where all of it goes (history.py)."""
         self.engine, self.max_waiting, self.stream_interval = engine, max_waiting, stream_interval
+        self.history = History(engine, window, timeline_path)
         self.request_ids: dict[int, str] = {}  # key -> request id, unfinished requests only
         self.sent: dict[int, int] = {}  # key -> output tokens handed over so far
         self.draining_until: float | None = None
@@ -188,32 +198,28 @@ class EngineLoop:
             drafts,
         )
 
+    def retire(self) -> None:
+        """Once a step's (or a command's) events are out: the requests they finished leave the
+        engine, the new records go to `--timeline FILE`, the oldest leave the window (history.py)."""
+        self.history.update()
+
     def snapshot(self, since_step: int, since_request: int) -> dict:
-        """New timeline records, and the unfinished requests as they are now (the live Gantt), in
-        their public view (public.py `public_view`): no token ids leave the engine this way.
-        The whole run, tokens and block tables included, is in `--timeline FILE`."""
-        tl = self.engine.timeline
+        """Timeline records from the cursors on (those the window still holds), and the unfinished
+        requests as they are now (the live Gantt), in their public view (public.py `public_view`):
+        no token ids leave the engine this way. The whole run, tokens and block tables included,
+        is in `--timeline FILE`."""
+        steps, requests = self.history.since(since_step, since_request)
         unfinished = [
             public_view(record_request(self.engine.requests[rid]))
             for rid in self.request_ids.values()
         ]
         return {
-            "meta": tl.meta,
+            "meta": self.engine.timeline.meta,
             "now": self.engine.clock.now,
-            "steps": [public_view(s) for s in tl.steps[since_step:]],
-            "requests": [public_view(r) for r in tl.requests[since_request:]],
+            "steps": [public_view(s) for s in steps],
+            "requests": [public_view(r) for r in requests],
             "unfinished": unfinished,
-            "next_step": len(tl.steps),
-            "next_request": len(tl.requests),
+            "next_step": self.history.next_step,
+            "next_request": self.history.next_request,
+            "window": self.history.window,
         }
-
-
-def write_timeline(engine: Engine, path: str | None) -> None:
-    """`--timeline`: the whole run's timeline, written when the server stops."""
-    if path:
-        engine.timeline.to_json(path)
-        print(
-            f"minilm serve: wrote {path} ({len(engine.timeline.requests)} requests, "
-            f"{len(engine.timeline.steps)} steps)",
-            file=sys.stderr,
-        )

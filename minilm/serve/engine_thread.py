@@ -23,7 +23,8 @@ import time
 
 from ..core.engine import Engine
 from .engine_client import EngineClient, EngineInfo
-from .engine_loop import EngineLoop, write_timeline
+from .engine_loop import EngineLoop
+from .history import DEFAULT_WINDOW
 from .messages import Command, Stop
 from .metrics import ServerMetrics
 
@@ -36,10 +37,11 @@ class ThreadEngineClient(EngineClient):
         max_waiting: int | None = 1024,
         stream_interval: int = 1,
         timeline_path: str | None = None,
+        window: int | None = DEFAULT_WINDOW,
     ):
         super().__init__(metrics)
-        self.engine, self.timeline_path = engine, timeline_path
-        self.loop = EngineLoop(engine, max_waiting, stream_interval)
+        self.engine = engine
+        self.loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
         self.cond = threading.Condition()
         self.commands: list[Command] = []
         self.thread = threading.Thread(target=self.run, name="minilm-engine", daemon=True)
@@ -54,7 +56,7 @@ class ThreadEngineClient(EngineClient):
     async def stop(self) -> None:
         self.send(Stop())
         await asyncio.to_thread(self.thread.join, 30)
-        write_timeline(self.engine, self.timeline_path)
+        self.loop.history.close()
 
     def send(self, command: Command) -> None:
         with self.cond:
@@ -92,3 +94,4 @@ class ThreadEngineClient(EngineClient):
     def deliver(self, events: list) -> None:
         if events:
             self.event_loop.call_soon_threadsafe(self.dispatch, events)
+            self.loop.retire()

@@ -13,8 +13,9 @@ detokenizes, cuts stop strings and formats; it never touches the engine itself.
     GET  /v1/models             the one model served
     GET  /health                200 while the engine runs, 503 when it stopped or is shutting down
     GET  /metrics               Prometheus text under vLLM's names (metrics.py)
-    GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt): their
-                                public view only, lengths and times, no token ids (public.py `public_view`)
+    GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt), of the
+                                last `--timeline-window` steps and requests (history.py): their public
+                                view only, lengths and times, no token ids (public.py `public_view`)
     GET  /                      a page with a prompt box that streams the answer
 
 A room shares one server, and nobody reads another's text: /timeline shows each request
@@ -31,7 +32,7 @@ shutting down or once the engine has stopped. A client that disconnects aborts
 its request: its KV blocks are freed before the next step and the timeline records it as
 "aborted". Ctrl-C stops taking requests, lets those in flight finish for
 `--drain-timeout` seconds, aborts the rest (their streams end with finish_reason
-"abort"), and writes `--timeline`.
+"abort"), and closes `--timeline` (written as the run goes: serve/history.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import json
 import sys
 import time
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -50,6 +52,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from ..config import EngineConfig
 from .auth import APIKeyMiddleware
 from .engine_client import EngineClient, RequestStream
+from .history import DEFAULT_WINDOW
 from .messages import Rejected, Tokens
 from .openai_api import (
     CHAT,
@@ -503,6 +506,7 @@ def serve(
     drain_timeout: float = 5.0,
     stream_interval: int = 1,
     timeline_path: str | None = None,
+    timeline_window: int = DEFAULT_WINDOW,
     engine_core: str = "process",
     log_level: str = "warning",
     access_log: bool = False,
@@ -517,8 +521,15 @@ def serve(
     name = name or Path(str(model)).name
     metrics = ServerMetrics(name, config.speculative_config)
     options = dict(
-        max_waiting=max_waiting, stream_interval=stream_interval, timeline_path=timeline_path
+        max_waiting=max_waiting,
+        stream_interval=stream_interval,
+        timeline_path=timeline_path,
+        window=timeline_window,
     )
+    if (
+        timeline_path is None
+    ):  # block tables are private (public.py): only the file shows them (the KV map)
+        config = replace(config, record_kv_blocks=False)
     if engine_core == "process":
         from .engine_core import ProcessEngineClient
 
