@@ -31,6 +31,7 @@ import numpy as np
 
 import widgets
 from minilm import Timeline, summarize
+from minilm.metrics import itls
 from minilm.client.bench_result import engine_view, load_result, simulate_result
 from minilm.client.process import ServerProcess
 from labs.prose import say
@@ -78,7 +79,7 @@ with httpx.stream("POST", f"{server.url}/v1/completions", json=body) as response
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from minilm.serve import bench_serve
+from minilm.client import bench_serve
 
 NUM_PROMPTS, MAX_TOKENS = 16, 64  # requests, at most this many tokens each (docstring prompts, seeded)
 POLICIES = ("continuous", "static")
@@ -351,6 +352,66 @@ say(f"Measured here: the engine process serves **{process_gain:.2f}x** the outpu
                          "steps were long enough that the HTTP layer rarely got in their way)") +
     ". On two cores with other work running the number moves from run to run; `bench/serve_overhead.py` "
     "measures both designs against the offline engine on a quiet machine (README, Benchmarks).")
+
+# %% [markdown]
+# ## 8. The same server under guidellm
+#
+# Engineers who run vLLM or SGLang measure them with `vllm bench serve` and, more and more,
+# with guidellm, the vLLM project's own benchmark tool. Its JSON report loads into the same
+# views: `widgets.load_bench_result` reads the format from the file
+# (`minilm/client/guidellm_result.py`). A fresh server, one load for both clients: fixed
+# prompt and output lengths, the same concurrency, the chat API. guidellm gets the
+# checkpoint's own tokenizer, so it downloads nothing.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import os
+
+from minilm.client.guidellm_result import guidellm_command
+from minilm.model.loader import resolve_model_path
+
+C, N, PROMPT, OUTPUT = 8, 32, 32, 32  # concurrency, requests, prompt and output tokens each
+with ServerProcess(policy="continuous", max_num_seqs=C) as fresh:
+    ours = await bench_serve.run(fresh.url, "random", N, max_concurrency=C, ignore_eos=True, quiet=True,
+                                 endpoint="/v1/chat/completions", random_input_len=PROMPT, random_output_len=OUTPUT)
+    theirs = guidellm_command(fresh.url, RUNS / "guidellm.json", concurrency=C, num_requests=N, prompt_tokens=PROMPT,
+                              output_tokens=OUTPUT, tokenizer=resolve_model_path("docstrings"))
+    proc = await asyncio.create_subprocess_exec(*theirs, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+two_tools = {"minilm bench-serve": widgets.load_bench_result(ours),
+             "guidellm": widgets.load_bench_result(RUNS / "guidellm.json")}
+measured = {tool: summarize(tl) for tool, tl in two_tools.items()}
+print(f"{'client':19} {'requests':>8} {'out tok/s':>10} {'TTFT p50 (ms)':>14} {'ITL mean (ms)':>14} {'ITL p99 (ms)':>13}")
+for tool, m in measured.items():
+    mean_itl = np.mean(itls(two_tools[tool]))
+    print(f"{tool:19} {m['requests'] - m['failed']:8} {m['output_tok_per_s']:10.1f} {m['ttft_p50'] * 1e3:14.1f} "
+          f"{mean_itl * 1e3:14.1f} {m['itl_p99'] * 1e3:13.1f}")
+widgets.latency_cdfs_figure(two_tools)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+ours_tl = two_tools["minilm bench-serve"]
+mean_gaps = [(r.token_times[-1] - r.token_times[0]) / (r.output_len - 1) for r in ours_tl.requests]
+as_guidellm_p99 = np.percentile(np.repeat(mean_gaps, OUTPUT - 1), 99)  # guidellm's ITL, on bench-serve's own run
+pooled_p99 = measured["minilm bench-serve"]["itl_p99"]
+hidden = ("a stall between two tokens, the thing lesson 7's ITL tail is about, averages away"
+          if as_guidellm_p99 < pooled_p99 else "this run had no stall for the average to hide")
+sentence = (
+    f"The two clients define TTFT alike, from sending a request to its first token: its p50 is "
+    f"{measured['minilm bench-serve']['ttft_p50'] * 1e3:.0f} ms for bench-serve and "
+    f"{measured['guidellm']['ttft_p50'] * 1e3:.0f} ms for guidellm here, one run each on a shared machine "
+    f"(`bench/guidellm_vs_bench_serve.py` compares them over repeats). Their ITL is not the same number: "
+    f"bench-serve, like vLLM and these lessons, keeps every gap between two tokens, while guidellm records "
+    f"only a request's first and last token and reports its mean gap (the views space its tokens evenly). "
+    f"On bench-serve's own run the p99 of the gaps is {pooled_p99 * 1e3:.0f} ms and the p99 of the "
+    f"requests' mean gaps, guidellm's definition, {as_guidellm_p99 * 1e3:.0f} ms: {hidden}. For a real "
+    f"deployment reach for guidellm (or `vllm bench serve`): the vLLM project maintains it, it sweeps "
+    f"concurrencies and rates in one run, and its report loads here. The lab's bench-serve is for seeing "
+    f"inside: it times every token and sends its ids as `X-Request-Id`, so its requests line up with the "
+    f"engine's timeline (section 5).")
+say(sentence)
 
 # %% [markdown]
 # **What to remember.** A server adds a layer between the engine and its users, and only

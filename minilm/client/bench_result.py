@@ -1,4 +1,5 @@
-"""`vllm bench serve` result files: make them, print them, and turn them into timelines.
+"""`vllm bench serve` result files: make them, print them, and turn them into timelines
+(`result_to_timeline` also reads guidellm's reports: guidellm_result.py).
 
 The file is one JSON object (what `vllm bench serve --save-result --save-detailed`
 writes), so a run of `python -m minilm bench-serve` and a run of vLLM's own client read
@@ -42,6 +43,7 @@ import numpy as np
 
 from ..timeline import ERROR, INCOMPLETE, RequestRecord, Timeline
 from ..workload import RequestSpec
+from .guidellm_result import is_guidellm_report, report_to_timeline
 
 PER_REQUEST = (
     "input_lens",
@@ -190,13 +192,22 @@ def save_result(result: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
-def load_result(path_or_dict) -> dict[str, Any]:
-    """A result file (ours or vLLM's, detailed), checked for the per-request lists the views need."""
-    r = (
+def read_json(path_or_dict) -> dict[str, Any]:
+    return (
         path_or_dict
         if isinstance(path_or_dict, dict)
         else json.loads(Path(path_or_dict).read_text())
     )
+
+
+def load_result(path_or_dict) -> dict[str, Any]:
+    """A result file (ours or vLLM's, detailed), checked for the per-request lists the views need."""
+    r = read_json(path_or_dict)
+    if is_guidellm_report(r):
+        raise ValueError(
+            "this is a guidellm report, not vLLM's result format: read it with result_to_timeline "
+            "(or widgets.load_bench_result)"
+        )
     missing = [k for k in ("input_lens", "output_lens", "ttfts", "itls") if k not in r]
     if missing:
         raise ValueError(
@@ -211,7 +222,22 @@ def load_result(path_or_dict) -> dict[str, Any]:
 
 
 # ---- the client's view as a timeline ------------------------------------------------------
-def result_to_timeline(result, label: str | None = None) -> Timeline:
+def result_to_timeline(
+    result, label: str | None = None, benchmark: int | str | None = None
+) -> Timeline:
+    """The client's timeline of a result file or object, whichever tool wrote it: vLLM's result
+    format (`vllm bench serve`, `minilm bench-serve`) or a guidellm report, told apart here and
+    only here. `benchmark`: which of a guidellm run's benchmarks, by index or strategy name
+    ("concurrent@4"; guidellm_result.py); a vLLM file holds one run."""
+    r = read_json(result)
+    if is_guidellm_report(r):
+        return report_to_timeline(r, benchmark, label)
+    if benchmark is not None:
+        raise ValueError(f"benchmark={benchmark!r}: a vLLM result file holds one run, not several")
+    return vllm_to_timeline(r, label)
+
+
+def vllm_to_timeline(result, label: str | None = None) -> Timeline:
     """A row per request: sent (arrival) -> first token -> a token per chunk -> last chunk.
     Without `start_times` (older vLLM files) every request starts at 0 and `meta` says so.
     A failed request keeps its row, its error and the tokens it got before it broke (output_len

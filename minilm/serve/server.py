@@ -487,9 +487,19 @@ class DrainingServer:
                     app.state.client.drain(drain_timeout)
                 super().handle_exit(sig, frame)
 
-        self.server = Server(
-            uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log)
+        # asyncio and h11 by name: uvicorn's "auto" would take uvloop and httptools wherever
+        # another package (guidellm, a test requirement) installed them, so the same server
+        # would run on different event loops on different machines
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=access_log,
+            loop="asyncio",
+            http="h11",
         )
+        self.server = Server(config)
 
     def run(self) -> None:
         self.server.run()
