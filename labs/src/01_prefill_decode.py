@@ -232,6 +232,11 @@ say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab 
 # above it compute-bound. (Near the ridge a real GPU overlaps the two imperfectly, so the
 # lab's cost model rounds the corner: it adds them as $(c^p + m^p)^{1/p}$, with `p`
 # fitted to measurements; far from the ridge that is the larger of the two.)
+#
+# What share of the peak a step attains has two names: **MFU** (model FLOPs utilisation,
+# the FLOPs the model needs over the time the step took, as a share of peak FLOP/s) for a
+# compute-bound step, **MBU** (model bandwidth utilisation, bytes over time as a share of
+# the memory bandwidth) for a memory-bound one.
 
 # %%
 import json
@@ -346,6 +351,7 @@ fig.update_layout(xaxis_title="prompt tokens in the step (k)", yaxis_title="step
 fig
 
 # %%
+# NBVAL_CHECK_OUTPUT
 with_chunk = {k: cm.cost(decodes + [(k, k)]).time for k in (256, k_cross, 512, 1024)}
 riding = (with_chunk[256] - alone) / 256  # what each of 256 prompt tokens adds to the decodes' step
 own_step = cm.cost([(256, 256)]).time / 256  # the same tokens in a step of their own
@@ -365,9 +371,9 @@ say(f"Simulated: prompt tokens do not ride along free. A chunk of 256 makes the 
 # extra prompt token in a step costs its full compute, so the decodes' inter-token
 # latency grows with the budget, while the step's weight read is shared by more tokens.
 # No budget makes a chunk free for the decodes; the budget sets how much of each gap
-# between their tokens a prompt may take. vLLM's default budget on an H100 is 8,192
-# tokens for online serving (16,384 offline; 2,048 and 8,192 on smaller GPUs and the
-# A100), far past this crossover: it favours the prompts' TTFT and throughput over the
+# between their tokens a prompt may take. vLLM's default budget on an H100 is
+# `max_num_batched_tokens=8192` for online serving (`16384` offline; `2048` and `8192`
+# on smaller GPUs and the A100), far past this crossover: it favours the prompts' TTFT and throughput over the
 # decodes' gaps (lesson 6 measures the trade).
 #
 # **What to remember.** Prefill does about 2 FLOPs per weight per token, so its
