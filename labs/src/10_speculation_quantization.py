@@ -284,7 +284,7 @@ say(f"Simulated: at batch 1 speculation gives **{crossover[0.7][0]['speedup']:.2
 # (vLLM counts them against the budget too). A batch of `B` decodes with four guesses each
 # needs `5 B` tokens a step. The same runs under the chunked policy, at the lab's CPU default
 # budget (`max(256, max_num_seqs)`, sized for its tiny models on a CPU: lesson 6) and at
-# vLLM's defaults for an H100 (`vllm_default_budget`: 8,192 online, 16,384 offline):
+# vLLM's defaults for an H100 (`vllm_default_budget`: `8192` online, `16384` offline):
 
 # %%
 # NBVAL_CHECK_OUTPUT
