@@ -1,11 +1,11 @@
 # %% [markdown]
-# # 7b · Hardware, cost, and what came next
+# # 7b · Hardware and cost
 #
 # Lesson 7 judged one deployment against its promise. This lesson asks the questions
 # around it: which GPU gains most from in-flight batching, what a token costs and on what
-# assumptions, how many GPUs a service needs, whether source `000`'s risks to the
-# technique hold, and where serving went after it: the systems from Orca on, and
-# prefill/decode disaggregation.
+# assumptions, how many GPUs a service needs, and whether source `000`'s risks to the
+# technique hold. Lesson 7c goes on from here: where serving went after it, and what the
+# technique is worth.
 #
 # Everything here is **simulated** (Llama-3-8B in bfloat16, the cost model of
 # `minilm/sim/costmodel.py`): the same scheduler as the real engine, step times predicted,
@@ -57,8 +57,8 @@ def batch_while_queued(tl):
 # queue of `mixed` requests under the three policies on four GPUs (each GPU's KV cache is
 # the memory left after the weights), measured at each setting's pace while requests
 # still wait (a short run would measure its draining tail instead, lesson 7). Chunked
-# prefill runs at vLLM's default budget on each GPU (8,192 tokens on the H100 and H200,
-# 2,048 on the A100 and L4: `vllm_default_budget`):
+# prefill runs at vLLM's default budget on each GPU (`vllm_default_budget`: `8192` tokens
+# on the H100 and H200, `2048` on the A100 and L4):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -249,7 +249,7 @@ say(f"The same division gives section 2's fourth assumption its price. Counting 
 #
 # Source `000` ends with three risks to the technique's value. The first, that every
 # framework implements it and so it is no moat (技术扩散快，非护城河), is a business point:
-# section 5's history bears it out. The other two can be measured.
+# lesson 7c takes it up. The other two can be measured.
 #
 # **"Hardware iteration may overturn it"** (硬件迭代可能颠覆): if future hardware removes
 # the speed difference between prefill and decode, scheduling optimisation may become less
@@ -361,91 +361,6 @@ say(check("000", "After static → dynamic, further optimisation such as chunked
           f"is the same mechanism with no limit at all."))
 
 # %% [markdown]
-# ## 5. How we got here
-#
-# Source `000` tells the history in one line: Orca defined the problem, vLLM proved that
-# KV cache management is the key, TensorRT-LLM made it a product, Sarathi and SGLang
-# worked out chunked prefill, and by 2024 it was industry consensus. With what each
-# system added, and the lesson that measures it:
-#
-# | year | system | what it added | lesson |
-# |---|---|---|---|
-# | before | static batching (BERT-era serving, `generate(batch)`) | fixed-shape batches: padding, and a batch as slow as its longest row | lesson 2 |
-# | 2022 | Orca (OSDI) | iteration-level scheduling: the batch decided at every step; selective batching: mixed prefill and decode in one step | lesson 3 |
-# | 2023 | vLLM (SOSP) | PagedAttention: the KV cache in blocks, so memory turns into batch size | lesson 4 |
-# | 2023 | TensorRT-LLM (NVIDIA) | in-flight batching as a product: packed (unpadded) inputs, paged KV (chunked context followed in 2024) | lessons 3, 5 |
-# | 2023 | DeepSpeed-FastGen | Dynamic SplitFuse: prompts split and fused so every forward pass has about the same size | lesson 6 |
-# | 2024 | Sarathi-Serve (OSDI) | chunked prefill with stall-free batching: a token budget set by the latency limit | lessons 6, 7b |
-# | 2024 | SGLang | RadixAttention: prompt prefixes cached and shared in a radix tree, cache-aware scheduling | lesson 8 |
-# | 2024 | DistServe (OSDI) | goodput as the target; prefill and decode on separate GPUs | lessons 7, 7b |
-#
-# FlashAttention (2022, lesson 5) runs underneath all of them: exact attention computed
-# tile by tile, which made long contexts affordable.
-#
-# > **Source 000, checked.** "Sarathi/SGLang solved the engineering details of chunked
-# > prefill" (Sarathi/SGLang 解决了 chunked prefill 的细节工程问题).
-# >
-# > Half right. Chunked prefill is Sarathi-Serve's and DeepSpeed-FastGen's; SGLang
-# > supports it, but what SGLang added is prefix caching in a radix tree and its front-end
-# > language (lesson 8). The line also stops before disaggregation, the next section.
-#
-# > **Source 000, checked.** "Deploy a model with vLLM and compare the throughput with
-# > continuous batching on and off (the `--disable-continuous-batching` parameter)."
-# >
-# > vLLM has no such switch: its scheduler is built on iteration-level scheduling, and its
-# > engine arguments have no flag to turn that off. The comparison is lesson 3's, on this
-# > engine; lesson 9 serves this engine over an OpenAI-compatible API and measures it with
-# > a benchmark client that speaks to vLLM too.
-
-# %% [markdown]
-# ## 6. What came next: prefill/decode disaggregation
-#
-# Chunked prefill keeps prompts and decodes on the same GPU and schedules around their
-# interference. **Disaggregation** removes it: one pool of GPUs runs only prefills,
-# another only decodes; when a prompt is done, its KV cache is sent from the prefill GPU
-# to a decode GPU, which then generates the answer. Each pool can be sized and
-# parallelised for its own phase and its own limit: prefill for TTFT, decode for the gaps
-# between tokens.
-#
-# > DistServe (Zhong et al., OSDI 2024): up to 7.4x more requests, or a 12.6x tighter
-# > SLO, than colocated systems, with over 90% of requests within their latency limits.
-# > vLLM, SGLang and NVIDIA Dynamo now support serving this way.
-#
-# The price is the transfer. Llama-3-8B's KV cache for one prompt, over the H100's NVLink
-# inside a server and over a network link between servers (its speed an assumption, in
-# the code), against the prefill that produced it:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-NETWORK_BYTES_PER_S = 400e9 / 8  # ASSUMED: one 400 Gb/s link (InfiniBand NDR class) between servers
-NVLINK_BYTES_PER_S = h100.interconnect_bw / 2  # one direction: the datasheet's figure counts both
-llama = CostModel("llama-3-8b", "h100")
-for prompt in (1024, 4096, 16384):
-    kv = llama.kv_bytes_per_token * prompt
-    prefill_ms = llama.cost([(prompt, prompt)]).time * 1e3
-    print(f"{prompt:6,d}-token prompt: {kv / 2**20:6,.0f} MiB of KV; prefill {prefill_ms:7.1f} ms; transfer "
-          f"{kv / NVLINK_BYTES_PER_S * 1e3:5.1f} ms over NVLink, {kv / NETWORK_BYTES_PER_S * 1e3:6.1f} ms over "
-          f"the network (simulated H100; NVLink from the datasheet, the network assumed)")
-
-# %%
-# NBVAL_CHECK_OUTPUT
-c_runs = within["continuous"][1]
-stalled = next(r for r, m in c_runs.items() if m["itl_p99"] > ITL_P99_LIMIT)
-RUNNING = 64  # the sweep's max_num_seqs
-decode_step_ms = llama.cost([(1, 1024)] * RUNNING).time * 1e3
-busy = per_gpu["continuous", TTFT_LIMITS[-1]]  # section 3: the busiest `mixed` run within the loosest TTFT limit
-mixed_itl = summarize(steady(busy, "continuous"))["itl_p99"]
-assert max(mixed_itl, decode_step_ms / 1e3) < ITL_P99_LIMIT < c_runs[stalled]["itl_p99"]
-say(f"When it wins: when prefills would break the decodes' limit. In section 4, in-flight batching without chunks "
-    f"broke a {ITL_P99_LIMIT * 1e3:.0f} ms p99 limit at {stalled:g} req/s of long prompts "
-    f"({c_runs[stalled]['itl_p99'] * 1e3:.0f} ms); a decode-only GPU never runs a prompt, and its steps stay near "
-    f"the {decode_step_ms:.1f} ms of a decode step of {RUNNING} sequences. Chunking gets most of the way on one GPU; "
-    f"disaggregation also lets each pool be sized for its own phase. When it does not: short prompts (section 3's "
-    f"`mixed` at {busy:g} req/s per H100, without chunks, keeps its p99 token gap at {mixed_itl * 1e3:.0f} ms, "
-    f"within the same limit), a deployment too small to split, or a slow link, where the KV transfer adds to every "
-    f"request's TTFT.")
-
-# %% [markdown]
 # **What to remember.** In-flight batching's gain is a ratio of how well each policy
 # fills memory-bound decode steps: it follows memory, not FLOPs. On hardware where decode
 # costs what prefill costs, batching as such would be worth far less, but in-flight
@@ -453,5 +368,7 @@ say(f"When it wins: when prefills would break the decodes' limit. In section 4, 
 # (padding, finished rows, waiting for a batch to drain) is waste on any hardware. A GPU count or a cost per token is a
 # division whose inputs are assumptions (a price, a pace, a workload, a promise, how
 # requests reach the GPUs): state them, and vary them before trusting the answer. Under a
-# latency promise, chunked prefill's gain is capacity, not throughput; disaggregation
-# takes the same idea, separating prefill from decode, to separate GPUs.
+# latency promise, chunked prefill's gain is capacity, not throughput.
+#
+# **Next:** lesson 7c, the systems from Orca on, prefill/decode disaggregation, and what
+# the technique is worth. (No exercise for 7b or 7c.)
