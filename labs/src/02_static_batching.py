@@ -349,8 +349,8 @@ say(f"Simulated. With equal lengths there is nothing to gain (at most {flat.max(
 # from arrival to the first output token (queueing delay plus prefill); the **time per
 # output token (TPOT)**, the mean gap between the later tokens; and the **end-to-end
 # (e2e) latency**, arrival to last token. Each is reported as percentiles over requests:
-# **p50** is the median request, **p99** the one that 99 in 100 beat, the tail a busy
-# service is judged by.
+# **p50** is the median request, **p99** the 99th percentile: the tail a busy service
+# is judged by.
 
 # %%
 # NBVAL_CHECK_OUTPUT
