@@ -11,7 +11,7 @@ from minilm import Engine, EngineConfig, make_workload
 from minilm.cli import main
 from minilm.config import InvalidValue
 from minilm.core.clock import SimulatedClock
-from minilm.sim import simulated_engine
+from minilm.sim import simulated_engine, vllm_default_budget
 from minilm.sim.costmodel import (
     DEVICE_SPECS,
     ENGINE_KINDS,
@@ -449,3 +449,11 @@ def test_bad_knobs_raise_value_error():
         simulated_engine("llama-3-8b", "h100", "chunked", gpu_memory_utilization=1.5)
     with pytest.raises(ValueError, match="policy"):
         simulated_engine("llama-3-8b", "h100", "fastest")
+
+
+def test_vllm_default_budget_follows_its_memory_and_a100_rule():
+    # vllm/engine/arg_utils.py: >= 70 GiB and not an A100 -> 8,192 online / 16,384 offline
+    assert (vllm_default_budget("h100"), vllm_default_budget("h100", online=False)) == (8192, 16384)
+    assert vllm_default_budget("h200") == 8192
+    assert (vllm_default_budget("a100"), vllm_default_budget("a100", online=False)) == (2048, 8192)
+    assert vllm_default_budget("l4") == 2048

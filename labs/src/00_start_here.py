@@ -9,24 +9,52 @@
 # by the code you run; where a GPU-scale picture is needed, a *simulated* clock predicts
 # step times for a real model on a real GPU, and the lesson says so.
 #
-# | lesson | idea |
-# |---|---|
-# | 0 | this page: install check, generate text, the first Gantt chart |
-# | 1 | prefill vs decode: compute-bound vs memory-bound |
-# | 2 | static batching: padding and bubbles |
-# | 3 | in-flight (continuous) batching: check, evict, fill, execute |
-# | 4 | the paged KV cache |
-# | 5 | inside the Triton kernel: one kernel for a ragged batch |
-# | 6 | chunked prefill: a long prompt no longer stalls the decodes |
-# | 7 | trade-offs and SLOs: capacity, goodput, the sources' four misconceptions |
-# | 7b | hardware, cost per token, GPUs for a service, the sources' risks, and what came next |
-# | 8 | prefix caching: shared prompt prefixes computed once |
-# | 9 | serving: an OpenAI-compatible server, its clients, the live Gantt |
+# | lesson | idea | exercise (`labs/exercises/`) |
+# |---|---|---|
+# | 0 | this page: install check, generate text, the first Gantt chart | `00_start_here.ipynb` |
+# | 1 | prefill vs decode: compute-bound vs memory-bound | `01_prefill_decode.ipynb` |
+# | 2 | static batching: padding and bubbles | `02_static_batching.ipynb` |
+# | 3 | in-flight (continuous) batching: check, evict, fill, execute | `03_continuous_batching.ipynb` |
+# | 4 | the paged KV cache | `04_paged_kv.ipynb` |
+# | 5 | inside the Triton kernel: one kernel for a ragged batch | `05_triton_kernel.ipynb` |
+# | 6 | chunked prefill: a long prompt no longer stalls the decodes | `06_chunked_prefill.ipynb` |
+# | 7 | trade-offs and SLOs: capacity, goodput, the sources' four misconceptions | `07_tradeoffs_slos.ipynb` |
+# | 7b | hardware and cost: which GPU gains most, cost per token, GPUs for a service, the sources' risks | none |
+# | 7c | what came next (Orca to DistServe, disaggregation) and what it is worth: inference vs training compute, token economics, not a moat, the edge | none |
+# | 8 | prefix caching: shared prompt prefixes computed once, in whole blocks | `08_prefix_caching.ipynb` |
+# | 8b | prefix caching, part 2: the radix tree, and the queue's order under a small cache | `08_prefix_caching.ipynb` (its second part) |
+# | 9 | serving: an OpenAI-compatible server, its clients, the live Gantt | `09_serving.ipynb` |
+# | 10 | speculative decoding and quantization: do the multipliers stack? | `10_speculative.ipynb` |
 #
-# Every lesson but the last (serving) has an exercise in `labs/exercises/` (solutions
-# in `labs/solutions/`). The first cell of every notebook (above) only makes `import
-# minilm` work; the engine itself runs PyTorch on one CPU thread unless told otherwise
-# (`EngineConfig.cpu_threads`).
+# Every lesson but 7b and 7c has an exercise in `labs/exercises/`, named in the table
+# (8b shares lesson 8's; solutions, under the same names, in `labs/solutions/`). The first cell of every notebook (above)
+# only makes `import minilm` work; the engine itself runs PyTorch on one CPU thread unless
+# told otherwise (`EngineConfig.cpu_threads`).
+#
+# ### Glossary
+#
+# The words the lessons use, each also defined where it first appears.
+#
+# | term | meaning | defined in |
+# |---|---|---|
+# | prefill | the step(s) that run a request's whole prompt through the model, filling its KV cache and sampling the first output token | lesson 1 |
+# | decode | a step that feeds one new token per sequence and samples the next | lesson 1 |
+# | KV cache | the keys and values every past token leaves in every layer, kept so decode does not recompute them | lessons 1, 4 |
+# | block | a fixed-size piece of the KV cache (`block_size` tokens, `16` by default); a sequence's block table maps its positions to blocks | lesson 4 |
+# | roofline | a step takes the larger of its compute time (FLOPs / peak FLOP/s) and its memory time (bytes / bandwidth); the ridge is where they meet | lesson 1 |
+# | GQA | grouped-query attention: several query heads share one key/value head, so the KV cache is smaller | lessons 1, 5 |
+# | SwiGLU | Llama's MLP: a gated pair of up projections, then a down projection | lesson 1 |
+# | MFU / MBU | model FLOPs / bandwidth utilisation: the share of the peak FLOP/s, or of the memory bandwidth, a step attains | lesson 1 |
+# | TTFT | time to first token: from a request's arrival to its first output token | lesson 2 |
+# | TPOT | time per output token: the mean gap between a request's later tokens | lesson 2 |
+# | ITL | inter-token latency: each gap between two consecutive tokens of a request | lesson 6 |
+# | end-to-end latency | from a request's arrival to its last token | lesson 2 |
+# | p50 / p99 | percentiles over requests (or gaps): the median, and the 99th percentile: the tail | lesson 2 |
+# | chunk | a piece of a prompt run in one step, when the whole prompt does not fit the step | lesson 6 |
+# | budget | `max_num_batched_tokens`: the most tokens one step may compute | lesson 6 |
+# | preemption | taking a running request's KV blocks away when the cache is full; it goes back to the queue and is recomputed | lesson 3 |
+# | SLO | service-level objective: a promised limit on a latency for a stated share of requests | lessons 6, 7 |
+# | goodput | the rate of requests (or tokens) served within the SLO, not all of them | lesson 7 |
 
 # %% [markdown]
 # ## 1. Check the install

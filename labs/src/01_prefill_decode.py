@@ -52,7 +52,9 @@ widgets.steps_figure(tl)
 # %% [markdown]
 # ## 2. Counting: FLOPs and bytes
 #
-# A Llama layer's linear maps (the q, k, v, o projections and the SwiGLU MLP) hold most
+# A Llama layer's linear maps (the q, k, v, o projections and the **SwiGLU** MLP: a gate
+# and an up projection, multiplied element by element after the gate's SiLU, then a down
+# projection, three matrices where GPT's MLP has two) hold most
 # of the parameters, and each parameter takes part in one multiply and one add per token:
 #
 # $\displaystyle \text{FLOPs}_\text{prefill} \approx 2 \cdot N \cdot P, \qquad
@@ -217,7 +219,9 @@ say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab 
 # cheaper. The cost per token stops falling once the arithmetic takes over, and a long
 # prompt's attention grows as N², so the longest prefill can cost more per token than a
 # shorter one. A GPU has a flat regime too, but there it is the weight read (and the KV
-# read) that sets it, with a sharp edge to the compute-bound regime: the roofline.
+# read) that sets it, with a sharp edge to the compute-bound regime: the **roofline**, the
+# model in which a step takes the larger of its compute time and its memory time (next
+# section).
 
 # %% [markdown]
 # ## 4. The roofline of a real GPU (simulated)
@@ -228,6 +232,11 @@ say(f"The lab's CPU cost model (fitted to steps measured on the machine the lab 
 # above it compute-bound. (Near the ridge a real GPU overlaps the two imperfectly, so the
 # lab's cost model rounds the corner: it adds them as $(c^p + m^p)^{1/p}$, with `p`
 # fitted to measurements; far from the ridge that is the larger of the two.)
+#
+# What share of the peak a step attains has two names: **MFU** (model FLOPs utilisation,
+# the FLOPs the model needs over the time the step took, as a share of peak FLOP/s) for a
+# compute-bound step, **MBU** (model bandwidth utilisation, bytes over time as a share of
+# the memory bandwidth) for a memory-bound one.
 
 # %%
 import json
@@ -328,7 +337,7 @@ k_cross = next(k for k in range(1, 8192) if cm.cost(decodes + [(k, k)]).bound ==
 chunk_sizes = list(range(0, 2049, 32))
 step_ms = [cm.cost(decodes + [(k, k)] if k else decodes).time * 1e3 for k in chunk_sizes]
 print(f"60 decodes alone: {alone * 1e3:.2f} ms a step; with a chunk of k prompt tokens (simulated H100):")
-for k in (128, 256, k_cross, 512, 1024, 2048):
+for k in (128, 256, k_cross, 512, 1024, 2048, 8192):  # 8,192: vLLM's default budget on an H100
     t = cm.cost(decodes + [(k, k)]).time
     print(f"  k = {k:4d}: {t * 1e3:6.2f} ms (+{t / alone - 1:5.1%}), {cm.cost(decodes + [(k, k)]).bound}-bound")
 
@@ -342,18 +351,30 @@ fig.update_layout(xaxis_title="prompt tokens in the step (k)", yaxis_title="step
 fig
 
 # %%
-per_512 = (cm.cost(decodes + [(k_cross + 512, k_cross + 512)]).time - cm.cost(decodes + [(k_cross, k_cross)]).time)
-say(f"Up to **{k_cross}** prompt tokens ride along almost free: the step is memory-bound, and the decodes pay "
-    f"for the weight read anyway. Past that point every 512 more tokens add **{per_512 * 1e3:.1f} ms** to the "
-    f"step, and so to the gap between two tokens of every one of the 60 running requests.")
+# NBVAL_CHECK_OUTPUT
+with_chunk = {k: cm.cost(decodes + [(k, k)]).time for k in (256, k_cross, 512, 1024)}
+riding = (with_chunk[256] - alone) / 256  # what each of 256 prompt tokens adds to the decodes' step
+own_step = cm.cost([(256, 256)]).time / 256  # the same tokens in a step of their own
+beyond = (with_chunk[1024] - with_chunk[512]) / 512
+assert with_chunk[256] > 1.2 * alone and riding < 0.8 * own_step  # not free, but cheaper than alone
+say(f"Simulated: prompt tokens do not ride along free. A chunk of 256 makes the 60 decodes' step "
+    f"**{with_chunk[256] / alone - 1:.0%}** longer, and at the crossover ({k_cross} tokens, where the step turns "
+    f"compute-bound) **{with_chunk[k_cross] / alone - 1:.0%}**: the cost model's rounded roofline corner charges "
+    f"arithmetic well before the crossover (section 4). What riding along saves is the step's own weight read and fixed cost: each of "
+    f"those 256 tokens adds **{riding * 1e6:.1f} us** to the decodes' step, against {own_step * 1e6:.1f} us in a "
+    f"step of its own; past the crossover each adds {beyond * 1e6:.1f} us, its full compute.")
 
 # %% [markdown]
-# That is the shape of the budget sweep in lesson 6, section 3. A budget far below the crossover
-# wastes steps: each one pays the full weight read for a handful of prompt tokens, so
-# prompts take many steps and TTFT and throughput fall. A budget far above it makes
-# every step that carries a chunk compute-bound and long, so the decodes' inter-token
-# latency grows with the budget. Between the two, near the crossover (a few hundred
-# tokens for this model on this GPU), chunks cost the decodes almost nothing.
+# That is the shape of the budget sweep in lesson 6, section 4. A budget far below the
+# crossover wastes steps: each one pays the full weight read for a handful of prompt
+# tokens, so prompts take many steps and TTFT and throughput fall. Above it, every
+# extra prompt token in a step costs its full compute, so the decodes' inter-token
+# latency grows with the budget, while the step's weight read is shared by more tokens.
+# No budget makes a chunk free for the decodes; the budget sets how much of each gap
+# between their tokens a prompt may take. vLLM's default budget on an H100 is
+# `max_num_batched_tokens=8192` for online serving (`16384` offline; `2048` and `8192`
+# on smaller GPUs and the A100), far past this crossover: it favours the prompts' TTFT and throughput over the
+# decodes' gaps (lesson 6 measures the trade).
 #
 # **What to remember.** Prefill does about 2 FLOPs per weight per token, so its
 # intensity grows with the prompt: long prompts are compute-bound, short prompts and

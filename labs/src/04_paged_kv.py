@@ -28,15 +28,19 @@ say(f"Llama-3-8B keeps **{per_token / 2**10:.0f} KiB** of K and V per token, so 
 # NBVAL_CHECK_OUTPUT
 kv_memory = llama.kv_cache_bytes(0.9)
 need_128k, need_1m = per_token * 128 * 2**10, per_token * 2**20
-assert kv_memory // need_128k < 8 and need_1m > kv_memory  # "a few rows, or none" below
+used = per_token * conversation  # what a request that stops at 4,096 tokens actually fills
+reserved_rows, paged_rows = kv_memory // need_128k, kv_memory // used
+assert need_1m > kv_memory and reserved_rows < 8 and paged_rows > 10 * reserved_rows  # the verdict below
 say(check("000", "With 128K–1M-token context windows, static batching is \"nearly unusable\" for long contexts "
                  "(静态批处理在长上下文下几乎不可用).",
-          f"Right. A 128K-token context holds **{need_128k / 2**30:.0f} GiB** of K and V: **{kv_memory // need_128k}** "
-          f"such requests fill the H100's {kv_memory / 2**30:.0f} GiB of KV memory; a 1M-token one "
-          f"(**{need_1m / 2**30:.0f} GiB**) does not fit at all. A static engine reserves every row's longest "
-          f"possible length for the whole batch, so such a window leaves it a batch of a few rows, or none. Paging "
-          f"gives each request only the blocks it has filled, so short requests still share the memory with a long "
-          f"one."))
+          f"Two limits, only one of them static batching's. A 1M-token context (**{need_1m / 2**30:.0f} GiB** of K "
+          f"and V) does not fit the H100's {kv_memory / 2**30:.0f} GiB of KV memory at all, and a 128K one "
+          f"(**{need_128k / 2**30:.0f} GiB**) fits {reserved_rows} times: that limit holds for any scheduler, paged "
+          f"or not. What is static batching's (and any engine's that reserves a request's longest possible length "
+          f"up front) is that it pays the window for every row. With a 128K window and requests that stop at "
+          f"{conversation:,} tokens, reserving leaves room for **{reserved_rows}** rows; paging, which gives each "
+          f"request only the blocks it has filled, for **{paged_rows:,}**. So the claim holds for a long window "
+          f"mostly used short; for contexts that are really long, only more memory (or less KV per token) helps."))
 
 # %% [markdown]
 # Before vLLM, engines gave each request one **contiguous** region big enough for its

@@ -111,7 +111,9 @@ say(f"For this one step the padded layout computes **{n['padded']:,}** scores pe
     f"**{n['needed']:,}** are used: **{n['padded'] / n['needed']:.0f}x** the work. Every sequence is padded to "
     f"the {max(i.num_tokens for i in step.items)} query rows of the largest prompt chunk and to the "
     f"{max(i.context_len for i in step.items)} keys of the longest context — the "
-    f"{sum(i.kind == 'decode' for i in step.items)} one-token decodes most of all.")
+    f"{sum(i.kind == 'decode' for i in step.items)} one-token decodes most of all. It is the worst case, and a "
+    f"step no padded engine builds: one that pads runs prompts and decodes in separate steps (lesson 2). Over a "
+    f"whole run the factor is smaller (next cell).")
 
 # %% [markdown]
 # Over every step of the run, the padded layout computes `batch x max_query_len` query
@@ -130,6 +132,7 @@ for s in tl.steps:
     pairs_ragged += sum(n * ctx - n * (n - 1) // 2 for n, ctx in zip(q, c))
 print(f"query rows: padded {rows_padded:,}, ragged {rows_ragged:,} ({rows_padded / rows_ragged:.1f}x)")
 print(f"score entries: padded {pairs_padded:,}, ragged {pairs_ragged:,} ({pairs_padded / pairs_ragged:.1f}x)")
+assert pairs_padded / pairs_ragged < n["padded"] / n["needed"]  # "smaller", above
 
 # %% [markdown]
 # This is what makes in-flight batching cheap. The scheduler (lessons 3 and 6) puts a
@@ -177,9 +180,12 @@ say(f"In this run **{len(mixing)}** of the {len(tl.steps)} steps mix a prompt ch
 # * it walks the sequence's keys tile by tile through the block table, keeping a running
 #   maximum and sum of the softmax, so the score matrix never exists in memory. That is
 #   **FlashAttention**'s idea (Dao et al., 2022): before it, attention wrote the whole
-#   N × N score matrix to the GPU's memory and read it back for the softmax, traffic that
-#   grows with N²; computing the softmax tile by tile ("online") keeps the scores in the
-#   chip's fast on-chip memory, exact, with memory traffic that grows with N. It is what
+#   N × N score matrix to the GPU's memory and read it back for the softmax; computing the
+#   softmax tile by tile ("online") keeps the scores in the chip's fast on-chip memory,
+#   exact. Its extra memory grows with N instead of N²; its traffic to the GPU's memory
+#   (HBM) still grows with N², but divided by the on-chip memory's size (Dao et al. count
+#   O(N²d²/M) accesses for M bytes of on-chip memory, against O(Nd + N²) before), many
+#   several times less for the head sizes in use. It is what
 #   made long prompts affordable, and every serving kernel since, this one included, is
 #   built that way;
 # * the causal rule is one line: new token `j` of a sequence with `n` new tokens sits at

@@ -22,7 +22,7 @@ from ..core.clock import SimulatedClock
 from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
 from ..spec_decode import SpeculativeConfig
-from .costmodel import CostModel, DeviceSpec, EngineKind
+from .costmodel import CostModel, DeviceSpec, EngineKind, get_device
 from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
 
@@ -69,6 +69,16 @@ class SimulatedExecutor:
     def forget(self, request_id: str) -> None:
         if self.speculation:
             self.speculation.forget(request_id)
+
+
+def vllm_default_budget(device: str | DeviceSpec = "h100", online: bool = True) -> int:
+    """vLLM's default max_num_batched_tokens on `device` (vllm/engine/arg_utils.py, V1): 8,192
+    for `vllm serve` and 16,384 offline (the `LLM` class) on a GPU of 70 GiB or more other than
+    an A100, else 2,048 and 8,192. Simulated GPU runs pass it; the lab's own chunked default is
+    smaller, sized for its tiny models on a CPU (core/policies.py, lesson 6)."""
+    spec = get_device(device)
+    large = spec.memory >= 70 * 2**30 and "a100" not in spec.name.lower()
+    return (8192 if online else 16384) if large else (2048 if online else 8192)
 
 
 def simulated_engine(
