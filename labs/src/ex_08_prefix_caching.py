@@ -64,7 +64,7 @@ def cached_prefix_len(tokens: list[int], block_size: int, cache: dict) -> int:
 checks.check_prefix_lookup(block_keys, cached_prefix_len)
 
 # %% [markdown]
-# **Part 2: longest prefix first, with a limit on waiting.** Lesson 8, section 5 ends with a
+# **Part 2: longest prefix first, with a limit on waiting.** Lesson 8b, section 2 ends with a
 # warning: ordering the queue by the longest cached prefix (SGLang's cache-aware
 # scheduling) keeps the popular prompts' cache warm, but it can pass over a request with
 # a rare prompt again and again, so "an engine that orders by prefix needs a limit on
