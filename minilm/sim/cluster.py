@@ -194,21 +194,24 @@ class Fleet:
 
     def check_workload(self, specs: list[RequestSpec], engines: list[Engine], **sampling):
         """Every request checked against each kind of engine before any is queued."""
-        dup = next((i for i, n in Counter(s.id for s in specs).items() if n > 1), None)
-        if dup is not None:
-            raise InvalidValue(
-                "request_id", dup, "appears twice in the workload; ids must be unique"
-            )
         kinds: list[Engine] = []
         for e in engines:
             if not any(e.config == k.config for k in kinds):
                 kinds.append(e)
         for s in specs:
-            if s.id in self.ids:
-                raise InvalidValue("request_id", s.id, "already in use; request ids must be unique")
             for e in kinds:
                 e.check_request(e.make_request(s, **sampling))
-        self.ids.update(s.id for s in specs)
+
+    def check_ids(self, specs: list[RequestSpec]) -> None:
+        """Request ids unique in the workload and new to the fleet; then they are taken."""
+        dup = next((i for i, n in Counter(s.id for s in specs).items() if n > 1), None)
+        if dup is not None:
+            raise InvalidValue(
+                "request_id", dup, "appears twice in the workload; ids must be unique"
+            )
+        used = next((s.id for s in specs if s.id in self.ids), None)
+        if used is not None:
+            raise InvalidValue("request_id", used, "already in use; request ids must be unique")
 
 
 class Cluster(Fleet):
@@ -222,7 +225,9 @@ class Cluster(Fleet):
 
     def add_workload(self, specs, **sampling) -> None:
         specs = list(specs)
+        self.check_ids(specs)
         self.check_workload(specs, [r.engine for r in self.replicas], **sampling)
+        self.ids.update(s.id for s in specs)
         for s in specs:
             self.push(s.arrival, (s, sampling))
 
