@@ -142,6 +142,7 @@ class Route:
     reason: str
     outstanding: tuple[int, ...]  # every replica's, as the router saw them
     kv_blocks_used: tuple[int, ...]
+    name: str = ""  # the chosen replica's, where the caller names them ("decode 1")
 
 
 def route(
@@ -151,6 +152,7 @@ def route(
     prompt_ids: Sequence[int],
     loads: Sequence[ReplicaLoad],
     prefix_match: PrefixMatch = no_prefix_match,
+    names: Sequence[str] | None = None,
 ) -> Route:
     """Ask `policy` where the request goes; a choice outside the replicas is an error."""
     choice = policy.choose(prompt_ids, loads, prefix_match)
@@ -170,4 +172,5 @@ def route(
         choice.reason,
         tuple(r.outstanding for r in loads),
         tuple(r.kv_blocks_used for r in loads),
+        names[choice.replica] if names else str(choice.replica),
     )

@@ -161,6 +161,7 @@ class Fleet:
             spec.prompt_ids,
             [r.load_at(t) for r in pool],
             lambda i, _prompt: pool[i].prefix_match(spec),
+            [r.name for r in pool],
         )
         self.routes.append(decision)
         chosen = pool[decision.replica]

@@ -111,9 +111,9 @@ def received_step_time(cost: CostModel, plan) -> float:
     return cost.cost(shape).time
 
 
-def decode_engine(model, device, **kwargs) -> Engine:
-    """A simulated engine whose clock prices received prompts by `received_step_time`."""
-    engine = simulated_engine(model, device, **kwargs)
+def receive_kv(engine: Engine) -> Engine:
+    """Make a simulated engine a decode replica: its clock prices a received prompt by
+    `received_step_time`, not as a prompt it computes."""
     cost = engine.executor.cost
     engine.clock.step_time = lambda plan: received_step_time(cost, plan)
     return engine
@@ -294,7 +294,9 @@ def simulated_disaggregated(
     ]
     decode_kwargs = engine_kwargs | {"enable_prefix_caching": False}
     decode_engines = [
-        decode_engine(model, device, policy="continuous", tp=decode_tp, **decode_kwargs)
+        receive_kv(
+            simulated_engine(model, device, policy="continuous", tp=decode_tp, **decode_kwargs)
+        )
         for _ in range(decode)
     ]
     return Disaggregated(prefill_engines, decode_engines, link, router, decode_router)
