@@ -340,7 +340,9 @@ def build_fleet(args, policy: str, prefix_caching: bool):
     if args.disaggregate:
         p, d = args.disaggregate
         prefill = [build_engine(args, policy, prefix_caching) for _ in range(p)]
-        decode = [receive_kv(build_engine(args, "continuous", False)) for _ in range(d)]
+        # the decode side runs no prompts: --max-num-batched-tokens is the prefill side's
+        decode_args = argparse.Namespace(**vars(args) | {"max_num_batched_tokens": None})
+        decode = [receive_kv(build_engine(decode_args, "continuous", False)) for _ in range(d)]
         return Disaggregated(prefill, decode, args.link, args.router)
     return Cluster(
         [build_engine(args, policy, prefix_caching) for _ in range(args.replicas)], args.router

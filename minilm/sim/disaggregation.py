@@ -292,7 +292,8 @@ def simulated_disaggregated(
         simulated_engine(model, device, policy=policy, tp=tp, **engine_kwargs)
         for _ in range(prefill)
     ]
-    decode_kwargs = engine_kwargs | {"enable_prefix_caching": False}
+    # the decode side runs no prompts: the prefill side's chunk budget and cache are not its own
+    decode_kwargs = engine_kwargs | {"enable_prefix_caching": False, "max_num_batched_tokens": None}
     decode_engines = [
         receive_kv(
             simulated_engine(model, device, policy="continuous", tp=decode_tp, **decode_kwargs)
