@@ -11,8 +11,8 @@ Sarathi-Serve's) behind a least-outstanding router, against P prefill + D decode
 (minilm/sim/disaggregation.py) over NVLink or 100 Gb/s Ethernet. Every time is SIMULATED by the
 roofline cost model (minilm/sim/costmodel.py); link latencies are assumptions (disaggregation.py).
 
-A run at rate R has R x `--seconds` requests (200 to 1,000), seed 0, Poisson arrivals: the same
-requests at every rate, only closer together. Workloads: `mixed` (prompts and outputs of a few
+A run at rate R has R x `--seconds` requests (200 to 1,000; seed 0, Poisson arrivals), so a
+run at a high rate spans less than `--seconds`: a burst that queues can hide. Workloads: `mixed` (prompts and outputs of a few
 dozen to a few thousand tokens), `long-prompt` (short chats and 1 in 16 prompts of half the
 context), `uniform` (16-128-token prompts: the short-prompt case).
 """

@@ -369,14 +369,15 @@ def run_fleet(args, policy: str, prefix_caching: bool) -> tuple[FleetRun, dict]:
 
 
 def compare_fleets(args) -> dict[str, Timeline]:
-    """compare's table with a row per fleet, then a row per replica of each."""
+    """compare's table with a row per fleet, then a row per replica of each; returns each
+    replica's timeline by its row name (so `widgets.report` draws a lane group per replica)."""
     rows, per_replica, timelines = [], [], {}
     caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
     for policy in args.policies.split(","):
         for prefix_caching in caching:
             run, m = run_fleet(args, policy.strip(), prefix_caching)
             rows.append(m)
-            timelines[m["policy"]] = run.timeline()
+            timelines |= {f"{m['policy']}: {n}": tl for n, tl in zip(run.names, run.timelines)}
             replicas = replica_summaries(run)
             per_replica += [r | {"policy": f"{m['policy']}: {n}"} for n, r in replicas.items()]
             if args.json:
