@@ -11,7 +11,7 @@ Sarathi-Serve's) behind a least-outstanding router, against P prefill + D decode
 (minilm/sim/disaggregation.py) over NVLink or 100 Gb/s Ethernet. Every time is SIMULATED by the
 roofline cost model (minilm/sim/costmodel.py); link latencies are assumptions (disaggregation.py).
 
-A run at rate R has R x `--seconds` requests (200 to 1,000; seed 0, Poisson arrivals), so a
+A run at rate R has R x `--seconds` requests (200 to 2,000; seed 0, Poisson arrivals), so a
 run at a high rate spans less than `--seconds`: a burst that queues can hide. Workloads: `mixed` (prompts and outputs of a few
 dozen to a few thousand tokens), `long-prompt` (short chats and 1 in 16 prompts of half the
 context), `uniform` (16-128-token prompts: the short-prompt case).
@@ -34,6 +34,7 @@ from minilm.workload import make_workload  # noqa: E402
 
 TTFT_SLO, TPOT_SLO = 0.5, 0.020  # seconds: a chat service's promise (DistServe's kind of SLO)
 TARGET = 0.9  # DistServe's: 90% of requests within both limits
+LINK_KEYS = ("transfer_ms_mean", "link_wait_ms_max", "link_busy")
 COLOCATED = (("colocated", "continuous"), ("colocated", "chunked"))
 
 
@@ -51,6 +52,17 @@ def cases() -> list[dict]:
                 splits=[(1, 3, "nvlink"), (2, 2, "nvlink")],
             )
         )
+    # DistServe's premise: limits tight enough that prefill and decode get in each other's way
+    out.append(
+        dict(
+            model="llama-3-8b",
+            workload="long-prompt",
+            gpus=4,
+            splits=[(1, 3, "nvlink"), (2, 2, "nvlink")],
+            ttft_slo=0.2,
+            tpot_slo=0.012,
+        )
+    )
     # a model with 4x the KV per token (32 KV heads, no GQA): where the link can matter
     out.append(
         dict(
@@ -96,11 +108,11 @@ def build(case: dict, dep: dict, args):
 
 
 def goodput_row(case: dict, dep: dict, args) -> dict:
-    served = []
+    served, links = [], {}
 
     def run_at(rate: float):
         fleet = build(case, dep, args)
-        n = int(min(1000, max(200, rate * args.seconds)))
+        n = int(min(2000, max(200, rate * args.seconds)))
         specs = make_workload(
             case["workload"],
             n,
@@ -112,30 +124,50 @@ def goodput_row(case: dict, dep: dict, args) -> dict:
         fleet.add_workload(specs)
         run = fleet.run()
         served.append(sorted(r.request_id for r in run.requests) == sorted(s.id for s in specs))
+        if run.transfers:
+            links[rate] = link_use(run)
         return run.timeline()
 
     w = time.perf_counter()
-    g = slo_goodput(run_at, TTFT_SLO, TPOT_SLO, TARGET, low=args.low, rel_tol=args.rel_tol)
+    ttft, tpot = case.get("ttft_slo", TTFT_SLO), case.get("tpot_slo", TPOT_SLO)
+    g = slo_goodput(run_at, ttft, tpot, TARGET, low=args.low, rel_tol=args.rel_tol)
+    link = links.get(g.rate, dict.fromkeys(LINK_KEYS))  # None where no KV crossed a link
     return {
         "model": case["model"],
         "workload": case["workload"],
         "gpus": case["gpus"],
+        "slo": f"{ttft * 1000:.0f} ms / {tpot * 1000:.0f} ms",
         "deployment": dep["label"],
         "kind": dep["kind"],
         "goodput_req_per_s": g.rate,
         "runs": len(g.tried),
         "tried": [[rate, att] for rate, att in sorted(g.tried.items())],
         "all_served": all(served),
+        # at the goodput rate: the mean transfer, the longest wait for the link, its busy share
+        **link,
         "wall_s": time.perf_counter() - w,
+    }
+
+
+def link_use(run) -> dict:
+    """How much the link did in a disaggregated run."""
+    x = run.transfers
+    span = max(t.t_end for t in x) - min(t.t_ready for t in x)
+    links = len({t.source for t in x})  # a link a prefill replica
+    busy = sum(t.t_end - t.t_start for t in x) / links
+    return {
+        "transfer_ms_mean": 1000 * sum(t.t_end - t.t_start for t in x) / len(x),
+        "link_wait_ms_max": 1000 * max(t.t_start - t.t_ready for t in x),
+        "link_busy": busy / span if span else 0.0,
     }
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per case: the best colocated and the best disaggregated goodput, and who wins."""
     out = []
-    keys = list(dict.fromkeys((r["model"], r["workload"], r["gpus"]) for r in rows))
+    keys = list(dict.fromkeys((r["model"], r["workload"], r["gpus"], r["slo"]) for r in rows))
     for key in keys:
-        group = [r for r in rows if (r["model"], r["workload"], r["gpus"]) == key]
+        group = [r for r in rows if (r["model"], r["workload"], r["gpus"], r["slo"]) == key]
         for link in sorted(
             {r["deployment"].split()[-1] for r in group if r["kind"] == "disaggregated"}
         ):
@@ -157,7 +189,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
             )
             out.append(
                 {
-                    "case": f"{key[0]}, {key[1]}, {key[2]} GPUs",
+                    "case": f"{key[0]}, {key[1]}, {key[2]} GPUs, SLO {key[3]}",
                     "colocated": f"{co['deployment']}: {co['goodput_req_per_s']:.0f}",
                     "disaggregated": f"{dis['deployment']}: {dis['goodput_req_per_s']:.0f}",
                     "ratio": ratio,
@@ -171,8 +203,12 @@ COLUMNS = [
     report.Column("model", "model"),
     report.Column("workload", "workload"),
     report.Column("GPUs (count)", "gpus", "d"),
+    report.Column("SLO TTFT / TPOT", "slo"),
     report.Column("deployment", "deployment"),
     report.Column("goodput (req/s)", "goodput_req_per_s", ".1f"),
+    report.Column("transfer mean (ms)", "transfer_ms_mean", ".2f"),
+    report.Column("link wait max (ms)", "link_wait_ms_max", ".2f"),
+    report.Column("link busy (%)", "link_busy", ".1f", scale=100),
     report.Column("runs (count)", "runs", "d"),
     report.Column("wall (s)", "wall_s", ".1f"),
 ]
@@ -191,8 +227,8 @@ def show(res: dict) -> None:
     print(
         report.joined(
             f"SIMULATED on {a['device']} (roofline cost model); DistServe goodput: the highest rate with "
-            f">= {c['target']:.0%} of requests within TTFT {c['ttft_slo'] * 1000:.0f} ms and TPOT "
-            f"{c['tpot_slo'] * 1000:.0f} ms, by bisection to {a['rel_tol']:.0%}; max_num_seqs={a['max_num_seqs']}",
+            f">= {c['target']:.0%} of requests within the TTFT and TPOT limits (SLO column), "
+            f"by bisection to {a['rel_tol']:.0%}; max_num_seqs={a['max_num_seqs']}",
             report.about(c),
         )
     )

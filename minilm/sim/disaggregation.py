@@ -177,7 +177,7 @@ class Disaggregated(Fleet):
             return
         # "send": the prompt's last chunk has run; its KV waits for the link, crosses it, and
         # arrives at the decode replica the decode router picks now
-        source, first = self.first[rid]
+        source = self.first[rid][0]
         req = self.prefill[source].engine.requests[rid]
         n = req.prompt_len  # the first output token is computed on the decode side
         start = max(t, self.link_free[source])
