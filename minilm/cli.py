@@ -1,7 +1,8 @@
 """Command line: `python -m minilm run|compare|serve|bench-serve ...` (see docs/USAGE.md).
 
     run          one policy on a workload: completions, a metrics table, a timeline
-    compare      one workload under several policies: one table
+    compare      one workload under several policies: one table (--replicas N --router R, or
+                 --disaggregate P:D --link L: a simulated fleet a row, sim/cluster.py)
     serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
     bench-serve  load any OpenAI-compatible server from the client side (client/bench_serve.py)
 
@@ -20,7 +21,10 @@ from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineCon
 from .core.engine import Engine
 from .core.policies import POLICIES
 from .metrics import metrics_text, summarize
+from .router import ROUTERS
 from .serve.history import DEFAULT_WINDOW
+from .sim.cluster import Cluster, FleetRun, fleet_summary, replica_summaries
+from .sim.disaggregation import LINK_NAMES, Disaggregated, receive_kv
 from .sim.executor import simulated_engine
 from .timeline import Timeline
 from .trace import save_trace
@@ -293,7 +297,10 @@ def print_table(rows: list[dict]) -> None:
 
 def compare(args) -> dict[str, Timeline]:
     """Every policy of `--policies` (with and without prefix caching for `both`): prints the
-    table (or JSON lines) and returns the timelines by row name."""
+    table (or JSON lines) and returns the timelines by row name. With --replicas or
+    --disaggregate, each row is a simulated fleet (run_fleet)."""
+    if args.replicas != 1 or args.disaggregate:
+        return compare_fleets(args)
     rows, timelines = [], {}
     caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
     for policy in args.policies.split(","):
@@ -306,6 +313,81 @@ def compare(args) -> dict[str, Timeline]:
     if not args.json:
         print(describe_run(engine.timeline.meta))
         print_table(rows)
+    return timelines
+
+
+# ---- a simulated fleet: replicas behind a router, or prefill/decode pools (sim/cluster.py) --
+def pools_arg(text: str) -> tuple[int, int]:
+    try:
+        p, d = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be PREFILL:DECODE replica counts, e.g. 1:3, not {text!r}"
+        ) from None
+    if p < 1 or d < 1:
+        raise argparse.ArgumentTypeError(f"each pool needs at least one replica, not {text!r}")
+    return p, d
+
+
+def build_fleet(args, policy: str, prefix_caching: bool):
+    """`--replicas` engines behind `--router`, or (`--disaggregate P:D`) P prefill engines
+    running `policy` and D decode engines, joined by `--link`."""
+    if not args.simulate:
+        raise InvalidValue(
+            "--replicas" if args.replicas != 1 else "--disaggregate",
+            args.replicas if args.replicas != 1 else args.disaggregate,
+            "only with --simulate: a fleet is simulated on one clock",
+        )
+    if args.disaggregate:
+        p, d = args.disaggregate
+        prefill = [build_engine(args, policy, prefix_caching) for _ in range(p)]
+        # the decode side runs no prompts: --max-num-batched-tokens is the prefill side's
+        decode_args = argparse.Namespace(**vars(args) | {"max_num_batched_tokens": None})
+        decode = [receive_kv(build_engine(decode_args, "continuous", False)) for _ in range(d)]
+        return Disaggregated(prefill, decode, args.link, args.router)
+    return Cluster(
+        [build_engine(args, policy, prefix_caching) for _ in range(args.replicas)], args.router
+    )
+
+
+def run_fleet(args, policy: str, prefix_caching: bool) -> tuple[FleetRun, dict]:
+    fleet = build_fleet(args, policy, prefix_caching)
+    engine = fleet.replicas[0].engine
+    specs = get_workload(
+        args.workload,
+        num_requests=args.num_requests,
+        seed=args.seed,
+        vocab_size=engine.model_config.vocab_size,
+        rate=args.rate,
+        max_model_len=engine.config.max_model_len,
+    )
+    fleet.add_workload(specs, ignore_eos=args.ignore_eos, temperature=args.temperature)
+    run = fleet.run()
+    m = fleet_summary(run) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
+    if prefix_caching:
+        m["policy"] += " +prefix cache"
+    return run, m
+
+
+def compare_fleets(args) -> dict[str, Timeline]:
+    """compare's table with a row per fleet, then a row per replica of each; returns each
+    replica's timeline by its row name (so `widgets.report` draws a lane group per replica)."""
+    rows, per_replica, timelines = [], [], {}
+    caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
+    for policy in args.policies.split(","):
+        for prefix_caching in caching:
+            run, m = run_fleet(args, policy.strip(), prefix_caching)
+            rows.append(m)
+            timelines |= {f"{m['policy']}: {n}": tl for n, tl in zip(run.names, run.timelines)}
+            replicas = replica_summaries(run)
+            per_replica += [r | {"policy": f"{m['policy']}: {n}"} for n, r in replicas.items()]
+            if args.json:
+                print(json.dumps(m | {"replicas": replicas}))
+    if not args.json:
+        print(describe_run(run.timelines[0].meta) + f"; fleet of {len(run.timelines)} replicas")
+        print_table(rows)
+        print("per replica:")
+        print_table(per_replica)
     return timelines
 
 
@@ -512,6 +594,28 @@ def build_parser() -> argparse.ArgumentParser:
 def add_compare_args(p: argparse.ArgumentParser) -> None:
     add_offline_args(p, compare=True)
     p.add_argument("--policies", default="static,continuous,chunked")
+    p.add_argument(
+        "--replicas", type=int, default=1, help="with --simulate: engines behind a router"
+    )
+    p.add_argument(
+        "--router",
+        default="round_robin",
+        choices=list(ROUTERS),
+        help="with --replicas or --disaggregate: the global router (minilm/router.py)",
+    )
+    p.add_argument(
+        "--disaggregate",
+        type=pools_arg,
+        default=None,
+        metavar="P:D",
+        help="with --simulate: P prefill replicas (running each policy) and D decode replicas",
+    )
+    p.add_argument(
+        "--link",
+        default="nvlink",
+        choices=list(LINK_NAMES),
+        help="with --disaggregate: how the KV goes from prefill to decode",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,11 +29,13 @@ PARTS = {  # name -> files; the first three are the engine core
         f for f in sorted((M / "model").rglob("*.py")) if f != KERNEL
     ],
     "Triton kernel (model/attention/triton_paged.py)": [KERNEL],
-    "workload, metrics, trace": [M / f for f in ("workload.py", "metrics.py", "trace.py")],
+    "workload, metrics, trace, router": [
+        M / f for f in ("workload.py", "metrics.py", "trace.py", "router.py")
+    ],
     "spec_decode/ (speculative decoding: config, proposers, executor)": sorted(
         (M / "spec_decode").rglob("*.py")
     ),
-    "sim/ (cost model, simulated executor, simulated speculation)": sorted(
+    "sim/ (cost model, simulated executor, simulated speculation, fleets)": sorted(
         (M / "sim").rglob("*.py")
     ),
     "serve/ (server, engine core and thread, OpenAI API, metrics)": sorted(

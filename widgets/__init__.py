@@ -10,6 +10,7 @@ from minilm.trace import save_trace
 
 from .bench import load_bench_result
 from .compare import compare_figure, metrics_table, metrics_table_figure
+from .fleet import fleet_figure, routes_frame
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
 from .inplace import fill_width, update_figure
 from .kvmap import kv_cells, kvmap_figure
@@ -26,6 +27,7 @@ __all__ = [
     "build_radix_tree",
     "compare_figure",
     "fill_width",
+    "fleet_figure",
     "gantt_figure",
     "gantt_segments",
     "kv_cells",
@@ -39,6 +41,7 @@ __all__ = [
     "metrics_table_figure",
     "prefix_hits",
     "radix_figure",
+    "routes_frame",
     "save_trace",
     "set_gantt_step",
     "states_figure",

@@ -62,6 +62,7 @@ KIND_COLORS = {
     "waiting": "#c5b0d5",
     "accepted": "#98df8a",
     "rejected": "#d62728",
+    "transfer": "#9467bd",  # a prompt's KV crossing the link to a decode replica (widgets/fleet.py)
 }  # drafts: a kept one is a decode token (green)
 KIND_LABELS = {
     "accepted": "draft accepted",
