@@ -111,7 +111,7 @@ class EngineLoop:
         self.forget(key, rid)
         return [
             Tokens(key, [], finish_reason=reason),
-            self.stats(None, [], [self.engine.requests[rid]]),
+            self.stats(None, [self.engine.requests[rid]]),
         ]
 
     def forget(self, key: int, rid: str) -> None:
@@ -156,9 +156,9 @@ class EngineLoop:
             if out.finish_reason is not None:
                 finished.append(self.engine.requests[out.request_id])
                 self.forget(key, out.request_id)
-        return events + [self.stats(record, outputs, finished)]
+        return events + [self.stats(record, finished, outputs)]
 
-    def stats(self, record: StepRecord | None, outputs: list, finished: list) -> StepStats:
+    def stats(self, record: StepRecord | None, finished: list, outputs: list = ()) -> StepStats:
         """The step's numbers for /metrics, from its outputs: tokens sampled, first tokens,
         gaps (one per request and step, as vLLM's: tokens a step kept together come out
         together), finishes, gauges, drafts verified."""
