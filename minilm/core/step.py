@@ -31,6 +31,7 @@ class StepBuilder:
     ):
         """`queues`: the scheduler's (waiting, running), which `admit` and a preemption move."""
         self.config, self._policy, self._kv, self.now = config, policy, kv, now
+        self._who = f"policy {policy.name!r}"  # for the errors that name a mistake
         self._waiting, self._running = queues
         budget = config.max_num_batched_tokens  # static: no budget
         self.budget = 1 << 62 if budget is None else budget  # tokens left in this step
@@ -76,15 +77,12 @@ class StepBuilder:
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(
-                f"policy {self._policy.name!r}: {num_tokens} tokens with {self.budget} left of "
+                f"{self._who}: {num_tokens} tokens with {self.budget} left of "
                 f"max_num_batched_tokens={self.config.max_num_batched_tokens}"
             )
         samples = num_tokens == req.num_remaining
-        drafts = (
-            req.spec_token_ids[: max(0, self.budget - num_tokens - (self.owed - 1))]
-            if samples
-            else []
-        )
+        room = max(0, self.budget - num_tokens - (self.owed - 1))
+        drafts = req.spec_token_ids[:room] if samples else []
         n = num_tokens + len(drafts)
         while (
             table := self._kv.allocate_slots(
@@ -114,15 +112,13 @@ class StepBuilder:
         `reserve_tokens`: KV slots it holds from now on, used or not (static's padded row)."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(
-                f"policy {self._policy.name!r}: admit() takes the head of the waiting queue, "
-                f"not {req.request_id!r}"
+                f"{self._who}: admit() takes the head of the waiting queue, not {req.request_id!r}"
             )
         self._check(req, num_tokens, Status.WAITING)
         admission = self._admission(req, num_tokens, num_padding, reserve_tokens)
         if admission is None:
             raise RuntimeError(
-                f"policy {self._policy.name!r}: cannot admit {req.request_id!r} now "
-                f"(check can_admit first)"
+                f"{self._who}: cannot admit {req.request_id!r} now (check can_admit first)"
             )
         computed, num_tokens, reserve_tokens = admission
         table = self._kv.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
@@ -150,7 +146,7 @@ class StepBuilder:
             or num_padding > self.budget
         ):
             raise RuntimeError(
-                f"policy {self._policy.name!r}: cannot pad {rid!r} by {num_padding} at {start}: "
+                f"{self._who}: cannot pad {rid!r} by {num_padding} at {start}: "
                 f"padding is for finished requests that hold their KV, once a step, within their "
                 f"KV slots and the budget"
             )
@@ -215,16 +211,14 @@ class StepBuilder:
         return min(end + self.lookahead, req.max_len) if samples and self.lookahead else 0
 
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:
-        name, rid = self._policy.name, req.request_id
+        who, rid = self._who, req.request_id
         if req.status is not status:
-            raise RuntimeError(
-                f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}"
-            )
+            raise RuntimeError(f"{who}: {rid!r} is {req.status.value}, not {status.value}")
         if rid in self.scheduled:
-            raise RuntimeError(f"policy {name!r}: {rid!r} is already scheduled in this step")
+            raise RuntimeError(f"{who}: {rid!r} is already scheduled in this step")
         if not 0 < num_tokens <= req.num_remaining:
             raise RuntimeError(
-                f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
+                f"{who}: {num_tokens} tokens for {rid!r}, which has "
                 f"{req.num_remaining} left to compute"
             )
 
@@ -245,27 +239,16 @@ class StepBuilder:
         num_padding: int,
         table: list[int],
         num_cached: int = 0,
-        drafts: list[int] = (),
+        drafts: list[int] | None = None,
         new: NewRequest | None = None,
     ) -> None:
-        start = req.num_computed_tokens
+        start, rid = req.num_computed_tokens, req.request_id
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
-        ids = req.token_ids(start, num_tokens)
-        kind = "decode" if decode else "prefill"
-        self.work.append(
-            SeqWork(
-                req.request_id,
-                ids,
-                num_padding,
-                start,
-                table,
-                kind,
-                samples,
-                num_cached,
-                list(drafts),
-                new,
-            )
+        ids, kind = req.token_ids(start, num_tokens), "decode" if decode else "prefill"
+        w = SeqWork(
+            rid, ids, num_padding, start, table, kind, samples, num_cached, drafts or [], new
         )
-        self.scheduled.add(req.request_id)
-        self.budget -= num_tokens + len(drafts) + num_padding
+        self.work.append(w)
+        self.scheduled.add(rid)
+        self.budget -= w.num_new_tokens + num_padding
