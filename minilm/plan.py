@@ -1,8 +1,5 @@
-"""One step's plan and its outputs: what passes, one way, from the scheduler to the
-executor and back (docs/DESIGN.md, "One step"). Only values cross: ids, token ids,
-block tables, numbers (a plan survives being encoded to bytes and back, as vLLM V1's
-SchedulerOutput does between its processes), never a live `Request`.
-"""
+"""One step's plan and its outputs (docs/DESIGN.md, "One step"): only values cross,
+never a live `Request`, so a plan survives bytes and back (tests/test_plan_values.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +12,8 @@ from .request import SamplingParams
 
 @dataclass(slots=True)
 class NewRequest:
-    """What an executor is told of a request the first time it is scheduled (vLLM's
-    NewRequestData); after that it keeps its own copy (model/runner.py)."""
+    """What an executor is told of a request when first scheduled (vLLM's
+    NewRequestData); it keeps its own copy (model/runner.py)."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -82,8 +79,7 @@ class ModelOutput:
 
 @dataclass(slots=True)
 class RequestOutput:
-    """What one step changed of one request (vLLM's EngineCoreOutput):
-    `Scheduler.update_from_output` returns one for each that sampled."""
+    """What a step changed of a request that sampled (vLLM's EngineCoreOutput)."""
 
     request_id: str
     new_token_ids: list[int]

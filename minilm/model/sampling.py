@@ -13,11 +13,9 @@ from ..request import SamplingParams
 
 
 def sample(logits: torch.Tensor, reqs: list, drafts: list[list[int]]) -> tuple[list, list]:
-    """The tokens each sequence keeps from its rows of `logits` (after its last known token
-    and each of its drafts), and their log-probabilities (None where not asked). `reqs`:
-    the runner's copies (model/runner.py CachedRequest). Every greedy row's token comes in
-    one read from the device, as in nano-vllm (a GPU waits for its queued work at each
-    read); only temperature and logprobs read row by row."""
+    """Each sequence's kept tokens from its rows (1 + its drafts), and their logprobs
+    where asked. Every greedy row's token comes in one read from the device (nano-vllm's
+    way: a GPU waits at each); only temperature and logprobs read row by row."""
     counts = [1 + len(d) for d in drafts]
     rows = [(r, i) for r, n in zip(reqs, counts) for i in range(n)]  # i: its i-th new token
     # raw, as vLLM's: before any mask
@@ -72,7 +70,7 @@ def accept(
     (q is one-hot, as for vLLM's n-gram and EAGLE drafts): keep draft x with probability p(x),
     else draw from p with x removed; after d kept drafts, draw one more from p. Every kept token
     is then distributed exactly as the target's own sample. With no drafts: one plain sample.
-    `best`: the rows' argmax, when the runner has read a whole step's at once."""
+    `best`: the rows' argmax, read with the whole step's (`sample`)."""
     if params.temperature == 0:
         best = logits.argmax(-1).tolist() if best is None else best
         n = next((i for i, x in enumerate(draft) if x != best[i]), len(draft))
