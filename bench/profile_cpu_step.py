@@ -2,6 +2,7 @@
 
     python bench/profile_cpu_step.py [--backend sdpa] [--policy continuous] [--top 25] [--out FILE]
     python bench/profile_cpu_step.py --show FILE   # print the groups of a saved run
+    python bench/profile_cpu_step.py --serving-loop [--out FILE]  # the server's loop per step, no cProfile
 
 Same checkpoint, workload and knobs as `vs_transformers.py` (its `minilm continuous`
 row), one thread. Prints the time of a few groups per step (model linear layers,
@@ -9,15 +10,24 @@ attention, the rest of the model, and the engine's own Python: scheduling, build
 step inputs, sampling, bookkeeping), then cProfile's top functions by their own time.
 cProfile adds its own cost to every Python call, so the absolute times run above the
 benchmark's; the split is what this is for.
+
+`--serving-loop` times instead, without cProfile, what one step costs the server's engine loop
+(serve/engine_loop.py `EngineLoop.step`: the engine's step, then each request's new tokens and
+the step's stats) at 16 and 256 running requests, on the simulator (no model: what is left is
+the engine's and the loop's own Python), and the loop's share beyond `Engine.step`; then a real
+tiny model's greedy decode steps per second at the same batch sizes (sampling included).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -49,10 +59,15 @@ def main() -> None:
     ap.add_argument(
         "--out", type=Path, help="also write the groups as JSON here (bench/report.py's shape)"
     )
+    ap.add_argument("--serving-loop", action="store_true", help="time the server's loop per step")
+    ap.add_argument("--repeats", type=int, default=5)
     report.add_show_option(ap)
     args = ap.parse_args()
     if args.show:
-        return show(report.load(args.show))
+        res = report.load(args.show)
+        return show_loop(res) if res["bench"] == "serving_loop_step" else show(res)
+    if args.serving_loop:
+        return serving_loop(args)
     torch.set_num_threads(1)
     specs = make_workload(
         "mixed",
@@ -132,6 +147,110 @@ def main() -> None:
         print(f"JSON: {args.out}")
     print()
     stats.sort_stats("tottime").print_stats(args.top)
+
+
+def timed_steps(loop, steps: int) -> tuple[float, float]:
+    """Seconds per step of `loop.step()` and of the `Engine.step` inside it."""
+    engine, inner = loop.engine, [0.0]
+    name = "step_outputs" if hasattr(engine, "step_outputs") else "step"  # what the loop calls
+    step = getattr(engine, name)
+
+    def timed_step():
+        t0 = time.perf_counter()
+        try:
+            return step()
+        finally:
+            inner[0] += time.perf_counter() - t0
+
+    setattr(engine, name, timed_step)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loop.step()
+    return (time.perf_counter() - t0) / steps, inner[0] / steps
+
+
+def loop_row(running: int, model, steps: int, warm: int, repeats: int) -> dict:
+    """The median over `repeats` runs of the loop's time per decode step with `running` requests
+    running, after `warm` steps (so each request has `warm` tokens already)."""
+    from minilm.serve.engine_loop import EngineLoop
+    from minilm.serve.messages import Add
+    from minilm.sim import simulated_engine
+
+    per_step, inside = [], []
+    for _ in range(repeats):
+        if model == "simulated":
+            engine = simulated_engine(
+                "llama-3-8b", "h100", policy="continuous", max_num_seqs=running
+            )
+        else:
+            engine = Engine(
+                model,
+                EngineConfig(
+                    policy="continuous",
+                    max_num_seqs=running,
+                    max_model_len=512,
+                    record_kv_blocks=False,
+                ),
+            )
+        loop = EngineLoop(engine)
+        for i in range(running):
+            loop.apply(
+                Add(i, f"r{i}", [3 + i % 50] * 16, warm + steps + 8, {"ignore_eos": True}, 0.0)
+            )
+        for _ in range(warm):
+            loop.step()
+        gc.collect()
+        total, inner = timed_steps(loop, steps)
+        per_step.append(total)
+        inside.append(inner)
+    t, e = statistics.median(per_step), statistics.median(inside)
+    return {
+        "executor": "simulated" if model == "simulated" else "tiny model (random weights)",
+        "running": running,
+        "ms_per_step": t * 1e3,
+        "engine_ms": e * 1e3,
+        "loop_ms": (t - e) * 1e3,
+        "steps_per_s": 1 / t,
+        "spread_ms": (max(per_step) - min(per_step)) * 1e3,
+    }
+
+
+def serving_loop(args) -> None:
+    torch.set_num_threads(1)
+    from minilm.config import MODEL_PRESETS
+    from minilm.model.llama import LlamaModel
+
+    rows = [loop_row(n, "simulated", 50, 200, args.repeats) for n in (16, 256)]
+    tiny = LlamaModel(MODEL_PRESETS["tiny"]).init_random(0)
+    rows += [loop_row(n, tiny, 20, 20, args.repeats) for n in (16, 256)]
+    conditions = report.machine() | {
+        "threads": 1,
+        "policy": "continuous",
+        "repeats": args.repeats,
+        "simulated": "llama-3-8b on h100, 50 steps timed after 200",
+        "tiny": "20 steps timed after 20, greedy",
+    }
+    res = report.result("serving_loop_step", report.command_line(), conditions, rows, [])
+    show_loop(res)
+    if args.out:
+        report.write(args.out, res)
+        print(f"JSON: {args.out}")
+
+
+LOOP_COLUMNS = [
+    report.Column("executor", "executor"),
+    report.Column("running (requests)", "running"),
+    report.Column("loop step (ms)", "ms_per_step", ".3f"),
+    report.Column("of it Engine.step (ms)", "engine_ms", ".3f"),
+    report.Column("of it the loop's own (ms)", "loop_ms", ".3f"),
+    report.Column("rate (steps/s)", "steps_per_s", ".1f"),
+    report.Column("spread (ms)", "spread_ms", ".3f"),
+]
+
+
+def show_loop(res: dict) -> None:
+    print(report.joined("EngineLoop.step, median of repeats", report.about(res["conditions"])))
+    report.print_table(res["rows"], LOOP_COLUMNS)
 
 
 COLUMNS = [

@@ -1,8 +1,5 @@
-"""One step's plan and its output: what passes, one way, from the scheduler to the
-executor and from both to the timeline (docs/DESIGN.md, "One step"). A plan is fixed
-once made: the runner, the clock and the recorder read it after the step has changed
-the requests, so it carries all they need.
-"""
+"""One step's plan and its outputs (docs/DESIGN.md, "One step"): only values cross,
+never a live `Request`, so a plan survives bytes and back (tests/test_plan_values.py)."""
 
 from __future__ import annotations
 
@@ -10,44 +7,58 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .config import ModelConfig
-from .request import Request
+from .request import SamplingParams
+
+
+@dataclass(slots=True)
+class NewRequest:
+    """What an executor is told of a request when first scheduled (vLLM's
+    NewRequestData); it keeps its own copy (model/runner.py)."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    eos_token_id: int | None
 
 
 @dataclass(slots=True)
 class SeqWork:
-    """One request's share of a step: it computes the tokens at positions
-    `start : start + num_new_tokens` of its sequence, then `num_padding` dummy tokens that
-    static batching computes and throws away (lesson 2)."""
+    """One request's share of a step: the tokens at positions `start : end` of its
+    sequence: `token_ids` (known tokens), its drafts (verified, lesson 10), then
+    `num_padding` dummy tokens that static batching computes and throws away (lesson 2)."""
 
-    request: Request
-    num_new_tokens: int  # real tokens: a whole prompt, a chunk of one, or 1 for a decode
-    num_padding: int  # dummy tokens after them
+    request_id: str
+    token_ids: list[int]  # a prompt, a chunk, a recomputed sequence or the last token
+    num_padding: int
     start: int  # position of the first new token
-    end: int  # context length after this step: start + num_new_tokens + num_padding
     block_table: list[int]  # the request's KV blocks for this step
-    kind: str  # prefill (a prompt, a chunk, a preempted sequence recomputed) | decode | padding
-    samples: bool  # this step computes the sequence's last token, so it samples the next
-    num_cached: int = 0  # tokens before `start` found in the prefix cache when admitted: no compute
-    draft_token_ids: list[int] = field(
-        default_factory=list
-    )  # the last of the new tokens are these drafts,
-    #                          which the step verifies (lesson 10): it samples at each of them and after them
+    kind: str  # prefill | decode | padding
+    samples: bool  # it computes the last known token, so it samples the next
+    num_cached: int = 0  # tokens before `start` the prefix cache held on admission
+    draft_token_ids: list[int] = field(default_factory=list)
+    new: NewRequest | None = None  # the first time it is scheduled
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.token_ids) + len(self.draft_token_ids)
+
+    @property
+    def end(self) -> int:
+        """Its context length once the step has run."""
+        return self.start + self.num_new_tokens + self.num_padding
 
 
 @dataclass
 class StepPlan:
-    """What the scheduler decided for one step, and the engine's state as the step runs."""
+    """What the scheduler decided for one step, and the engine's state as it runs."""
 
     work: list[SeqWork]
-    preempted: list[Request]
+    preempted: list[str]  # request ids, back to the waiting queue
     num_running: int
     num_waiting: int
     kv_blocks_used: int
-    kv_tokens_stored: (
-        int  # of their slots, those holding a token once the step has run (all drafts kept)
-    )
-    block_tables: dict[str, list[int]] | None = None  # for the KV map: every request's blocks,
-    cached_free_blocks: list[int] | None = None  # and those nobody holds that keep a cached prefix
+    kv_tokens_stored: int  # slots holding a token once it has run (drafts kept)
+    block_tables: dict[str, list[int]] | None = None  # for the KV map
+    cached_free_blocks: list[int] | None = None  # free, keeping a cached prefix
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -57,23 +68,34 @@ class StepPlan:
 
 @dataclass
 class ModelOutput:
-    """What the executor returns: the tokens each request that samples in this step kept (its
-    accepted drafts and one token of the target's own), and the drafts proposed for the next."""
+    """What the executor returns: the tokens each request that samples kept (its
+    accepted drafts, then one of the target's own), and drafts for the next step."""
 
     sampled_token_ids: dict[str, list[int]]
-    logprobs: dict[str, list] = field(
-        default_factory=dict
-    )  # for requests that asked: one entry a token
+    logprobs: dict[str, list] = field(default_factory=dict)  # one a token
     draft_token_ids: dict[str, list[int]] = field(default_factory=dict)
     draft_time: float = 0.0  # seconds of the step spent proposing them
 
 
+@dataclass(slots=True)
+class RequestOutput:
+    """What a step changed of a request that sampled (vLLM's EngineCoreOutput)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None  # stop | length | aborted
+    new_logprobs: list | None = None  # where asked: one a token
+    num_accepted: int = 0  # drafts its verification kept (lesson 10)
+
+
 @runtime_checkable
 class Executor(Protocol):
-    """What the engine runs a step on: the model runner (model/runner.py), the simulator (sim/executor.py)."""
+    """What the engine runs a step on: the model runner (model/runner.py), the
+    simulator (sim/executor.py), or yours."""
 
     kind: str
     model_config: ModelConfig
+    speculates: bool  # proposes drafts: may take a speculative_config
 
     def execute(self, plan: StepPlan) -> ModelOutput: ...
 

@@ -70,11 +70,10 @@ def run_steps(model, steps, num_blocks=64, block_size=4, seed=0):
         plan = StepPlan(
             [
                 SeqWork(
-                    r,
-                    n,
+                    r.request_id,
+                    r.token_ids(r.num_computed_tokens, n),
                     0,
                     r.num_computed_tokens,
-                    r.num_computed_tokens + n,
                     kv_manager.allocate_slots(r, n),
                     "prefill",
                     True,
@@ -91,8 +90,8 @@ def run_steps(model, steps, num_blocks=64, block_size=4, seed=0):
         with torch.no_grad():
             h = model(inp.input_ids, inp.positions, kv, inp.meta, attention, write_kv)
             out.append(model.logits(h))
-        for w in plan.work:
-            w.request.num_computed_tokens = w.end
+        for (r, _), w in zip(work, plan.work):
+            r.num_computed_tokens = w.end
     return out
 
 

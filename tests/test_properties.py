@@ -29,7 +29,7 @@ CFG = ModelConfig(
 class CountingExecutor:
     """Samples token 1 for every sequence that samples (EOS 7 only where asked)."""
 
-    kind = "counting"
+    kind, speculates = "counting", False
     model_config = CFG
 
     def __init__(self, eos_every: int):
@@ -44,9 +44,7 @@ class CountingExecutor:
     def execute(self, plan: StepPlan) -> ModelOutput:
         self.calls += 1
         eos = self.eos_every and self.calls % self.eos_every == 0
-        return ModelOutput(
-            {w.request.request_id: [7 if eos else 1] for w in plan.work if w.samples}
-        )
+        return ModelOutput({w.request_id: [7 if eos else 1] for w in plan.work if w.samples})
 
 
 def check_kv_cache(e: Engine) -> None:

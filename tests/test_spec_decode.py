@@ -296,15 +296,15 @@ def test_preemption_in_the_middle_of_a_speculation(draft_dir, monkeypatch):
     """A KV cache too small for every request: requests are preempted while they hold drafts;
     outputs stay the greedy ones, and no block leaks."""
     caught = []
-    from minilm.core.scheduler import Scheduler
+    from minilm.core.step import StepBuilder
 
-    real = Scheduler.preempt
+    real = StepBuilder._preempt
 
     def spy(self, req):
         caught.append(len(req.spec_token_ids))
         real(self, req)
 
-    monkeypatch.setattr(Scheduler, "preempt", spy)
+    monkeypatch.setattr(StepBuilder, "_preempt", spy)
     prompts = [[5, 6, 7, 8] * 3, list(range(20, 32)), [1, 2, 3] * 4, [9, 8] * 6]
     knobs = dict(block_size=4, num_blocks=18, max_num_seqs=4, prompts=prompts, max_tokens=40)
     base = outputs(run(None, **knobs))

@@ -189,18 +189,21 @@ from minilm.sim import SimulatedExecutor
 
 
 class StopsAtItsLength(SimulatedExecutor):
-    """The simulator, except that request r samples EOS as its lengths[r]-th token."""
+    """The simulator, except that request r samples EOS as its lengths[r]-th token. Like any
+    executor it sees only the plan, so it counts each request's tokens itself."""
 
     def __init__(self, cost, lengths: dict[str, int]):
         super().__init__(cost)
-        self.lengths = lengths
+        self.lengths, self.sampled = lengths, {}
 
     def execute(self, plan):
         output = super().execute(plan)
         for w in plan.work:
-            r = w.request
-            if w.samples and len(r.output_ids) + 1 == self.lengths[r.request_id]:
-                output.sampled_token_ids[r.request_id] = [self.model_config.eos_token_id]
+            if w.samples:
+                rid = w.request_id
+                self.sampled[rid] = self.sampled.get(rid, 0) + 1
+                if self.sampled[rid] == self.lengths[rid]:
+                    output.sampled_token_ids[rid] = [self.model_config.eos_token_id]
         return output
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from tqdm.auto import tqdm
 
 from ..config import EngineConfig, InvalidValue
-from ..plan import ModelOutput, StepPlan
+from ..plan import RequestOutput, StepPlan
 from ..request import Request, SamplingParams
 from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
 from ..workload import RequestSpec
@@ -210,6 +210,12 @@ class Engine:
 
     def step(self) -> StepRecord | None:
         """One engine step; None when every request has finished."""
+        done = self.step_outputs()
+        return None if done is None else done[0]
+
+    def step_outputs(self) -> tuple[StepRecord, list[RequestOutput]] | None:
+        """One engine step: its record, and what it changed of each request that sampled
+        (vLLM's EngineCoreOutputs); None when every request has finished."""
         s, clock = self.scheduler, self.clock
         if not s.has_unfinished():
             return None
@@ -223,27 +229,29 @@ class Engine:
                 f"{len(s.waiting)} request(s) wait and {len(s.running)} run"
             )
         output, model_time = clock.timed(self.executor.execute, plan)
-        finished = s.update_from_output(plan, output)
+        outputs = s.update_from_output(plan, output)
         t_end = clock.end_step()
         # the clock has stopped: what follows is bookkeeping, not the engine's work
-        for rid in output.sampled_token_ids:
-            req = self.requests[rid]
-            req.token_times += [t_end] * (len(req.output_ids) - len(req.token_times))
+        for out in outputs:
+            req = self.requests[out.request_id]
+            req.token_times += [t_end] * len(out.new_token_ids)
             if req.t_first_token is None:
                 req.t_first_token = t_end
         record = record_step(
             index=self.num_steps,
             plan=plan,
-            output=output,
+            outputs=outputs,
             t_start=t_start,
             t_end=t_end,
             model_time=model_time,
             kv_blocks_total=self.config.num_blocks,
+            draft_time=output.draft_time,
         )
         self.timeline.steps.append(record)
         self.num_steps += 1
+        finished = [self.requests[o.request_id] for o in outputs if o.finish_reason]
         self._retire(finished, t_end)
-        return record
+        return record, outputs
 
     def _retire(self, finished: list[Request], t: float) -> None:
         """Finished requests (by a stop rule or an abort) leave for the timeline."""
@@ -302,20 +310,21 @@ def record_step(
     *,
     index: int,
     plan: StepPlan,
-    output: ModelOutput,
+    outputs: list[RequestOutput],
     t_start: float,
     t_end: float,
     model_time: float,
     kv_blocks_total: int,
+    draft_time: float = 0.0,
 ) -> StepRecord:
-    items = []
+    items, accepted_of = [], {o.request_id: o.num_accepted for o in outputs}
     for w in plan.work:
-        rid = w.request.request_id
+        rid = w.request_id
         if w.num_cached:
             items.append(StepItem(rid, CACHED, w.num_cached, w.num_cached))
         if w.num_new_tokens:
             drafts = len(w.draft_token_ids)
-            accepted = len(output.sampled_token_ids[rid]) - 1 if drafts else 0
+            accepted = accepted_of.get(rid, 0)
             items.append(
                 StepItem(
                     rid,
@@ -343,7 +352,7 @@ def record_step(
         kv_tokens_stored=plan.kv_tokens_stored - sum(i.num_draft - i.num_accepted for i in items),
         model_time=model_time,
         kv_cached_free=plan.cached_free_blocks,
-        draft_time=output.draft_time,
+        draft_time=draft_time,
     )
 
 

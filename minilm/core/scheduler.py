@@ -5,7 +5,9 @@
     running  in the batch: holds KV blocks, scheduled every step (oldest first)
 
 It lives as long as the engine; a step's own state lives on the `StepBuilder` (step.py)
-made for that step alone, so nothing of one step is left behind for the next.
+made for that step alone, so nothing of one step is left behind for the next. A request
+enters (`add`), arrives (`admit_arrivals`) and ends (`finish`) here; the StepBuilder, handed
+the queues, moves it between waiting and running.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import bisect
 from collections import deque
 
 from ..config import EngineConfig
-from ..plan import ModelOutput, StepPlan
+from ..plan import ModelOutput, RequestOutput, StepPlan
 from ..request import Request, Status
 from .kv_cache import KVCacheManager
 from .step import StepBuilder
@@ -28,9 +30,11 @@ class Scheduler:
         self.pending: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order: the last is the newest
+        self.unfinished: dict[str, Request] = {}
 
     def add(self, req: Request) -> None:
         req.status = Status.PENDING
+        self.unfinished[req.request_id] = req
         self.pending.insert(
             bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req
         )
@@ -56,50 +60,40 @@ class Scheduler:
             # SGLang's cache-aware order: the longest cached prefix first (stable: FCFS among equals)
             key = lambda r: -len(self.kv_manager.get_computed_blocks(r))  # noqa: E731
             self.waiting = deque(sorted(self.waiting, key=key))
-        step = StepBuilder(self, now)
+        queues = (self.waiting, self.running)
+        step = StepBuilder(self.config, self.policy, self.kv_manager, queues, now)
         self.policy.schedule(step)
         return step.plan()
 
-    def update_from_output(self, plan: StepPlan, output: ModelOutput) -> list[Request]:
+    def update_from_output(self, plan: StepPlan, output: ModelOutput) -> list[RequestOutput]:
         """Advance each request's computed tokens, append what it sampled, finish those that
-        stop. Returns the finished requests. A rejected draft's K/V stays in its slot until
-        the next step's tokens overwrite it: only the accepted count as computed (lesson 10)."""
-        finished = []
-        sampled = output.sampled_token_ids
+        stop; what changed, per request that sampled. A rejected draft's K/V stays in its
+        slot until the next step overwrites it: only the accepted count as computed (lesson 10)."""
+        outputs = []
+        sampled, logprobs = output.sampled_token_ids, output.logprobs
         for w in plan.work:
-            req, kept = w.request, sampled.get(w.request.request_id, ())
-            if w.num_new_tokens:
-                rejected = len(w.draft_token_ids) - (len(kept) - 1) if w.draft_token_ids else 0
-                req.num_computed_tokens = w.start + w.num_new_tokens - rejected
-            req.spec_token_ids = output.draft_token_ids.get(req.request_id, [])
+            if not w.num_new_tokens:
+                continue  # padding: a finished row's
+            rid = w.request_id
+            req, kept = self.unfinished[rid], sampled.get(rid, ())
+            drafts = len(w.draft_token_ids)
+            accepted = len(kept) - 1 if drafts else 0
+            req.num_computed_tokens = w.start + w.num_new_tokens - drafts + accepted
+            req.spec_token_ids = output.draft_token_ids.get(rid, [])
+            if not kept:
+                continue  # a chunk: nothing sampled
+            out = RequestOutput(rid, [], None, [] if rid in logprobs else None, accepted)
             for i, token in enumerate(kept):
-                if req.request_id in output.logprobs:
-                    req.output_logprobs.append(output.logprobs[req.request_id][i])
-                reason = req.append_output(token)
-                if reason is not None:
-                    self.finish(req, reason)
-                    finished.append(req)
+                out.new_token_ids.append(token)
+                if out.new_logprobs is not None:
+                    out.new_logprobs.append(logprobs[rid][i])
+                out.finish_reason = req.append_output(token)
+                if out.finish_reason is not None:
+                    self.finish(req, out.finish_reason)
                     break
-        return finished
-
-    # ---- moving requests between the queues -------------------------------------------
-    def move_to_running(self, req: Request, now: float, num_cached: int) -> None:
-        """The head of the waiting queue joins the batch; `num_cached` of its tokens are already in the cache."""
-        self.waiting.popleft()
-        req.status = Status.RUNNING
-        req.num_computed_tokens = num_cached
-        if req.t_scheduled is None:
-            req.t_scheduled, req.num_cached_tokens = now, num_cached
-        self.running.append(req)
-
-    def preempt(self, req: Request) -> None:
-        """Recompute-style preemption: free its blocks, back to the head of the queue, output kept."""
-        self.kv_manager.free(req)
-        self.running.remove(req)
-        req.status = Status.WAITING
-        req.num_computed_tokens, req.spec_token_ids = 0, []
-        req.preemptions += 1
-        self.waiting.appendleft(req)
+            req.output_logprobs += out.new_logprobs or ()
+            outputs.append(out)
+        return outputs
 
     def finish(self, req: Request, reason: str) -> None:
         """The one way a request ends (stop, length, aborted): out of its queue, and its KV
@@ -109,5 +103,6 @@ class Scheduler:
             req.status
         ].remove(req)
         req.status, req.finish_reason = Status.FINISHED, reason
+        del self.unfinished[req.request_id]
         for r in self.policy.on_finish(req):
             self.kv_manager.free(r)

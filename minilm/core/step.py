@@ -5,48 +5,53 @@ A policy (policies.py) decides; the StepBuilder keeps the books. Each verb check
 request, asks the KV cache manager for slots, preempts when blocks run out and charges
 the budget, so a policy cannot schedule a request twice, overrun the budget or touch a
 block it does not own: the verb refuses with an error that names the mistake (exercise 3).
+It is handed the scheduler's queues and is the one place a request moves between
+waiting and running (`admit`, and back by a preemption); the scheduler does the rest.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from ..plan import SeqWork, StepPlan
+from ..config import EngineConfig
+from ..plan import NewRequest, SeqWork, StepPlan
 from ..request import Request, Status
-
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
+from .kv_cache import KVCacheManager
 
 
 class StepBuilder:
-    def __init__(self, scheduler: Scheduler, now: float):
-        self._scheduler, self._policy_name = scheduler, scheduler.policy.name
-        self._kv = scheduler.kv_manager
-        self.config = scheduler.config
-        self.now = now
-        budget = self.config.max_num_batched_tokens
-        self.budget = (
-            budget if budget is not None else 1 << 62
-        )  # tokens left in this step (static: no budget)
+    def __init__(
+        self,
+        config: EngineConfig,
+        policy,
+        kv: KVCacheManager,
+        queues: tuple[deque[Request], list[Request]],
+        now: float,
+    ):
+        """`queues`: the scheduler's (waiting, running), which `admit` and a preemption move."""
+        self.config, self._policy, self._kv, self.now = config, policy, kv, now
+        self._who = f"policy {policy.name!r}"  # for the errors that name a mistake
+        self._waiting, self._running = queues
+        budget = config.max_num_batched_tokens  # static: no budget
+        self.budget = 1 << 62 if budget is None else budget  # tokens left in this step
         self.work: list[SeqWork] = []
         self.preempted: list[Request] = []
         self.scheduled: set[str] = set()
-        self.owed = len(
-            scheduler.running
-        )  # running requests not yet scheduled: drafts leave each a token
-        speculative = self.config.speculative_config
+        # running requests not yet scheduled: drafts leave each a token
+        self.owed = len(self._running)
+        speculative = config.speculative_config
         self.lookahead = speculative.num_lookahead_tokens if speculative else 0
 
     # ---- what a policy reads ----------------------------------------------------------
     @property
     def waiting(self):
         """The waiting queue, head first (a deque: read it; `admit` takes its head)."""
-        return self._scheduler.waiting
+        return self._waiting
 
     @property
     def num_running(self) -> int:
-        return len(self._scheduler.running)
+        return len(self._running)
 
     @property
     def num_free_blocks(self) -> int:
@@ -59,7 +64,7 @@ class StepBuilder:
     def unscheduled_running(self) -> Iterator[Request]:
         """Running requests not yet scheduled in this step, oldest first. A request that is
         preempted while the policy walks this list is skipped."""
-        for req in list(self._scheduler.running):
+        for req in list(self._running):
             if req.status is Status.RUNNING and req.request_id not in self.scheduled:
                 yield req
 
@@ -72,27 +77,20 @@ class StepBuilder:
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(
-                f"policy {self._policy_name!r}: {num_tokens} tokens with {self.budget} left of "
+                f"{self._who}: {num_tokens} tokens with {self.budget} left of "
                 f"max_num_batched_tokens={self.config.max_num_batched_tokens}"
             )
         samples = num_tokens == req.num_remaining
-        drafts = (
-            req.spec_token_ids[: max(0, self.budget - num_tokens - (self.owed - 1))]
-            if samples
-            else []
-        )
+        room = max(0, self.budget - num_tokens - (self.owed - 1))
+        drafts = req.spec_token_ids[:room] if samples else []
         n = num_tokens + len(drafts)
         while (
             table := self._kv.allocate_slots(
                 req, n, self._lookahead(req, req.num_computed_tokens + n, samples)
             )
         ) is None:
-            victim = next(
-                r for r in reversed(self._scheduler.running) if r.request_id not in self.scheduled
-            )
-            self._scheduler.preempt(victim)
-            self.preempted.append(victim)
-            self.owed -= 1
+            victim = next(r for r in reversed(self._running) if r.request_id not in self.scheduled)
+            self._preempt(victim)
             if victim is req:
                 return False
         self.owed -= 1
@@ -114,21 +112,25 @@ class StepBuilder:
         `reserve_tokens`: KV slots it holds from now on, used or not (static's padded row)."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(
-                f"policy {self._policy_name!r}: admit() takes the head of the waiting queue, "
-                f"not {req.request_id!r}"
+                f"{self._who}: admit() takes the head of the waiting queue, not {req.request_id!r}"
             )
         self._check(req, num_tokens, Status.WAITING)
         admission = self._admission(req, num_tokens, num_padding, reserve_tokens)
         if admission is None:
             raise RuntimeError(
-                f"policy {self._policy_name!r}: cannot admit {req.request_id!r} now "
-                f"(check can_admit first)"
+                f"{self._who}: cannot admit {req.request_id!r} now (check can_admit first)"
             )
         computed, num_tokens, reserve_tokens = admission
         table = self._kv.allocate_slots(req, num_tokens + num_padding, reserve_tokens, computed)
         num_cached = len(computed) * self._kv.block_size
-        self._scheduler.move_to_running(req, self.now, num_cached)
-        self._add_work(req, num_tokens, num_padding, table, num_cached)
+        new = None
+        if req.t_scheduled is None:  # first time: the executor learns of it
+            new = NewRequest(req.prompt_ids, req.params, req.eos_token_id)
+            req.t_scheduled, req.num_cached_tokens = self.now, num_cached
+        self._waiting.popleft()
+        req.status, req.num_computed_tokens = Status.RUNNING, num_cached
+        self._running.append(req)
+        self._add_work(req, num_tokens, num_padding, table, num_cached, new=new)
 
     def schedule_padding(self, req: Request, start: int, num_padding: int) -> None:
         """Dummy tokens at positions `start : start + num_padding` of a finished request that
@@ -144,25 +146,23 @@ class StepBuilder:
             or num_padding > self.budget
         ):
             raise RuntimeError(
-                f"policy {self._policy_name!r}: cannot pad {rid!r} by {num_padding} at {start}: "
+                f"{self._who}: cannot pad {rid!r} by {num_padding} at {start}: "
                 f"padding is for finished requests that hold their KV, once a step, within their "
                 f"KV slots and the budget"
             )
         self.scheduled.add(rid)
         self.budget -= num_padding
-        self.work.append(
-            SeqWork(req, 0, num_padding, start, start + num_padding, table, "padding", False)
-        )
+        self.work.append(SeqWork(rid, [], num_padding, start, table, "padding", False))
 
     def plan(self) -> StepPlan:
         """The step as planned, with the state it leaves as it runs."""
-        s, kv = self._scheduler, self._kv
+        kv = self._kv
         tables, cached_free = kv.snapshot() if self.config.record_kv_blocks else (None, None)
         return StepPlan(
             self.work,
-            self.preempted,
-            len(s.running),
-            len(s.waiting),
+            [r.request_id for r in self.preempted],
+            len(self._running),
+            len(self._waiting),
             kv.num_used_blocks,
             self._stored_tokens(),
             tables,
@@ -172,13 +172,11 @@ class StepBuilder:
     def _stored_tokens(self) -> int:
         """KV slots holding a token once the step has run: each block table's up to its request's end,
         a block in several tables (always a full one: prefix caching, lesson 8) counted once."""
-        ends = (
-            self._scheduler.policy.kept_kv()
-        )  # finished requests a policy keeps (a static batch's dead rows)
-        ends.update((r.request_id, r.num_computed_tokens) for r in self._scheduler.running)
-        ends.update(
-            (w.request.request_id, w.end) for w in self.work
-        )  # the step's requests at their new end
+        # finished requests a policy keeps (a static batch's dead rows), the running, and
+        # the step's requests at their new end
+        ends = self._policy.kept_kv()
+        ends.update((r.request_id, r.num_computed_tokens) for r in self._running)
+        ends.update((w.request_id, w.end) for w in self.work)
         kv, bs = self._kv, self._kv.block_size
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
         return (
@@ -200,7 +198,7 @@ class StepBuilder:
         )
         if (
             not self.preempted
-            and len(self._scheduler.running) < self.config.max_num_seqs
+            and len(self._running) < self.config.max_num_seqs
             and num_tokens + num_padding <= self.budget
             and self._kv.can_allocate(req, num_tokens + num_padding, reserve_tokens, computed)
         ):
@@ -213,18 +211,26 @@ class StepBuilder:
         return min(end + self.lookahead, req.max_len) if samples and self.lookahead else 0
 
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:
-        name, rid = self._policy_name, req.request_id
+        who, rid = self._who, req.request_id
         if req.status is not status:
-            raise RuntimeError(
-                f"policy {name!r}: {rid!r} is {req.status.value}, not {status.value}"
-            )
+            raise RuntimeError(f"{who}: {rid!r} is {req.status.value}, not {status.value}")
         if rid in self.scheduled:
-            raise RuntimeError(f"policy {name!r}: {rid!r} is already scheduled in this step")
+            raise RuntimeError(f"{who}: {rid!r} is already scheduled in this step")
         if not 0 < num_tokens <= req.num_remaining:
             raise RuntimeError(
-                f"policy {name!r}: {num_tokens} tokens for {rid!r}, which has "
+                f"{who}: {num_tokens} tokens for {rid!r}, which has "
                 f"{req.num_remaining} left to compute"
             )
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute-style: its blocks freed, back to the head of the queue, output kept."""
+        self._kv.free(req)
+        self._running.remove(req)
+        req.status, req.num_computed_tokens, req.spec_token_ids = Status.WAITING, 0, []
+        req.preemptions += 1
+        self._waiting.appendleft(req)
+        self.preempted.append(req)
+        self.owed -= 1
 
     def _add_work(
         self,
@@ -233,25 +239,16 @@ class StepBuilder:
         num_padding: int,
         table: list[int],
         num_cached: int = 0,
-        drafts: list[int] = (),
+        drafts: list[int] | None = None,
+        new: NewRequest | None = None,
     ) -> None:
-        start = req.num_computed_tokens
+        start, rid = req.num_computed_tokens, req.request_id
         samples = start + num_tokens == req.num_tokens
         decode = num_tokens == 1 and start >= req.prompt_len and samples
-        num_tokens += len(drafts)
-        self.work.append(
-            SeqWork(
-                req,
-                num_tokens,
-                num_padding,
-                start,
-                start + num_tokens + num_padding,
-                table,
-                "decode" if decode else "prefill",
-                samples,
-                num_cached,
-                list(drafts),
-            )
+        ids, kind = req.token_ids(start, num_tokens), "decode" if decode else "prefill"
+        w = SeqWork(
+            rid, ids, num_padding, start, table, kind, samples, num_cached, drafts or [], new
         )
-        self.scheduled.add(req.request_id)
-        self.budget -= num_tokens + num_padding
+        self.work.append(w)
+        self.scheduled.add(rid)
+        self.budget -= w.num_new_tokens + num_padding

@@ -15,12 +15,12 @@ from itertools import accumulate
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from ..plan import ModelOutput, StepPlan
+from ..plan import ModelOutput, NewRequest, StepPlan
 from .attention import get_backend
 from .llama import AttentionMetadata, LlamaModel
 from .loader import resolve_dtype
 from .quantization import weight_bytes
-from .sampling import accept, token_logprobs
+from .sampling import sample
 
 
 def allocate_kv_cache(
@@ -65,10 +65,8 @@ class StepInputs:
     input_ids: torch.Tensor  # [T]
     positions: torch.Tensor  # [T]
     meta: AttentionMetadata
-    sample_rows: (
-        torch.Tensor
-    )  # [S] index in the flat batch of each token whose next token is sampled
-    sample_work: list  # the SeqWork of each sampling sequence: 1 + its drafts rows each, in order
+    sample_rows: torch.Tensor  # [S] each token whose next token is sampled
+    sample_work: list  # each sampling SeqWork: 1 + its drafts rows, in order
 
 
 def ragged_batch(
@@ -110,10 +108,8 @@ def build_step_inputs(
     seqs, sample_rows, sample_work = [], [], []
     num_tokens = 0
     for w in plan.work:
-        known = w.num_new_tokens - len(w.draft_token_ids)
-        ids = (
-            w.request.token_ids(w.start, known) + w.draft_token_ids + [pad_token_id] * w.num_padding
-        )
+        known = len(w.token_ids)
+        ids = w.token_ids + w.draft_token_ids + [pad_token_id] * w.num_padding
         if w.samples:
             sample_rows += range(num_tokens + known - 1, num_tokens + w.num_new_tokens)
             sample_work.append(w)
@@ -125,15 +121,24 @@ def build_step_inputs(
     )
 
 
-def split_list(items: list, counts: list[int]) -> list[list]:
-    ends = list(accumulate(counts))
-    return [items[e - n : e] for e, n in zip(ends, counts)]
+@dataclass(slots=True)
+class CachedRequest:
+    """The runner's own copy of a request (vLLM's CachedRequestState): from the plan
+    that first scheduled it, then every token it sampled; `forget` drops it."""
+
+    new: NewRequest
+    token_ids: list[int]  # the sequence so far: prompt, then each token kept
+    generator: torch.Generator | None  # a seeded request's own (sampling.py)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.token_ids) - len(self.new.prompt_ids)
 
 
 class ModelRunner:
     """Runs the real model on a plan and samples; owns the KV cache tensor."""
 
-    kind = "model"
+    kind, speculates = "model", False
 
     def __init__(self, model: LlamaModel, config: EngineConfig, name: str, pad_token_id: int = 0):
         """`config`: resolved (num_blocks, attention_backend set: core/builder.py)."""
@@ -150,7 +155,7 @@ class ModelRunner:
         self.attention, self.write_kv = get_backend(self.backend)
         self.name, self.pad_token_id, self.quantization = name, pad_token_id, config.quantization
         self.device = self.kv_cache.device
-        self.generators: dict[str, torch.Generator | None] = {}
+        self.requests: dict[str, CachedRequest] = {}
 
     def describe(self) -> dict:
         return {
@@ -165,6 +170,11 @@ class ModelRunner:
     def execute(self, plan: StepPlan) -> ModelOutput:
         """The tokens each sequence that samples in this step keeps: its accepted drafts, then
         one of the target's own (without drafts: just that one)."""
+        for w in plan.work:
+            if w.new is not None:
+                seed = w.new.params.seed
+                gen = None if seed is None else torch.Generator().manual_seed(seed)
+                self.requests[w.request_id] = CachedRequest(w.new, list(w.new.prompt_ids), gen)
         inp = build_step_inputs(plan, self.block_size, self.pad_token_id, self.device)
         with torch.inference_mode():
             hidden = self.model(
@@ -173,37 +183,16 @@ class ModelRunner:
             if not inp.sample_work:
                 return ModelOutput({})
             logits = self.model.logits(hidden[inp.sample_rows])
-        reqs = [w.request for w in inp.sample_work]
-        counts = [1 + len(w.draft_token_ids) for w in inp.sample_work]
-        row_reqs = [
-            (r, i) for r, n in zip(reqs, counts) for i in range(n)
-        ]  # row i of a request: its i-th new token
-        logprobs = token_logprobs(
-            logits, [r.params.logprobs for r, _ in row_reqs]
-        )  # raw, as vLLM's: before any mask
-        for row, (r, i) in enumerate(row_reqs):  # min_tokens: no end (EOS, a stop id) yet
-            if len(r.output_ids) + i < r.params.min_tokens:
-                logits[
-                    row, [t for t in (r.eos_token_id, *r.params.stop_token_ids) if t is not None]
-                ] = float("-inf")
+        work = inp.sample_work
+        reqs = [self.requests[w.request_id] for w in work]
+        tokens, logprobs = sample(logits, reqs, [w.draft_token_ids for w in work])
         out = ModelOutput({})
-        for w, rows, lps in zip(
-            inp.sample_work, logits.split(counts), split_list(logprobs, counts)
-        ):
-            r = w.request
-            tokens = accept(rows, w.draft_token_ids, r.params, self.generator(r))
-            out.sampled_token_ids[r.request_id] = tokens
-            if lps[0]:
-                out.logprobs[r.request_id] = [lp(t) for lp, t in zip(lps, tokens)]
+        for w, r, kept, lps in zip(work, reqs, tokens, logprobs):
+            r.token_ids += kept
+            out.sampled_token_ids[w.request_id] = kept
+            if lps is not None:
+                out.logprobs[w.request_id] = lps
         return out
 
-    def generator(self, req) -> torch.Generator | None:
-        """A seeded request's own generator (sampling.py says why)."""
-        rid = req.request_id
-        if rid not in self.generators:
-            seed = req.params.seed
-            self.generators[rid] = None if seed is None else torch.Generator().manual_seed(seed)
-        return self.generators[rid]
-
     def forget(self, request_id: str) -> None:
-        self.generators.pop(request_id, None)
+        self.requests.pop(request_id, None)

@@ -5,9 +5,41 @@ samples does not depend on its batch-mates.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
 from ..request import SamplingParams
+
+
+def sample(logits: torch.Tensor, reqs: list, drafts: list[list[int]]) -> tuple[list, list]:
+    """Each sequence's kept tokens from its rows (1 + its drafts), and their logprobs
+    where asked. Every greedy row's token comes in one read from the device (nano-vllm's
+    way: a GPU waits at each); only temperature and logprobs read row by row."""
+    counts = [1 + len(d) for d in drafts]
+    rows = [(r, i) for r, n in zip(reqs, counts) for i in range(n)]  # i: its i-th new token
+    # raw, as vLLM's: before any mask
+    logprobs = token_logprobs(logits, [r.new.params.logprobs for r, _ in rows])
+    for row, (r, i) in enumerate(rows):  # min_tokens: no end (EOS, a stop id) yet
+        if r.num_output + i < r.new.params.min_tokens:
+            ends = (r.new.eos_token_id, *r.new.params.stop_token_ids)
+            logits[row, [t for t in ends if t is not None]] = float("-inf")
+    best = [None] * len(reqs)
+    if any(r.new.params.temperature == 0 for r in reqs):
+        best = split_list(logits.argmax(-1).tolist(), counts)
+    tokens = [
+        accept(n, d, r.new.params, r.generator, b)
+        for n, d, r, b in zip(logits.split(counts), drafts, reqs, best)
+    ]
+    lps = split_list(logprobs, counts)
+    return tokens, [
+        [lp(t) for lp, t in zip(fs, ts)] if fs[0] else None for fs, ts in zip(lps, tokens)
+    ]
+
+
+def split_list(items: list, counts: list[int]) -> list[list]:
+    ends = list(accumulate(counts))
+    return [items[e - n : e] for e, n in zip(ends, counts)]
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -29,6 +61,7 @@ def accept(
     draft: list[int],
     params: SamplingParams,
     generator: torch.Generator | None,
+    best: list[int] | None = None,
 ) -> list[int]:
     """The tokens one sequence keeps from a step: `logits [1 + d, V]` are the target's after its
     last known token and after each of its `d` draft tokens (lesson 10). Greedy: keep drafts
@@ -36,9 +69,10 @@ def accept(
     sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
     (q is one-hot, as for vLLM's n-gram and EAGLE drafts): keep draft x with probability p(x),
     else draw from p with x removed; after d kept drafts, draw one more from p. Every kept token
-    is then distributed exactly as the target's own sample. With no drafts: one plain sample."""
+    is then distributed exactly as the target's own sample. With no drafts: one plain sample.
+    `best`: the rows' argmax, read with the whole step's (`sample`)."""
     if params.temperature == 0:
-        best = logits.argmax(-1).tolist()
+        best = logits.argmax(-1).tolist() if best is None else best
         n = next((i for i, x in enumerate(draft) if x != best[i]), len(draft))
         return draft[:n] + [best[n]]
     kept = []

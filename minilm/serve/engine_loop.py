@@ -54,7 +54,9 @@ class EngineLoop:
         self.engine, self.max_waiting, self.stream_interval = engine, max_waiting, stream_interval
         self.history = History(engine, window, timeline_path)
         self.request_ids: dict[int, str] = {}  # key -> request id, unfinished requests only
+        self.keys: dict[str, int] = {}  # the other way
         self.sent: dict[int, int] = {}  # key -> output tokens handed over so far
+        self.unsent: dict[int, Tokens] = {}  # key -> tokens held for --stream-interval
         self.draining_until: float | None = None
 
     # ---- commands ----------------------------------------------------------------------
@@ -101,6 +103,7 @@ class EngineLoop:
         except InvalidValue as e:
             return Rejected(cmd.key, 400, str(e), e.name, e.code)
         self.request_ids[cmd.key], self.sent[cmd.key] = req.request_id, 0
+        self.keys[req.request_id] = cmd.key
         return Accepted(cmd.key, req.prompt_len)
 
     def arrival(self, perf_counter: float) -> float:
@@ -115,11 +118,17 @@ class EngineLoop:
         rid = self.request_ids.pop(key, None)
         if rid is None or not self.engine.abort(rid, reason):  # finished already, or never accepted
             return []
-        self.sent.pop(key)
+        self.forget(key, rid)
         return [
             Tokens(key, [], finish_reason=reason),
             self.stats(None, [self.engine.requests[rid]]),
         ]
+
+    def forget(self, key: int, rid: str) -> None:
+        """A request that has finished: nothing more of it goes out."""
+        self.request_ids.pop(key, None)
+        del self.keys[rid], self.sent[key]
+        self.unsent.pop(key, None)
 
     def abort_all(self) -> list[Event]:
         return [e for key in list(self.request_ids) for e in self.abort(key)]
@@ -134,56 +143,48 @@ class EngineLoop:
 
     # ---- one step ------------------------------------------------------------------------
     def step(self) -> list[Event]:
-        """One engine step; every request's new tokens (or its finish), then the step's stats."""
-        record = self.engine.step()
+        """One engine step; the new tokens (or the finish) of each request it changed, then
+        the step's stats: work in proportion to the requests the step scheduled."""
+        done = self.engine.step_outputs()
+        record, outputs = done if done is not None else (None, [])
         events, finished = [], []
-        for key, rid in list(self.request_ids.items()):
-            req = self.engine.requests[rid]
-            new = len(req.output_ids) - self.sent[key]
-            if not req.finished and (not new or (self.sent[key] and new < self.stream_interval)):
-                continue  # nothing sampled yet (a prompt chunk), or fewer tokens than --stream-interval
-            events.append(
-                Tokens(
-                    key,
-                    req.output_ids[self.sent[key] :],
-                    req.output_logprobs[self.sent[key] :]
-                    if req.params.logprobs is not None
-                    else None,
-                    req.finish_reason if req.finished else None,
-                )
-            )
-            self.sent[key] = len(req.output_ids)
-            if req.finished:
-                finished.append(req)
-                del self.request_ids[key], self.sent[key]
-        return events + [self.stats(record, finished)]
+        for out in outputs:
+            key = self.keys.get(out.request_id)
+            if key is None:
+                continue  # added to the engine by another way: not streamed
+            logprobs = None if out.new_logprobs is None else []
+            held = self.unsent.setdefault(key, Tokens(key, [], logprobs))
+            held.token_ids += out.new_token_ids
+            if logprobs is not None:
+                held.logprobs += out.new_logprobs
+            few = len(held.token_ids) < self.stream_interval
+            if out.finish_reason is None and self.sent[key] and few:
+                continue  # fewer than --stream-interval tokens (the first go at once)
+            held.finish_reason = out.finish_reason
+            events.append(self.unsent.pop(key))
+            self.sent[key] += len(held.token_ids)
+            if out.finish_reason is not None:
+                finished.append(self.engine.requests[out.request_id])
+                self.forget(key, out.request_id)
+        return events + [self.stats(record, finished, outputs)]
 
-    def stats(self, record: StepRecord | None, finished: list) -> StepStats:
-        """The step's numbers for /metrics: tokens sampled, first tokens, gaps (one per request and step,
-        as vLLM's: tokens a step kept together come out together), finishes, gauges, drafts verified."""
-        engine, new_tokens, prompt_tokens, ttfts, queue, itls, drafts = (
-            self.engine,
-            0,
-            0,
-            [],
-            [],
-            [],
-            [],
+    def stats(self, record: StepRecord | None, finished: list, outputs: list = ()) -> StepStats:
+        """The step's numbers for /metrics, from its outputs: tokens sampled, first tokens,
+        gaps (one per request and step, as vLLM's: tokens a step kept together come out
+        together), finishes, gauges, drafts verified."""
+        engine, new_tokens, prompt_tokens, ttfts, queue, itls = self.engine, 0, 0, [], [], []
+        for out in outputs:
+            req, n = engine.requests[out.request_id], len(out.new_token_ids)
+            new_tokens += n
+            if len(req.token_times) == n:  # its first token(s)
+                ttfts.append(req.t_first_token - req.arrival)
+                queue.append(req.t_scheduled - req.arrival)
+                prompt_tokens += req.prompt_len
+            else:
+                itls.append(req.token_times[-n] - req.token_times[-n - 1])
+        drafts = (
+            [(i.num_draft, i.num_accepted) for i in record.items if i.num_draft] if record else []
         )
-        if record is not None:
-            drafts = [(i.num_draft, i.num_accepted) for i in record.items if i.num_draft]
-            for rid in dict.fromkeys(
-                i.request_id for i in record.items if i.kind in ("prefill", "decode")
-            ):
-                req = engine.requests[rid]
-                times = [t for t in req.token_times if t == record.t_end]  # sampled in this step
-                new_tokens += len(times)
-                if times and len(req.token_times) == len(times):  # its first token(s)
-                    ttfts.append(req.t_first_token - req.arrival)
-                    queue.append(req.t_scheduled - req.arrival)
-                    prompt_tokens += req.prompt_len
-                elif times:
-                    itls.append(req.token_times[-len(times)] - req.token_times[-len(times) - 1])
         return StepStats(
             new_tokens,
             prompt_tokens,

@@ -56,9 +56,7 @@ class SimulatedExecutor:
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         if not self.speculation:
-            return ModelOutput(
-                {w.request.request_id: [self.token_id] for w in plan.work if w.samples}
-            )
+            return ModelOutput({w.request_id: [self.token_id] for w in plan.work if w.samples})
         out = self.speculation.outcome(plan)
         return ModelOutput(
             {rid: [self.token_id] * n for rid, n in out.num_kept.items()},

@@ -165,6 +165,7 @@ class SimulatedSpeculation:
     def __init__(self, speculative: SpeculativeConfig, acceptance, draft: CostModel | None):
         self.speculative, self.acceptance, self.draft = speculative, acceptance, draft
         self.draft_seen: dict[str, int] = {}  # tokens of each sequence whose draft K/V are computed
+        self.max_len: dict[str, int] = {}  # of each request, from the plan that first scheduled it
         self._plan: StepPlan | None = None
         self._outcome: SpecOutcome | None = None
 
@@ -178,20 +179,23 @@ class SimulatedSpeculation:
         return self._outcome
 
     def _decide(self, plan: StepPlan) -> SpecOutcome:
-        for req in plan.preempted:
-            self.forget(req.request_id)
+        for rid in plan.preempted:
+            self.drop_drafts(rid)
         kept, drafts, drafting = {}, {}, []
         for w in plan.work:
+            rid = w.request_id
+            if w.new is not None:
+                self.max_len[rid] = len(w.new.prompt_ids) + w.new.params.max_tokens
             if not w.samples:
                 continue
-            rid = w.request.request_id
             kept[rid] = 1 + (
                 self.acceptance.accept(rid, len(w.draft_token_ids)) if w.draft_token_ids else 0
             )
-            n = max_drafts(self.speculative.num_speculative_tokens, w.request, kept[rid])
+            length = w.start + len(w.token_ids) + kept[rid]  # its tokens once they are kept
+            n = max_drafts(self.speculative.num_speculative_tokens, self.max_len[rid] - length)
             n = self.acceptance.propose(rid, n) if n > 0 else 0
             if n > 0:
-                drafts[rid], length = n, w.request.num_tokens + kept[rid]
+                drafts[rid] = n
                 drafting.append((length - self.draft_seen.get(rid, 0), length, n))
                 self.draft_seen[rid] = length
         return SpecOutcome(kept, drafts, self.draft_time(drafting))
@@ -206,9 +210,14 @@ class SimulatedSpeculation:
             t += self.draft.cost([(1, length + i) for _, length, n in drafting if n > i]).time
         return t
 
-    def forget(self, request_id: str) -> None:
+    def drop_drafts(self, request_id: str) -> None:
+        """A preempted request: its blocks, and the draft's K/V in them, are gone."""
         self.draft_seen.pop(request_id, None)
         self.acceptance.forget(request_id)
+
+    def forget(self, request_id: str) -> None:
+        self.drop_drafts(request_id)
+        self.max_len.pop(request_id, None)
 
 
 def make_speculation(

@@ -23,25 +23,23 @@ class SpeculativeExecutor:
     def __init__(self, runner: ModelRunner, proposer, config: EngineConfig):
         self.runner, self.proposer, self.speculative = runner, proposer, config.speculative_config
         self.kind, self.model_config = runner.kind, runner.model_config
+        self.speculates = True
 
     def describe(self) -> dict:
         return {**self.runner.describe(), "speculative_config": asdict(self.speculative)}
 
     def execute(self, plan: StepPlan) -> ModelOutput:
         out = self.runner.execute(plan)
-        for req in plan.preempted:
-            self.proposer.forget(req.request_id)
+        for rid in plan.preempted:  # its blocks, and the draft's K/V in them, are gone
+            self.proposer.forget(rid)
         t0 = device_time(self.runner.device.type)
-        proposals = []
+        proposals, k = [], self.speculative.num_speculative_tokens
         for w in plan.work:
-            req, kept = w.request, out.sampled_token_ids.get(w.request.request_id)
-            k = max_drafts(self.speculative.num_speculative_tokens, req, len(kept or ()))
-            if kept and k > 0:
-                proposals.append(
-                    Proposal(
-                        req.request_id, req.token_ids(0, req.num_tokens) + kept, k, w.block_table
-                    )
-                )
+            if w.request_id in out.sampled_token_ids:
+                r = self.runner.requests[w.request_id]  # its history has the kept tokens
+                n = max_drafts(k, r.new.params.max_tokens - r.num_output)
+                if n > 0:
+                    proposals.append(Proposal(w.request_id, r.token_ids, n, w.block_table))
         out.draft_token_ids = self.proposer.propose(proposals)
         out.draft_time = device_time(self.runner.device.type) - t0
         return out

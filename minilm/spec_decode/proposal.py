@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..request import Request
-
 
 @dataclass
 class Proposal:
@@ -15,8 +13,8 @@ class Proposal:
     block_table: list[int]  # its KV blocks, with room for the drafts' K/V (core/step.py, lookahead)
 
 
-def max_drafts(k: int, req: Request, num_kept: int) -> int:
-    """Drafts worth proposing for `req` after a step kept `num_kept` of its tokens (not yet appended):
-    at most k, and fewer than it may still produce, since a draft past its last token could never
-    be kept (0 or less: propose none). The real executor and the simulator both ask this."""
-    return min(k, req.params.max_tokens - len(req.output_ids) - num_kept - 1)
+def max_drafts(k: int, num_left: int) -> int:
+    """Drafts worth proposing for a request that may still produce `num_left` tokens: at most
+    k, and fewer than that, since a draft past its last token could never be kept (0 or
+    less: propose none). The real executor and the simulator both ask this."""
+    return min(k, num_left - 1)
