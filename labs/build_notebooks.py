@@ -28,7 +28,10 @@ nothing: the build refuses it. A cell whose sentence depends on a branch sets
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
 compares; everything else is stripped to keep the repository small. A marked cell that
-shows no text is an error: nbval would have nothing to compare.
+shows no text is an error: nbval would have nothing to compare. A cell that starts with
+`# %% [stored]` is deterministic (the simulated clock, arithmetic: never a CPU
+measurement) and keeps what it shows, figures included, so that a reader who opens the
+notebook before running it sees them; nbval (`--nbval-lax`) does not compare them.
 
     .venv/bin/python labs/build_notebooks.py --html     # previews: labs/preview/*.html
 
@@ -77,6 +80,8 @@ def split_cells(text: str) -> list[tuple[str, str]]:
                 if "[markdown]" in line
                 else "setup+code"
                 if "[with setup]" in line
+                else "stored"
+                if "[stored]" in line
                 else "code"
             )
             lines = []
@@ -122,6 +127,8 @@ def unshown_says(source: str) -> list[int]:
 
 
 HIDDEN = {"jupyter": {"source_hidden": True}}
+STORED = "stored"  # the tag of a `# %% [stored]` cell: its outputs stay in the notebook
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def markdown_text(source: str) -> str:
@@ -171,6 +178,8 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
             if source.startswith(CHECK_MARK):  # the check prints one deterministic line
                 source = "# NBVAL_CHECK_OUTPUT\n" + source
         cell = nbformat.v4.new_code_cell(source)
+        if kind == "stored":
+            cell.metadata["tags"] = [STORED]
         if states_a_takeaway(source):
             cell.metadata.update(HIDDEN)
         out.append(cell)
@@ -223,16 +232,40 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
                 errors.append(
                     f"cell {i}: marked NBVAL_CHECK_OUTPUT but shows no text, so nbval would compare nothing"
                 )
+        elif STORED in cell.metadata.get("tags", ()):
+            cell.outputs = stored_outputs(cell.outputs)
+            if not cell.outputs:
+                errors.append(f"cell {i}: marked [stored] but shows nothing to store")
         else:
             cell.outputs = []
             cell.execution_count = None
         cell.metadata = {
-            k: v for k, v in cell.metadata.items() if k in HIDDEN
+            k: v for k, v in cell.metadata.items() if k in HIDDEN or k == "tags"
         }  # not nbclient's timings
     nb.metadata.pop(
         "widgets", None
     )  # the saved state of every widget shown: megabytes of figure JSON
     return errors
+
+
+def stored_outputs(outputs: list) -> list:
+    """What a [stored] cell keeps: its printed text and what it displayed (a figure as its Plotly
+    JSON only, which JupyterLab draws: no copy of plotly.js), not stderr nor live widgets, whose
+    state is not saved."""
+    kept = []
+    for o in outputs:
+        if o.output_type == "stream" and o.name == "stdout":
+            if kept and kept[-1].output_type == "stream":
+                kept[-1].text += o.text
+            else:
+                kept.append(o)
+        elif o.output_type in ("execute_result", "display_data"):
+            keys = [PLOTLY_MIME] if PLOTLY_MIME in o.data else ["text/html", "text/markdown"]
+            data = {k: v for k, v in o.data.items() if k in (*keys, "text/plain")}
+            if "application/vnd.jupyter.widget-view+json" not in o.data:
+                o.data, o.metadata = data, {}
+                kept.append(o)
+    return kept
 
 
 def targets(src: Path) -> list[tuple[Path, str]]:
