@@ -154,9 +154,7 @@ def add_site_check(items, cell_type) -> None:
         f.outputs_seen = {}
     session = items[0].session
     items.append(
-        SiteBuilds.from_parent(
-            session, name="site", notebooks={rel: by_rel[rel] for rel in wanted}
-        )
+        SiteBuilds.from_parent(session, name="site", notebooks={rel: by_rel[rel] for rel in wanted})
     )
 
 

@@ -188,7 +188,9 @@ def site_problems(root: Path) -> tuple[list[str], int]:
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.set_default_timeout(TIMEOUT_MS)
         page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-        page.on("console", lambda m: m.type == "error" and errors.append(f"console error: {m.text}"))
+        page.on(
+            "console", lambda m: m.type == "error" and errors.append(f"console error: {m.text}")
+        )
 
         def off_the_machine(route):
             errors.append(f"asked the network for {route.request.url}")
