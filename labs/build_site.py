@@ -21,7 +21,6 @@ What the pages get, for a reader with no kernel and no internet:
 from __future__ import annotations
 
 import copy
-import html
 import json
 import shutil
 import time
@@ -93,7 +92,7 @@ def page_notebook(nb: nbformat.NotebookNode, rel: str) -> nbformat.NotebookNode:
             i
             for i, c in enumerate(nb.cells)
             if c.cell_type == "markdown" and c.source.startswith(DEMO_PART_2)
-        )
+        )  # StopIteration if the heading moved: this cut must be redone
         nb.cells = nb.cells[:part_2]
     figures = 0
     for cell in nb.cells:
@@ -182,12 +181,12 @@ def build(executed: Path = EXECUTED, out: Path = HTML) -> float:
     from sphinx.cmd.build import build_main
 
     t0 = time.perf_counter()
-    src = SITE / "src"
+    src = out.parent / "src"  # beside the pages: the Sphinx project, then its doctrees
     write_sources(executed, src)
     sys.path.insert(0, str(LABS.parent))  # conf.py names this module as an extension
     shutil.rmtree(out, ignore_errors=True)
     args = [str(src), str(out), "-b", "html", "-q", "-W", "--keep-going", "-E"]
-    args += ["-d", str(SITE / "doctrees")]
+    args += ["-d", str(out.parent / "doctrees")]
     if build_main(args) != 0:
         raise RuntimeError(f"sphinx-build {' '.join(args)} failed (its warnings are above)")
     return time.perf_counter() - t0
@@ -228,7 +227,7 @@ def setup(app) -> dict:
 
 def main() -> None:
     seconds = build()
-    print(f"{HTML / 'index.html'}: built in {seconds:.1f} s ({html.escape(str(EXECUTED))})")
+    print(f"{HTML / 'index.html'}: built in {seconds:.1f} s from {EXECUTED}")
 
 
 if __name__ == "__main__":

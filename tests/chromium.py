@@ -169,11 +169,11 @@ PAGE_CHECK = """() => {
 }"""
 
 
-def site_problems(root: Path) -> tuple[list[str], int]:
+def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
     """Open every page of the built site at `root` from disk; return the problems and the number
     of pages. A page must load with no console error or page error and ask nothing of the network;
     each figure must be drawn, its SVG as wide as its div and the div as wide as the article
-    (within a pixel; no wider); each link must point to a file of the site; search must find."""
+    (within a pixel; no wider); each link must point to a file of the site; searching for `search` must find a page."""
     from urllib.parse import unquote, urlsplit
 
     from playwright.sync_api import sync_playwright
@@ -217,11 +217,11 @@ def site_problems(root: Path) -> tuple[list[str], int]:
                 if parts.scheme == "file" and not Path(unquote(parts.path)).exists():
                     problems.append(f"{name}: a link to a missing page: {href}")
         errors.clear()
-        page.goto((root / "search.html").as_uri() + "?q=prefill", wait_until="load")
+        page.goto((root / "search.html").as_uri() + f"?q={search}", wait_until="load")
         try:
             page.wait_for_selector("#search-results li", timeout=TIMEOUT_MS)
         except Exception:
-            problems.append("search.html?q=prefill: no result")
+            problems.append(f"search.html?q={search}: no result")
         problems += [f"search.html: {e}" for e in errors]
         browser.close()
     return problems, len(pages)

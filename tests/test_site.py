@@ -1,0 +1,102 @@
+"""The site's builder (labs/build_site.py) and its browser check (tests/chromium.py site_problems)
+on three small notebooks: what a page shows, and that the check catches a console error, a
+request off the machine and a link to a missing page. The lab's own site is built and checked
+by the last item of a run that holds every notebook (conftest.py SiteBuilds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from chromium import CHROMIUM, site_problems
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from labs import build_site
+
+FIGURE = {"data": [{"type": "bar", "x": ["a", "b"], "y": [1, 2]}], "layout": {"width": 300}}
+BAD_HTML = (
+    "<script>console.error('broken')</script><img src='https://example.com/x.png'>"
+    "<a href='nowhere.html'>a missing page</a>"
+)
+
+
+def notebook(*cells) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=list(cells))
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    return nb
+
+
+def shown(code: str, *outputs, hidden=False):
+    cell = new_code_cell(code, outputs=list(outputs))
+    if hidden:
+        cell.metadata["jupyter"] = {"source_hidden": True}
+    return cell
+
+
+def lesson() -> nbformat.NotebookNode:
+    return notebook(
+        new_markdown_cell("# Lesson\n\nA step costs $12 d^2$ FLOPs."),
+        shown("fig", new_output("display_data", data={build_site.PLOTLY_MIME: FIGURE})),
+        shown(
+            "say(f'{x} wins')",
+            new_output("execute_result", data={"text/markdown": "static wins"}),
+            hidden=True,
+        ),
+        shown("1 / 0", new_output("error", ename="ZeroDivisionError", evalue="x", traceback=[])),
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    executed = tmp_path_factory.mktemp("executed")
+    for rel, nb in (
+        ("00_start_here.ipynb", lesson()),
+        (
+            "01_prefill_decode.ipynb",
+            notebook(
+                new_markdown_cell("# Bad"),
+                shown("x", new_output("display_data", data={"text/html": BAD_HTML})),
+            ),
+        ),
+        ("exercises/00_start_here.ipynb", notebook(new_markdown_cell("# Exercise 0"))),
+    ):
+        (executed / rel).parent.mkdir(exist_ok=True)
+        nbformat.write(nb, executed / rel)
+    out = executed.parent / "site" / "html"
+    build_site.build(executed, out)
+    return out
+
+
+def test_a_page_shows_figures_math_and_sentences_not_tracebacks(site):
+    page = (site / "00_start_here.html").read_text()
+    assert page.count('class="plotly-graph-div"') == 1 and "_static/plotly.min.js" in page
+    assert '"width"' not in page.split('class="plotly-graph-div"')[1]  # drawn at the page's width
+    assert "<math" in page and "$12" not in page
+    assert "static wins" in page and "say(f" not in page  # a takeaway: its sentence alone
+    assert "ZeroDivisionError" not in page
+    assert "plotly.min.js" not in (site / "exercises" / "00_start_here.html").read_text()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent")
+def test_the_check_passes_good_pages_and_names_each_problem_of_a_bad_one(site):
+    problems, pages = site_problems(site, search="lesson")
+    assert pages == 6  # three notebooks, the index, search, the general index
+    assert all(p.startswith("01_prefill_decode.html: ") for p in problems), problems
+    text = "\n".join(problems)
+    assert "console error: broken" in text
+    assert "asked the network for https://example.com/x.png" in text
+    assert "a link to a missing page" in text and "nowhere.html" in text
+
+
+def test_the_lecture_demo_page_stops_before_part_2():
+    nb = notebook(
+        new_markdown_cell("# Demo"), new_markdown_cell("## Part 2: live"), shown("serve()")
+    )
+    assert [c.source for c in build_site.page_notebook(nb, "lecture_demo.ipynb").cells] == [
+        "# Demo"
+    ]
