@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -84,6 +85,16 @@ def page_output(output: dict, div_id: str) -> dict | None:
     return output
 
 
+INLINE_MATH = re.compile(r"(?<![$\\])\$[^$\s][^$]*?\$(?!\$)")
+
+
+def one_line_math(markdown: str) -> str:
+    """Inline math that spans lines, on one line. JupyterLab takes out the math before it reads
+    the Markdown; MyST reads the Markdown first, so a continuation line that begins with `+`
+    or `-` would start a list and cut the formula in two."""
+    return INLINE_MATH.sub(lambda m: m.group(0).replace("\n", " "), markdown)
+
+
 def page_notebook(nb: nbformat.NotebookNode, rel: str) -> nbformat.NotebookNode:
     """The executed notebook as its page shows it (see the module's docstring)."""
     nb = copy.deepcopy(nb)
@@ -96,6 +107,8 @@ def page_notebook(nb: nbformat.NotebookNode, rel: str) -> nbformat.NotebookNode:
         nb.cells = nb.cells[:part_2]
     figures = 0
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = one_line_math(cell.source)
         if cell.cell_type != "code":
             continue
         if cell.metadata.get("jupyter", {}).get("source_hidden"):
@@ -144,6 +157,7 @@ html_math_renderer = "mathml"
 myst_enable_extensions = ["dollarmath", "amsmath"]
 nb_execution_mode = "off"  # executed by nbval already
 nb_output_stderr = "remove"
+nb_render_markdown_format = "myst"  # a say() sentence's math drawn like the prose's
 exclude_patterns = ["_build"]
 suppress_warnings = ["mystnb.unknown_mime_type"]
 html_theme_options = {{"show_navbar_depth": 2, "home_page_in_toc": True}}

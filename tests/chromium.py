@@ -155,8 +155,8 @@ def figure_problems(figures: list[tuple[str, dict]]) -> tuple[list[str], int]:
 
 
 # The site (labs/build_site.py): every figure drawn (Plotly sets .js-plotly-plot) and as wide as
-# its place in the page; every link's target a file of the site.
-PAGE_CHECK = """() => {
+# its place in the page; no TeX left in the prose as text; every link's target a file of the site.
+PAGE_CHECK = r"""() => {
   const figures = [...document.querySelectorAll('.plotly-graph-div')].map(div => {
     const svg = div.querySelector('svg.main-svg');
     const article = div.closest('article') || document.body;
@@ -165,7 +165,10 @@ PAGE_CHECK = """() => {
             room: article.getBoundingClientRect().width};
   });
   const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
-  return {figures, links};
+  const prose = (document.querySelector('article') || document.body).cloneNode(true);
+  prose.querySelectorAll('pre, code, math, script, style').forEach(e => e.remove());
+  const tex = prose.textContent.match(/.{0,30}(\\[a-zA-Z]+\{|\\(cdot|times|approx|sum|frac)\b).{0,30}/);
+  return {figures, links, tex: tex && tex[0]};
 }"""
 
 
@@ -191,9 +194,12 @@ def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
         page.on(
             "console", lambda m: m.type == "error" and errors.append(f"console error: {m.text}")
         )
+        aborted = "console error: Failed to load resource: net::ERR_FAILED"  # off_the_machine's
 
-        def off_the_machine(route):
-            errors.append(f"asked the network for {route.request.url}")
+        def off_the_machine(route):  # charged to the page that asked, which may be gone by now
+            asker = unquote(urlsplit(route.request.frame.url).path)
+            name = Path(asker).relative_to(root) if asker.startswith(str(root)) else asker
+            problems.append(f"{name}: asked the network for {route.request.url}")
             route.abort()
 
         page.route(lambda url: not url.startswith(("file:", "data:", "blob:")), off_the_machine)
@@ -203,7 +209,7 @@ def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
             page.goto(path.as_uri(), wait_until="load")
             page.wait_for_timeout(50)  # what Plotly left for the next frame
             found = page.evaluate(PAGE_CHECK)
-            problems += [f"{name}: {e}" for e in errors]
+            problems += [f"{name}: {e}" for e in errors if e != aborted]
             for fig in found["figures"]:
                 if not fig["drawn"]:
                     problems.append(f"{name}: {fig['id']} not drawn")
@@ -212,6 +218,8 @@ def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
                         f"{name}: {fig['id']} drawn {fig['svg']:.0f} px wide in a div of "
                         f"{fig['width']:.0f} px, the page's article {fig['room']:.0f} px"
                     )
+            if found["tex"]:
+                problems.append(f"{name}: TeX left as text, not drawn as math: {found['tex']!r}")
             for href in found["links"]:
                 parts = urlsplit(href)
                 if parts.scheme == "file" and not Path(unquote(parts.path)).exists():
@@ -222,6 +230,6 @@ def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
             page.wait_for_selector("#search-results li", timeout=TIMEOUT_MS)
         except Exception:
             problems.append(f"search.html?q={search}: no result")
-        problems += [f"search.html: {e}" for e in errors]
+        problems += [f"search.html: {e}" for e in errors if e != aborted]
         browser.close()
-    return problems, len(pages)
+    return list(dict.fromkeys(problems)), len(pages)  # a request asked again, said once

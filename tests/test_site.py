@@ -17,7 +17,7 @@ from labs import build_site
 FIGURE = {"data": [{"type": "bar", "x": ["a", "b"], "y": [1, 2]}], "layout": {"width": 300}}
 BAD_HTML = (
     "<script>console.error('broken')</script><img src='https://example.com/x.png'>"
-    "<a href='nowhere.html'>a missing page</a>"
+    "<a href='nowhere.html'>a missing page</a><p>TeX as text: \\frac{a}{b}</p>"
 )
 
 
@@ -40,7 +40,9 @@ def shown(code: str, *outputs, hidden=False):
 
 def lesson() -> nbformat.NotebookNode:
     return notebook(
-        new_markdown_cell("# Lesson\n\nA step costs $12 d^2$ FLOPs."),
+        new_markdown_cell(
+            "# Lesson\n\nA step costs $12 d^2$ FLOPs, a decode $P \\cdot b\n+ c$ bytes."
+        ),
         shown("fig", new_output("display_data", data={build_site.PLOTLY_MIME: FIGURE})),
         shown(
             "say(f'{x} wins')",
@@ -76,7 +78,7 @@ def test_a_page_shows_figures_math_and_sentences_not_tracebacks(site):
     page = (site / "00_start_here.html").read_text()
     assert page.count('class="plotly-graph-div"') == 1 and "_static/plotly.min.js" in page
     assert '"width"' not in page.split('class="plotly-graph-div"')[1]  # drawn at the page's width
-    assert "<math" in page and "$12" not in page
+    assert page.count("<math") == 2 and "$" not in page.split("<article")[1].split("<script")[0]
     assert "static wins" in page and "say(f" not in page  # a takeaway: its sentence alone
     assert "ZeroDivisionError" not in page
     assert "plotly.min.js" not in (site / "exercises" / "00_start_here.html").read_text()
@@ -91,6 +93,7 @@ def test_the_check_passes_good_pages_and_names_each_problem_of_a_bad_one(site):
     assert "console error: broken" in text
     assert "asked the network for https://example.com/x.png" in text
     assert "a link to a missing page" in text and "nowhere.html" in text
+    assert "TeX left as text" in text
 
 
 def test_the_lecture_demo_page_stops_before_part_2():
