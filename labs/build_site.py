@@ -99,12 +99,16 @@ def page_notebook(nb: nbformat.NotebookNode, rel: str) -> nbformat.NotebookNode:
     """The executed notebook as its page shows it (see the module's docstring)."""
     nb = copy.deepcopy(nb)
     if rel == "lecture_demo.ipynb":
-        part_2 = next(
+        part_2 = [
             i
             for i, c in enumerate(nb.cells)
             if c.cell_type == "markdown" and c.source.startswith(DEMO_PART_2)
-        )  # StopIteration if the heading moved: this cut must be redone
-        nb.cells = nb.cells[:part_2]
+        ]
+        if not part_2:
+            raise ValueError(
+                f"{rel}: no Markdown cell starts with {DEMO_PART_2!r}, where its page ends"
+            )
+        nb.cells = nb.cells[: part_2[0]]
     figures = 0
     for cell in nb.cells:
         if cell.cell_type == "markdown":

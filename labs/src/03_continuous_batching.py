@@ -290,7 +290,7 @@ for sigma in (0.0, 0.5, 1.0, 1.5):
     print(f"output lengths {outputs.min():4d}-{outputs.max():4d} (CV {cv:4.2f}): continuous / static "
           f"throughput {spread[cv]:.2f}x (simulated)")
 
-# %%
+# %% [stored]
 fig = go.Figure(go.Scatter(x=list(spread), y=list(spread.values()), mode="lines+markers"))
 fig.add_hrect(y0=2, y1=8, fillcolor="orange", opacity=0.12, line_width=0,
               annotation_text="source 000: 2–8x", annotation_position="top left")
