@@ -5,6 +5,7 @@ by the last item of a run that holds every notebook (conftest.py SiteBuilds)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import nbformat
@@ -103,3 +104,36 @@ def test_the_lecture_demo_page_stops_before_part_2():
     assert [c.source for c in build_site.page_notebook(nb, "lecture_demo.ipynb").cells] == [
         "# Demo"
     ]
+
+
+def test_a_stored_cell_keeps_its_text_and_figure_json_and_no_other_cell_keeps_anything():
+    """labs/build_notebooks.py: a `# %% [stored]` cell keeps what a reader needs before running
+    the notebook (no plotly.js copy, no stderr, no widget without its state)."""
+    import sys
+
+    sys.path.insert(0, str(build_site.LABS))
+    from build_notebooks import keep_checked_outputs, make_notebook, split_cells
+
+    cells = split_cells("# %% [stored]\nfig\n\n# %%\nfig\n")
+    nb = make_notebook(cells, "lesson")
+    figure = new_output(
+        "display_data",
+        data={build_site.PLOTLY_MIME: FIGURE, "text/html": "<script>plotly.js</script>"},
+    )
+    outputs = [
+        new_output("stream", name="stdout", text="a "),
+        new_output("stream", name="stdout", text="b\n"),
+        new_output("stream", name="stderr", text="a warning"),
+        figure,
+        new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {}}),
+    ]
+    for cell in nb.cells[1:]:
+        cell.outputs = copy.deepcopy(outputs)
+    assert keep_checked_outputs(nb, "lesson") == []
+    stored, unmarked = nb.cells[1], nb.cells[2]
+    assert stored.metadata["tags"] == ["stored"]
+    assert [o.get("text") or dict(o.data) for o in stored.outputs] == [
+        "a b\n",
+        {build_site.PLOTLY_MIME: FIGURE},
+    ]
+    assert unmarked.outputs == []
