@@ -33,13 +33,8 @@ shows no text is an error: nbval would have nothing to compare. A cell that star
 measurement) and keeps what it shows, figures included, so that a reader who opens the
 notebook before running it sees them; nbval (`--nbval-lax`) does not compare them.
 
-    .venv/bin/python labs/build_notebooks.py --html     # previews: labs/preview/*.html
-
-`--html` executes every lesson (and the exercise solutions) with Plotly's HTML renderer
-on and writes each, figures included, as a standalone page in `labs/preview/` (git
-ignores it), so an instructor can skim a lesson in a browser without running it. The
-notebooks in git are left as they are. (Live widgets — the control panel, live views —
-need a kernel and are not in the pages.)
+The lab as a website, every notebook executed with its figures, for a reader without a
+kernel: `bash scripts/site.sh` (labs/build_site.py).
 """
 
 from __future__ import annotations
@@ -301,33 +296,7 @@ def build(src: Path) -> None:
             raise SystemExit(1)
 
 
-PREVIEW = LABS / "preview"
-HTML_RENDERER = "import plotly.io as pio\npio.renderers.default = 'plotly_mimetype+notebook'  # figures in the HTML page"
-
-
-def preview(src: Path) -> None:
-    """Execute the lesson (or the exercise's solution) and write it as a standalone HTML page."""
-    from nbconvert import HTMLExporter
-
-    path, variant = targets(src)[-1]
-    nb = make_notebook(split_cells(src.read_text()), variant)
-    nb.cells.insert(1, nbformat.v4.new_code_cell(HTML_RENDERER))
-    for cell in nb.cells:  # nbconvert's templates leave out the source of a cell marked so
-        if cell.metadata.get("jupyter", {}).get("source_hidden"):
-            cell.metadata["transient"] = {"remove_source": True}
-    seconds = execute(nb, path.parent)
-    body, _ = HTMLExporter(
-        exclude_input_prompt=True, exclude_output_prompt=True
-    ).from_notebook_node(nb)
-    PREVIEW.mkdir(exist_ok=True)
-    out = PREVIEW / (("solution_" if variant == "solution" else "") + path.stem + ".html")
-    out.write_text(body)
-    print(f"{out.relative_to(LABS)}: executed in {seconds:.1f} s, {len(body) / 1e6:.1f} MB")
-
-
-def main(args: list[str]) -> None:
-    html = "--html" in args
-    prefixes = [a for a in args if a != "--html"]
+def main(prefixes: list[str]) -> None:
     sources = sorted(SRC.glob("*.py"))
     chosen = [s for s in sources if not prefixes or any(s.stem.startswith(p) for p in prefixes)]
     if not chosen:
@@ -335,7 +304,7 @@ def main(args: list[str]) -> None:
             f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}"
         )
     for src in chosen:
-        preview(src) if html else build(src)
+        build(src)
 
 
 if __name__ == "__main__":

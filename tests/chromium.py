@@ -4,9 +4,10 @@ JupyterLab shows a figure a lesson displays (a `go.Figure` as a cell's value, `d
 through the `jupyterlab-plotly` extension: the kernel sends the figure's JSON as
 `application/vnd.plotly.v1+json` and the extension calls `Plotly.react` on it (its default
 height 360 px). `figure_problems` does the same with the plotly.js that plotly.py ships
-(`plotly.min.js`, also what `--html` previews and `fig.write_html` embed), after checking that it
+(`plotly.min.js`, also what the lab's site and `fig.write_html` embed), after checking that it
 is the plotly.js version the extension bundles, and reports every figure that raised an error
-in the page or left a visible trace undrawn.
+in the page or left a visible trace undrawn. `site_problems` opens every page of the lab's
+site (labs/build_site.py) as a reader would, from disk and with no network.
 """
 
 from __future__ import annotations
