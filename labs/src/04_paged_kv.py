@@ -297,7 +297,7 @@ fig
 # sequences are almost free: throughput goes up. The price is the preemptions of the
 # table: work thrown away and done again.
 
-# %% [stored]
+# %%
 import plotly.graph_objects as go
 
 fig = go.Figure()
