@@ -31,7 +31,8 @@ compares; everything else is stripped to keep the repository small. A marked cel
 shows no text is an error: nbval would have nothing to compare. A cell that starts with
 `# %% [stored]` is deterministic (the simulated clock, arithmetic: never a CPU
 measurement) and keeps what it shows, figures included, so that a reader who opens the
-notebook before running it sees them; nbval (`--nbval-lax`) does not compare them.
+notebook before running it sees them; nbval (`--nbval-lax`) does not compare them. To keep
+the repository small a cell may store 32 KB of JSON (STORED_LIMIT); more is an error.
 
 The lab as a website, every notebook executed with its figures, for a reader without a
 kernel: `bash scripts/site.sh` (labs/build_site.py).
@@ -40,6 +41,7 @@ kernel: `bash scripts/site.sh` (labs/build_site.py).
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import time
@@ -123,6 +125,9 @@ def unshown_says(source: str) -> list[int]:
 
 HIDDEN = {"jupyter": {"source_hidden": True}}
 STORED = "stored"  # the tag of a `# %% [stored]` cell: its outputs stay in the notebook
+STORED_LIMIT = (
+    32_000  # characters of JSON: a figure of a few hundred points, not a run's every step
+)
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
@@ -229,8 +234,14 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
                 )
         elif STORED in cell.metadata.get("tags", ()):
             cell.outputs = stored_outputs(cell.outputs)
+            size = len(json.dumps(cell.outputs))
             if not cell.outputs:
                 errors.append(f"cell {i}: marked [stored] but shows nothing to store")
+            elif size > STORED_LIMIT:
+                errors.append(
+                    f"cell {i}: marked [stored] but shows {size / 1e3:.0f} KB, over the "
+                    f"{STORED_LIMIT / 1e3:.0f} KB a cell may store: leave it unstored"
+                )
         else:
             cell.outputs = []
             cell.execution_count = None

@@ -137,3 +137,7 @@ def test_a_stored_cell_keeps_its_text_and_figure_json_and_no_other_cell_keeps_an
         {build_site.PLOTLY_MIME: FIGURE},
     ]
     assert unmarked.outputs == []
+
+    big = {"data": [{"type": "scatter", "y": list(range(10_000))}]}
+    nb.cells[1].outputs = [new_output("display_data", data={build_site.PLOTLY_MIME: big})]
+    assert any("over the 32 KB" in e for e in keep_checked_outputs(nb, "lesson"))
