@@ -1,5 +1,6 @@
 """For every test run, tests/ and labs/ alike (nbval's notebook cells are pytest items too)."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,7 @@ def pytest_collection_modifyitems(config, items):
     except ImportError:  # no notebooks collected
         return
     add_figure_checks(items, IPyNbCell)
+    add_site_check(items, IPyNbCell)
 
 
 def add_figure_checks(items, cell_type) -> None:
@@ -101,6 +103,59 @@ def pytest_runtest_makereport(item, call):
     check = getattr(item.parent, "figure_check", None)
     if call.when == "call" and check is not None and item is not check:
         check.collect_figures(item)
+        seen = getattr(item.parent, "outputs_seen", None)  # only when the site is checked
+        if seen is not None:
+            seen[item.cell_num] = item.test_outputs
+
+
+class SiteBuilds(pytest.Item):
+    """After every notebook, one more item: the site (labs/build_site.py) builds from the notebooks
+    as nbval ran them, and every page loads in headless Chromium with no console error, no request
+    off the machine, its figures drawn at the page's width and its links to pages that exist
+    (tests/chromium.py). Added only when every notebook of the site was collected."""
+
+    def __init__(self, notebooks, **kwargs):
+        super().__init__(**kwargs)
+        self.notebooks = notebooks  # {path relative to labs/: its nbval file node}
+
+    def runtest(self) -> None:
+        from labs import build_site
+        from tests.chromium import CHROMIUM, site_problems
+
+        unrun = [rel for rel, nb in self.notebooks.items() if not nb.outputs_seen]
+        if unrun:
+            pytest.skip(f"these notebooks did not run: {unrun}")
+        shutil.rmtree(build_site.EXECUTED, ignore_errors=True)
+        for rel, node in self.notebooks.items():
+            build_site.save_executed(node.nb, node.outputs_seen, rel)
+        seconds = build_site.build()
+        print(f"site built in {seconds:.1f} s")
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"{CHROMIUM} is absent: install it with `apt-get install -y chromium`")
+        problems, pages = site_problems(build_site.HTML)
+        print(f"{pages} pages checked")
+        if problems:
+            pytest.fail("\n".join(problems), pytrace=False)
+
+    def reportinfo(self):
+        return self.path, None, "the lab's site builds and its pages work in Chromium"
+
+
+def add_site_check(items, cell_type) -> None:
+    """One SiteBuilds after everything, when the run holds every notebook the site shows."""
+    from labs.build_site import LABS, site_notebooks
+
+    files = {item.parent for item in items if isinstance(item, cell_type)}
+    by_rel = {str(Path(f.path).relative_to(LABS)): f for f in files if LABS in Path(f.path).parents}
+    wanted = site_notebooks()
+    if not all(rel in by_rel for rel in wanted):
+        return
+    for f in by_rel.values():
+        f.outputs_seen = {}
+    session = items[0].session
+    items.append(
+        SiteBuilds.from_parent(session, name="site", notebooks={rel: by_rel[rel] for rel in wanted})
+    )
 
 
 def close_figure_page() -> None:

@@ -28,20 +28,20 @@ nothing: the build refuses it. A cell whose sentence depends on a branch sets
 Each notebook is executed once here, and only the outputs of cells marked
 `# NBVAL_CHECK_OUTPUT` (their text, never figures) are stored: that is what nbval
 compares; everything else is stripped to keep the repository small. A marked cell that
-shows no text is an error: nbval would have nothing to compare.
+shows no text is an error: nbval would have nothing to compare. A cell that starts with
+`# %% [stored]` is deterministic (the simulated clock, arithmetic: never a CPU
+measurement) and keeps what it shows, figures included, so that a reader who opens the
+notebook before running it sees them; nbval (`--nbval-lax`) does not compare them. To keep
+the repository small a cell may store 32 KB of JSON (STORED_LIMIT); more is an error.
 
-    .venv/bin/python labs/build_notebooks.py --html     # previews: labs/preview/*.html
-
-`--html` executes every lesson (and the exercise solutions) with Plotly's HTML renderer
-on and writes each, figures included, as a standalone page in `labs/preview/` (git
-ignores it), so an instructor can skim a lesson in a browser without running it. The
-notebooks in git are left as they are. (Live widgets — the control panel, live views —
-need a kernel and are not in the pages.)
+The lab as a website, every notebook executed with its figures, for a reader without a
+kernel: `bash scripts/site.sh` (labs/build_site.py).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import time
@@ -77,6 +77,8 @@ def split_cells(text: str) -> list[tuple[str, str]]:
                 if "[markdown]" in line
                 else "setup+code"
                 if "[with setup]" in line
+                else "stored"
+                if "[stored]" in line
                 else "code"
             )
             lines = []
@@ -122,6 +124,11 @@ def unshown_says(source: str) -> list[int]:
 
 
 HIDDEN = {"jupyter": {"source_hidden": True}}
+STORED = "stored"  # the tag of a `# %% [stored]` cell: its outputs stay in the notebook
+STORED_LIMIT = (
+    32_000  # characters of JSON: a figure of a few hundred points, not a run's every step
+)
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def markdown_text(source: str) -> str:
@@ -171,6 +178,8 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
             if source.startswith(CHECK_MARK):  # the check prints one deterministic line
                 source = "# NBVAL_CHECK_OUTPUT\n" + source
         cell = nbformat.v4.new_code_cell(source)
+        if kind == "stored":
+            cell.metadata["tags"] = [STORED]
         if states_a_takeaway(source):
             cell.metadata.update(HIDDEN)
         out.append(cell)
@@ -223,16 +232,46 @@ def keep_checked_outputs(nb: nbformat.NotebookNode, variant: str) -> list[str]:
                 errors.append(
                     f"cell {i}: marked NBVAL_CHECK_OUTPUT but shows no text, so nbval would compare nothing"
                 )
+        elif STORED in cell.metadata.get("tags", ()):
+            cell.outputs = stored_outputs(cell.outputs)
+            size = len(json.dumps(cell.outputs))
+            if not cell.outputs:
+                errors.append(f"cell {i}: marked [stored] but shows nothing to store")
+            elif size > STORED_LIMIT:
+                errors.append(
+                    f"cell {i}: marked [stored] but shows {size / 1e3:.0f} KB, over the "
+                    f"{STORED_LIMIT / 1e3:.0f} KB a cell may store: leave it unstored"
+                )
         else:
             cell.outputs = []
             cell.execution_count = None
         cell.metadata = {
-            k: v for k, v in cell.metadata.items() if k in HIDDEN
+            k: v for k, v in cell.metadata.items() if k in HIDDEN or k == "tags"
         }  # not nbclient's timings
     nb.metadata.pop(
         "widgets", None
     )  # the saved state of every widget shown: megabytes of figure JSON
     return errors
+
+
+def stored_outputs(outputs: list) -> list:
+    """What a [stored] cell keeps: its printed text and what it displayed (a figure as its Plotly
+    JSON only, which JupyterLab draws: no copy of plotly.js), not stderr nor live widgets, whose
+    state is not saved."""
+    kept = []
+    for o in outputs:
+        if o.output_type == "stream" and o.name == "stdout":
+            if kept and kept[-1].output_type == "stream":
+                kept[-1].text += o.text
+            else:
+                kept.append(o)
+        elif o.output_type in ("execute_result", "display_data"):
+            keys = [PLOTLY_MIME] if PLOTLY_MIME in o.data else ["text/html", "text/markdown"]
+            data = {k: v for k, v in o.data.items() if k in (*keys, "text/plain")}
+            if "application/vnd.jupyter.widget-view+json" not in o.data:
+                o.data, o.metadata = data, {}
+                kept.append(o)
+    return kept
 
 
 def targets(src: Path) -> list[tuple[Path, str]]:
@@ -268,33 +307,7 @@ def build(src: Path) -> None:
             raise SystemExit(1)
 
 
-PREVIEW = LABS / "preview"
-HTML_RENDERER = "import plotly.io as pio\npio.renderers.default = 'plotly_mimetype+notebook'  # figures in the HTML page"
-
-
-def preview(src: Path) -> None:
-    """Execute the lesson (or the exercise's solution) and write it as a standalone HTML page."""
-    from nbconvert import HTMLExporter
-
-    path, variant = targets(src)[-1]
-    nb = make_notebook(split_cells(src.read_text()), variant)
-    nb.cells.insert(1, nbformat.v4.new_code_cell(HTML_RENDERER))
-    for cell in nb.cells:  # nbconvert's templates leave out the source of a cell marked so
-        if cell.metadata.get("jupyter", {}).get("source_hidden"):
-            cell.metadata["transient"] = {"remove_source": True}
-    seconds = execute(nb, path.parent)
-    body, _ = HTMLExporter(
-        exclude_input_prompt=True, exclude_output_prompt=True
-    ).from_notebook_node(nb)
-    PREVIEW.mkdir(exist_ok=True)
-    out = PREVIEW / (("solution_" if variant == "solution" else "") + path.stem + ".html")
-    out.write_text(body)
-    print(f"{out.relative_to(LABS)}: executed in {seconds:.1f} s, {len(body) / 1e6:.1f} MB")
-
-
-def main(args: list[str]) -> None:
-    html = "--html" in args
-    prefixes = [a for a in args if a != "--html"]
+def main(prefixes: list[str]) -> None:
     sources = sorted(SRC.glob("*.py"))
     chosen = [s for s in sources if not prefixes or any(s.stem.startswith(p) for p in prefixes)]
     if not chosen:
@@ -302,7 +315,7 @@ def main(args: list[str]) -> None:
             f"no source in {SRC} starts with {prefixes}; have {[s.stem for s in sources]}"
         )
     for src in chosen:
-        preview(src) if html else build(src)
+        build(src)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ JupyterLab shows a figure a lesson displays (a `go.Figure` as a cell's value, `d
 through the `jupyterlab-plotly` extension: the kernel sends the figure's JSON as
 `application/vnd.plotly.v1+json` and the extension calls `Plotly.react` on it (its default
 height 360 px). `figure_problems` does the same with the plotly.js that plotly.py ships
-(`plotly.min.js`, also what `--html` previews and `fig.write_html` embed), after checking that it
+(`plotly.min.js`, also what the lab's site and `fig.write_html` embed), after checking that it
 is the plotly.js version the extension bundles, and reports every figure that raised an error
-in the page or left a visible trace undrawn.
+in the page or left a visible trace undrawn. `site_problems` opens every page of the lab's
+site (labs/build_site.py) as a reader would, from disk and with no network.
 """
 
 from __future__ import annotations
@@ -152,3 +153,84 @@ def figure_problems(figures: list[tuple[str, dict]]) -> tuple[list[str], int]:
         return page.problems(figures)
     finally:
         page.close()
+
+
+# The site (labs/build_site.py): every figure drawn (Plotly sets .js-plotly-plot) and as wide as
+# its place in the page; no TeX left in the prose as text; every link's target a file of the site.
+PAGE_CHECK = r"""() => {
+  const figures = [...document.querySelectorAll('.plotly-graph-div')].map(div => {
+    const svg = div.querySelector('svg.main-svg');
+    const article = div.closest('article') || document.body;
+    return {id: div.id, drawn: div.classList.contains('js-plotly-plot') && !!svg,
+            width: div.getBoundingClientRect().width, svg: svg ? svg.getBoundingClientRect().width : 0,
+            room: article.getBoundingClientRect().width};
+  });
+  const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
+  const prose = (document.querySelector('article') || document.body).cloneNode(true);
+  prose.querySelectorAll('pre, code, math, script, style').forEach(e => e.remove());
+  const tex = prose.textContent.match(/.{0,30}(\\[a-zA-Z]+\{|\\(cdot|times|approx|sum|frac)\b).{0,30}/);
+  return {figures, links, tex: tex && tex[0]};
+}"""
+
+
+def site_problems(root: Path, search: str = "prefill") -> tuple[list[str], int]:
+    """Open every page of the built site at `root` from disk; return the problems and the number
+    of pages. A page must load with no console error or page error and ask nothing of the network;
+    each figure must be drawn, its SVG as wide as its div and the div as wide as the article
+    (within a pixel; no wider); each link must point to a file of the site; searching for `search` must find a page."""
+    from urllib.parse import unquote, urlsplit
+
+    from playwright.sync_api import sync_playwright
+
+    pages = sorted(p for p in root.rglob("*.html") if p.parts[len(root.parts)] != "_static")
+    problems: list[str] = []
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=TIMEOUT_MS
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(TIMEOUT_MS)
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.on(
+            "console", lambda m: m.type == "error" and errors.append(f"console error: {m.text}")
+        )
+        aborted = "console error: Failed to load resource: net::ERR_FAILED"  # off_the_machine's
+
+        def off_the_machine(route):  # charged to the page that asked, which may be gone by now
+            asker = unquote(urlsplit(route.request.frame.url).path)
+            name = Path(asker).relative_to(root) if asker.startswith(str(root)) else asker
+            problems.append(f"{name}: asked the network for {route.request.url}")
+            route.abort()
+
+        page.route(lambda url: not url.startswith(("file:", "data:", "blob:")), off_the_machine)
+        for path in pages:
+            name = str(path.relative_to(root))
+            errors.clear()
+            page.goto(path.as_uri(), wait_until="load")
+            page.wait_for_timeout(50)  # what Plotly left for the next frame
+            found = page.evaluate(PAGE_CHECK)
+            problems += [f"{name}: {e}" for e in errors if e != aborted]
+            for fig in found["figures"]:
+                if not fig["drawn"]:
+                    problems.append(f"{name}: {fig['id']} not drawn")
+                elif abs(fig["svg"] - fig["width"]) > 1 or fig["width"] > fig["room"] + 1:
+                    problems.append(
+                        f"{name}: {fig['id']} drawn {fig['svg']:.0f} px wide in a div of "
+                        f"{fig['width']:.0f} px, the page's article {fig['room']:.0f} px"
+                    )
+            if found["tex"]:
+                problems.append(f"{name}: TeX left as text, not drawn as math: {found['tex']!r}")
+            for href in found["links"]:
+                parts = urlsplit(href)
+                if parts.scheme == "file" and not Path(unquote(parts.path)).exists():
+                    problems.append(f"{name}: a link to a missing page: {href}")
+        errors.clear()
+        page.goto((root / "search.html").as_uri() + f"?q={search}", wait_until="load")
+        try:
+            page.wait_for_selector("#search-results li", timeout=TIMEOUT_MS)
+        except Exception:
+            problems.append(f"search.html?q={search}: no result")
+        problems += [f"search.html: {e}" for e in errors if e != aborted]
+        browser.close()
+    return list(dict.fromkeys(problems)), len(pages)  # a request asked again, said once

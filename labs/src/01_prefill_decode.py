@@ -303,7 +303,7 @@ say(f"On an H100 a prefill must hold about **{n_cross} tokens** before its arith
 # > decodes can cross it together with them (section 5). With the source's own FLOP
 # > formula, too small by section 2's factor, the crossover would come that many times later.
 
-# %%
+# %% [stored]
 x = np.logspace(-0.5, 4, 100)
 fig = go.Figure()
 fig.add_scatter(x=x, y=np.minimum(cm.flop_rate, x * cm.byte_rate) / 1e12, name="roofline", line_color="gray")
@@ -341,7 +341,7 @@ for k in (128, 256, k_cross, 512, 1024, 2048, 8192):  # 8,192: vLLM's default bu
     t = cm.cost(decodes + [(k, k)]).time
     print(f"  k = {k:4d}: {t * 1e3:6.2f} ms (+{t / alone - 1:5.1%}), {cm.cost(decodes + [(k, k)]).bound}-bound")
 
-# %%
+# %% [stored]
 fig = go.Figure()
 fig.add_scatter(x=chunk_sizes, y=step_ms, mode="lines", name="60 decodes + a chunk of k tokens")
 fig.add_vline(x=k_cross, line_dash="dot", annotation_text=f"compute-bound from k = {k_cross}")

@@ -364,7 +364,7 @@ for sigma in (0.0, 0.25, 0.5, 0.75, 1.0):
     print(f"outputs {values.min():4d}-{cap:4d} tokens (CV {cv:4.2f}): KV memory wasted "
           + ", ".join(f"{a} {w:4.0%}" for a, w in sweep[cv].items()) + " (simulated)")
 
-# %%
+# %% [stored]
 fig = go.Figure()
 for a in ALLOCATORS:
     fig.add_scatter(x=list(sweep), y=[100 * w[a] for w in sweep.values()], name=a, mode="lines+markers")

@@ -235,7 +235,7 @@ say(f"With the {NUM_DECODES} decodes served first, a {BUDGET}-token budget leave
     f"{ch['chunks'][0]} and a last one of {ch['chunks'][-1]}), not the {LONG:,} / {BUDGET} = {LONG // BUDGET} "
     f"a budget for the prompt alone would give.")
 
-# %%
+# %% [stored]
 import plotly.graph_objects as go
 
 fig = go.Figure()
@@ -389,7 +389,7 @@ say(check("001", "Chunked prefill \"completely smooths out the spikes in first-t
           f"point is picked by the hardware: the budget chooses a point on a trade-off between TTFT and ITL, and "
           f"choosing it against the SLO (the service-level objective, a promised limit on TTFT and ITL: lesson 7) is the operator's job."))
 
-# %%
+# %% [stored]
 from plotly.subplots import make_subplots
 
 fig = make_subplots(rows=1, cols=2, subplot_titles=(f"latency at {RATE:.0f} req/s", "throughput, saturated"))

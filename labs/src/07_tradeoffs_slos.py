@@ -83,7 +83,7 @@ say(f"From `max_num_seqs={sizes[0]}` to `{sizes[-1]}`, throughput rises {tok.ilo
     f"({tok.iloc[0]:,.0f} → {tok.iloc[-1]:,.0f} tok/s), and TPOT from {tpot.iloc[0] * 1e3:.2f} to "
     f"{tpot.iloc[-1] * 1e3:.2f} ms.")
 
-# %%
+# %% [stored]
 widgets.sweep_figure(capacity, latency="tpot_p50")  # x: the pace while queued
 
 # %% [markdown]
@@ -180,7 +180,7 @@ say(f"`max_num_seqs=64` delivers {late[1] / best[1]:.0%} of the throughput of `m
     f"{late[3] / best[3]:.0%} of its request goodput: throughput counts every token, also those that came too "
     f"late to keep the promise.")
 
-# %%
+# %% [stored]
 fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput (output tok/s)", "request goodput (req/s)"))
 fig.add_bar(x=[str(r[0]) for r in rows], y=[r[1] for r in rows], name="throughput", row=1, col=1)
 fig.add_bar(x=[str(r[0]) for r in rows], y=[r[3] for r in rows], name="request goodput", row=1, col=2)
@@ -251,7 +251,7 @@ for (policy, n), rates in sweeps.items():
     tried = ", ".join(f"{a:4.0%} at {r:g}" for r, a in attainment[policy, n].items())
     print(f"{policy:10s} max_num_seqs {n:3d}: {tried}  -> DistServe goodput {goodput[policy, n]:g} req/s")
 
-# %%
+# %% [stored]
 fig = go.Figure()
 for (policy, n), by_rate in attainment.items():
     fig.add_scatter(x=list(by_rate), y=list(by_rate.values()), name=f"{policy}, max_num_seqs={n}",
@@ -412,7 +412,7 @@ say(f"Under load, continuous batching cuts the median end-to-end latency **{s_['
     f"{tpot[sizes[0]] * 1e3:.2f} ms at `max_num_seqs={sizes[0]}`, {tpot[sizes[-1]] * 1e3:.2f} ms at "
     f"`max_num_seqs={sizes[-1]}` (section 1).")
 
-# %%
+# %% [stored]
 fig = make_subplots(rows=1, cols=2, subplot_titles=("per token: TPOT p50 rises with the batch",
                                                     "per request, under load: latency falls"))
 fig.add_scatter(x=sizes, y=[tpot[n] * 1e3 for n in sizes], mode="lines+markers", name="continuous, full batches",
@@ -526,7 +526,7 @@ say(check("000", "The gain of dynamic batching is mainly in decode, where length
           f"length variance. And decode being memory-bound is what makes batching pay at all "
           f"({batching['decode-heavy']:.1f}x against {batching['prefill-only']:.2f}x for prompts)."))
 
-# %%
+# %% [stored]
 fig = make_subplots(rows=1, cols=2, subplot_titles=("batching: up to 32 / one at a time", "continuous / static"))
 fig.add_bar(x=list(batching), y=list(batching.values()), text=[f"{g:.2f}x" for g in batching.values()], row=1, col=1)
 fig.add_bar(x=list(gain), y=list(gain.values()), text=[f"{g:.2f}x" for g in gain.values()], row=1, col=2)
@@ -559,7 +559,7 @@ for policy in ("static", "continuous"):
               f"peak running {max(s.num_running for s in tl.steps):3d}")
 assert combos["static, paged"] == combos["static, reserved"] and max(combos, key=combos.get) == "continuous, paged"
 
-# %%
+# %% [stored]
 fig = go.Figure(go.Bar(x=list(combos), y=list(combos.values()),
                        marker_color=["#7f7f7f", "#7f7f7f", "#1f77b4", "#2ca02c"]))
 fig.update_layout(yaxis_title="output tokens / s", height=320, title="scheduling × memory (H100, tight KV, simulated)")

@@ -76,7 +76,7 @@ print(f"{len(fleet)} `mixed` requests queued (mean {MEAN_OUT:.1f} output tokens)
       f"pace while requests wait (simulated)")
 print(hw.round({"out tok/s": 0, "batch (seqs)": 1}).to_string(index=False))
 
-# %%
+# %% [stored]
 wide = hw.pivot(index="gpu", columns="policy", values="out tok/s").loc[list(GPUS)]
 fig = go.Figure([go.Bar(x=[g.upper() for g in wide.index], y=wide[p], name=p,
                         marker_color=widgets.latency.policy_color(p, i))

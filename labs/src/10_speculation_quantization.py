@@ -49,7 +49,7 @@ RESULTS = ROOT / "bench" / "results"
 # `16` GB of weights whatever `n` is. At a large batch the same step is already
 # compute-bound, and every extra token per sequence costs its arithmetic.
 
-# %%
+# %% [stored]
 h100 = CostModel("llama-3-8b", "h100")
 TOKENS_PER_SEQ = range(1, 9)
 BATCHES = (1, 16, 64, 256)
@@ -254,7 +254,7 @@ say(f"At batch 1 the best n-gram setting ({best_ngram['setting']}) ran at **{bes
 # Each point is a simulated run of `B` requests arriving together, speculation on
 # against off:
 
-# %%
+# %% [stored]
 SPEC_BATCHES = (1, 8, 32, 64, 128, 256)
 ALPHAS = (0.5, 0.7, 0.9)
 crossover = {a: spec_speedup_table(acceptance=a, batch_sizes=SPEC_BATCHES) for a in ALPHAS}
@@ -343,7 +343,7 @@ say(f"Measured on this CPU: int8 weights take {int8['weight_bytes'] / fp32['weig
 # rate of a compute-bound step (an A100 has none). Decode and prefill, bf16 against FP8
 # (weights and KV), simulated:
 
-# %%
+# %% [stored]
 fp8 = CostModel("llama-3-8b", "h100", quantization="fp8", kv_cache_dtype="fp8")
 SHAPES = {"decode, batch 1": [(1, 1025)], "decode, batch 64": [(1, 1025)] * 64,
           "decode, batch 256": [(1, 1025)] * 256, "prefill, 2,048 tokens": [(2048, 2048)]}
