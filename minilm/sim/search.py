@@ -341,6 +341,17 @@ def cheapest(rows: list[dict]) -> dict | None:
     return rows[0] if rows and rows[0]["meets"] else None
 
 
+def pareto(rows: list[dict]) -> list[dict]:
+    """The rows no other beats on both cost and capacity (cheapest first): what a budget buys."""
+    built = [r for r in rows if not r["error"]]
+    front, best = [], -1.0
+    for r in sorted(built, key=lambda r: (r["usd_per_hour"], -r["goodput_req_per_s"])):
+        if r["goodput_req_per_s"] > best:
+            front.append(r)
+            best = r["goodput_req_per_s"]
+    return front
+
+
 def table_text(rows: list[dict], limit: int | None = None) -> str:
     header = (
         "rank",
