@@ -66,8 +66,8 @@ COLUMNS = [
     report.Column("capacity (req/s)", "goodput_req_per_s", ".1f"),
     report.Column("at ceiling", "capped"),
     report.Column("meets", "meets"),
-    report.Column("at load ($/M tok)", "usd_per_mtok_at_load", ".3f"),
-    report.Column("at capacity ($/M tok)", "usd_per_mtok_at_capacity", ".3f"),
+    report.Column("at load ($/M output tok)", "usd_per_mtok_at_load", ".3f"),
+    report.Column("at capacity ($/M output tok)", "usd_per_mtok_at_capacity", ".3f"),
     report.Column("runs (count)", "runs", "d"),
     report.Column("wall (s)", "wall_s", ".1f"),
 ]

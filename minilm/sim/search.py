@@ -38,13 +38,14 @@ from .executor import vllm_default_budget
 
 # $/GPU-hour, ASSUMED: round figures of the order of on-demand cloud prices for one GPU of an
 # 8-GPU server in 2025, not any one provider's quote (prices vary 2x between providers and
-# fall every year). They rank deployments; pass your own (`prices=`, `--price h100=2.5`).
+# fall every year); lesson 7b assumes the same. They rank deployments; pass your own
+# (`prices=`, `--price h100=2.5`).
 GPU_PRICES: dict[str, float] = {
     "h200": 3.80,
     "h100": 3.00,
     "a100": 1.80,
     "l40s": 1.00,
-    "l4": 0.70,
+    "l4": 0.80,
     "rtx4090": 0.40,
 }
 
@@ -205,7 +206,7 @@ class Capacity:
     deployment: Deployment
     goodput: float  # 0.0: not even the first rate tried held the SLOs
     tried: tuple[tuple[float, float], ...]  # (rate, SLO attainment), in the order tried
-    tokens_per_request: float  # prompt + output tokens, mean over the workload
+    output_tokens_per_request: float  # mean over the workload (what a token price counts)
     all_served: bool  # every run finished each of its requests exactly once
     error: str = ""  # why it could not be built ("weights do not fit"): then it has no capacity
     capped: bool = False  # it held at the ceiling: the capacity is at least `goodput`
@@ -227,7 +228,7 @@ def measure(ask: Ask, deployment: Deployment) -> Capacity:
         fleet.add_workload(specs)
         run = fleet.run()
         served.append(sorted(r.request_id for r in run.requests) == sorted(s.id for s in specs))
-        tokens.append(sum(len(s.prompt_ids) + s.max_tokens for s in specs) / len(specs))
+        tokens.append(sum(s.max_tokens for s in specs) / len(specs))
         return run.timeline()
 
     low = ask.low if ask.low is not None else ask.load / 4
@@ -306,8 +307,8 @@ def rank(ask: Ask, caps: Sequence[Capacity], prices: dict[str, float] | None = N
                 "capped": c.capped,  # the capacity is at least this (the search's ceiling)
                 "meets": meets,
                 "headroom": c.goodput / ask.load if not c.error else None,
-                # a million tokens' (prompt + output) cost when it serves the load / runs full
-                # (capped: at the ceiling, so at most that)
+                # a million output tokens' cost when it serves the load / runs full (capped:
+                # at the ceiling, so at most that)
                 "usd_per_mtok_at_load": per_hour / tokens_per_hour(ask.load, c) if meets else None,
                 "usd_per_mtok_at_capacity": (
                     per_hour / tokens_per_hour(c.goodput, c) if c.goodput > 0 else None
@@ -333,7 +334,7 @@ def rank(ask: Ask, caps: Sequence[Capacity], prices: dict[str, float] | None = N
 
 
 def tokens_per_hour(rate: float, c: Capacity) -> float:
-    return rate * c.tokens_per_request * 3600 / 1e6  # millions
+    return rate * c.output_tokens_per_request * 3600 / 1e6  # millions of output tokens
 
 
 def cheapest(rows: list[dict]) -> dict | None:
@@ -360,8 +361,8 @@ def table_text(rows: list[dict], limit: int | None = None) -> str:
         "$/h",
         "capacity (req/s)",
         "meets",
-        "$/M tok at load",
-        "$/M tok at capacity",
+        "$/M out tok at load",
+        "$/M out tok at capacity",
         "runs",
     )
     lines = [header]
