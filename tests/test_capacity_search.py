@@ -165,3 +165,16 @@ def test_the_pareto_front_and_its_figure():
     points = sum(len(t.x) for t in fig.data if t.mode == "markers")
     assert points == len(rows)
     assert list(fig.data[-1].x) == [f["usd_per_hour"] for f in front]
+
+
+def test_bad_asks_and_prices_are_refused(capsys):
+    with pytest.raises(InvalidValue, match="target"):
+        Ask("llama-3-8b", "mixed", 1.0, 0.5, 0.02, target=1.5)
+    with pytest.raises(InvalidValue, match="budget"):
+        deployment_space(max_num_seqs=(256,), budgets=(128,))
+    for bad in ("tpu=1.0", "h100=cheap", "h100=-1"):
+        with pytest.raises(SystemExit):
+            main(["capacity", "--load", "1", "--price", bad])
+        assert "KIND=USD_PER_GPU_HOUR" in capsys.readouterr().err
+    assert main("capacity --load 1 --layouts 0:1".split()) == 2  # layout_arg's InvalidValue
+    assert "layout" in capsys.readouterr().err

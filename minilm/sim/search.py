@@ -152,7 +152,11 @@ def deployment_space(
     ):
         replicas, decode = layout_arg(layout)
         if policy == "chunked":
-            budget = max(seqs, budget or vllm_default_budget(device))
+            budget = budget or vllm_default_budget(device)
+            if budget < seqs:
+                raise InvalidValue(
+                    "budget", budget, f"must be >= max_num_seqs={seqs}: a step has room for each"
+                )
         else:
             budget = None
         if replicas + decode == 1:
@@ -187,6 +191,10 @@ class Ask:
             raise InvalidValue("load", self.load, "must be > 0 requests/s")
         if isinstance(self.num_requests, bool) or self.num_requests < 1:
             raise InvalidValue("num_requests", self.num_requests, "must be an integer >= 1")
+        if not 0 < self.target <= 1:
+            raise InvalidValue("target", self.target, "must be a share in (0, 1]")
+        if not (self.rel_tol > 0 and self.ceiling > 0):
+            raise InvalidValue("rel_tol, ceiling", (self.rel_tol, self.ceiling), "must be > 0")
 
     def specs(self, rate: float, vocab_size: int):
         return make_workload(
@@ -208,7 +216,7 @@ class Capacity:
     tried: tuple[tuple[float, float], ...]  # (rate, SLO attainment), in the order tried
     output_tokens_per_request: float  # mean over the workload (what a token price counts)
     all_served: bool  # every run finished each of its requests exactly once
-    error: str = ""  # why it could not be built ("weights do not fit"): then it has no capacity
+    error: str = ""  # why it could not be built (the weights do not fit): then no capacity
     capped: bool = False  # it held at the ceiling: the capacity is at least `goodput`
     wall_s: float = field(default=0.0, compare=False)  # the host's seconds: not part of the answer
 
@@ -391,7 +399,7 @@ def table_text(rows: list[dict], limit: int | None = None) -> str:
 
 def capacity_text(row: dict) -> str:
     if row["error"]:
-        return "does not fit"
+        return "not built"  # the row's error says why (the weights do not fit, ...)
     if row["goodput_req_per_s"] == 0:
         return f"< {row['lowest_rate']:.1f}"  # not even the first rate tried held
     return (">= " if row["capped"] else "") + f"{row['goodput_req_per_s']:.1f}"
@@ -409,9 +417,14 @@ def csv(kind: Callable = str) -> Callable[[str], list]:
 def price_arg(text: str) -> tuple[str, float]:
     kind, _, usd = text.partition("=")
     try:
-        return kind, float(usd)
+        price = float(usd)
     except ValueError:
-        raise InvalidValue("price", text, "KIND=USD_PER_GPU_HOUR, e.g. h100=2.5") from None
+        price = -1.0
+    if kind not in DEVICE_SPECS or not price >= 0:
+        raise argparse.ArgumentTypeError(
+            f"KIND=USD_PER_GPU_HOUR (e.g. h100=2.5; kinds: {', '.join(DEVICE_SPECS)}), not {text!r}"
+        )
+    return kind, price
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -457,6 +470,8 @@ def cmd_capacity(args) -> list[dict]:
         args.routers, args.link,
     )  # fmt: skip
     prices = GPU_PRICES | dict(args.price)
+    for d in space:
+        d.price_per_hour(prices)  # an unpriced device fails before anything runs
     start = time.perf_counter()
     caps = search(ask, space, args.workers, args.ray)
     rows = rank(ask, caps, prices)
