@@ -51,6 +51,10 @@ def test_the_cheapest_of_a_tiny_space_is_found():
     assert prices == sorted(prices)
     assert all(r["usd_per_hour"] == r["gpus"] * GPU_PRICES[r["device"]] for r in rows)
     assert all(c.all_served for c in caps)
+    # 30 requests on an H100 hold at any rate (one batch): doubling stops at the ceiling
+    h100 = caps[0]
+    assert h100.capped and h100.goodput == ASK.ceiling * ASK.load
+    assert max(rate for rate, _ in h100.tried) == ASK.ceiling * ASK.load
 
 
 def test_a_cheaper_price_changes_the_winner():
