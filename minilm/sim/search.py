@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -287,6 +288,7 @@ def on_ray(fn: Callable, items: list, address: str) -> list:
             runtime_env={"py_modules": [str(here)], "excludes": ["checkpoints/"]},
             include_dashboard=False,
             log_to_driver=False,
+            logging_level=logging.ERROR,  # Ray's start-up lines are not the search's output
         )
     try:
         task = ray.remote(num_cpus=1)(fn)
