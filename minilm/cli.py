@@ -1,10 +1,11 @@
-"""Command line: `python -m minilm run|compare|serve|bench-serve ...` (see docs/USAGE.md).
+"""Command line: `python -m minilm run|compare|serve|bench-serve|capacity ...` (see docs/USAGE.md).
 
     run          one policy on a workload: completions, a metrics table, a timeline
     compare      one workload under several policies: one table (--replicas N --router R, or
                  --disaggregate P:D --link L: a simulated fleet a row, sim/cluster.py)
     serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
     bench-serve  load any OpenAI-compatible server from the client side (client/bench_serve.py)
+    capacity     the cheapest simulated deployment that serves a load within SLOs (sim/search.py)
 
 `python -m widgets.report` takes `compare`'s arguments and writes an HTML report.
 """
@@ -588,6 +589,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_args(p_bench)
     p_bench.set_defaults(func=cmd_bench_serve)
+    from .sim import search  # the cheapest deployment that meets a load (docs/FLEET.md)
+
+    p_cap = sub.add_parser("capacity", help="search deployments for the cheapest within the SLOs")
+    search.add_args(p_cap)
+    p_cap.set_defaults(func=search.cmd_capacity)
     return parser
 
 

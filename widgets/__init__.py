@@ -3,12 +3,14 @@
 Every figure function takes `Timeline`s and returns a static `go.Figure` (works in
 nbconvert/HTML); the panel shows the same figures as live `FigureWidget`s. Figures read
 only the timeline, never the engine. The radix-tree view (lesson 8) draws a workload's
-prompts instead: what a prefix cache can find before anything runs.
+prompts instead: what a prefix cache can find before anything runs; the capacity figure draws
+a capacity search's ranked deployments (minilm/sim/search.py).
 """
 
 from minilm.trace import save_trace
 
 from .bench import load_bench_result
+from .capacity import capacity_figure
 from .compare import compare_figure, metrics_table, metrics_table_figure
 from .fleet import fleet_figure, routes_frame
 from .gantt import gantt_figure, gantt_segments, set_gantt_step
@@ -25,6 +27,7 @@ from .steps import steps_figure
 __all__ = [
     "LiveGantt",
     "build_radix_tree",
+    "capacity_figure",
     "compare_figure",
     "fill_width",
     "fleet_figure",

@@ -10,6 +10,7 @@ reader can see whether it did.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,9 +32,12 @@ def slo_goodput(
     low: float = 1.0,
     rel_tol: float = 0.05,
     max_runs: int = 24,
+    high: float = math.inf,
 ) -> Goodput:
     """`run_at(rate)` runs the deployment at `rate` requests/s and returns its timeline; the
-    answer is within `rel_tol` of the true boundary (or the best found in `max_runs` runs)."""
+    answer is within `rel_tol` of the true boundary (or the best found in `max_runs` runs).
+    Doubling stops at `high`: a deployment that holds there gets `high` (at least that much;
+    a run of a fixed number of requests at a rate high enough is one burst, which may hold)."""
     tried: dict[float, float] = {}
 
     def holds(rate: float) -> bool:
@@ -42,9 +46,11 @@ def slo_goodput(
 
     if not holds(low):
         return Goodput(0.0, tried)
-    ok, bad = low, low * 2
-    while holds(bad) and len(tried) < max_runs:
-        ok, bad = bad, bad * 2
+    ok, bad = low, min(low * 2, high)
+    while ok < high and len(tried) < max_runs and holds(bad):
+        ok, bad = bad, min(bad * 2, high)
+    if ok >= high:
+        return Goodput(ok, tried)
     while bad - ok > rel_tol * ok and len(tried) < max_runs:
         mid = (ok + bad) / 2
         ok, bad = (mid, bad) if holds(mid) else (ok, mid)
