@@ -31,7 +31,7 @@
 # only makes `import minilm` work; the engine itself runs PyTorch on one CPU thread unless
 # told otherwise (`EngineConfig.cpu_threads`).
 #
-# ### Glossary
+# ## Glossary
 #
 # The words the lessons use, each also defined where it first appears.
 #

@@ -105,7 +105,7 @@ checks.check_split_budget_long(split_budget_long)
 # the check assumes: the KV cache has room for every request (nothing is preempted); you may
 # take requests off the head of `s.waiting` (`popleft`) if every one is back in its place,
 # in its order, when `schedule` returns. The check runs your policy on the simulated H100,
-# 40 requests of which every fourth has a 3000-4000-token prompt (budget `512`, cap `128`),
+# `40` requests of which every fourth has a `3000`-`4000`-token prompt (budget `512`, cap `128`),
 # with `max_long=None` against the engine's `chunked` policy and with `1`, `2`, `3` against a
 # reference in `labs/checks.py`, step by step, and reports the p99 ITL each limit buys and
 # the p99 TTFT it costs.

@@ -113,8 +113,8 @@ checks.check_admission_order(admission_order)
 # and the queue stays in your order: the next step's "order in the queue" is the one you
 # left, as with the engine's own `lpm` order. Decide first: when in the step must the order
 # be computed, and what in it can change from one step to the next? The check runs your
-# policy on the simulated H100 with prefix caching (100 requests at 30 per second behind six
-# system prompts, two of them popular; 150 KV blocks, 8 seats) with `max_wait` `1.0` and
+# policy on the simulated H100 with prefix caching (`100` requests at `30` per second behind six
+# system prompts, two of them popular; `150` KV blocks, `8` seats) with `max_wait` `1.0` and
 # `1.5` s, compares its steps with a reference in `labs/checks.py`, and reports the oldest
 # request's wait and the median TTFT next to first-come-first-served and to the engine's
 # `lpm` (no limit).
@@ -152,5 +152,5 @@ checks.check_prefix_first_policy(MyPrefixFirstPolicy)
 # **Think further (no check).** The check's line shows what the limit buys: which
 # `max_wait` keeps the oldest wait near first-come-first-served's while keeping most of the
 # median gain of longest-prefix-first? Why does any fixed `max_wait` stop protecting anyone
-# once the load is high enough that every request waits that long (try 40 requests per
+# once the load is high enough that every request waits that long (try `40` requests per
 # second)? Would a limit in tokens of the cache instead of seconds do better?

@@ -103,7 +103,9 @@ def received_step_time(cost: CostModel, plan) -> float:
     after a preemption here is a prompt again."""
     shape = []
     for w in plan.work:
-        if w.kind == "prefill" and w.request.preemptions == 0:
+        if (
+            w.kind == "prefill" and w.new is not None
+        ):  # first scheduled here: its KV came over the link
             if w.samples:
                 shape.append((1, w.end))
         else:
