@@ -192,3 +192,7 @@ def skip_triton_cells(items) -> None:
             and "triton_paged = None" not in source
         ):
             item.add_marker(skip)
+
+
+# the site's build folder holds executed copies of the notebooks (labs/build_site.py): not tests
+collect_ignore_glob = ["labs/site/*"]
