@@ -218,6 +218,26 @@ def shared_prefix_workload(
     ]
 
 
+def system_prompt_workload(
+    num_system_prompts: int,
+    rate: float | None = None,
+    n: int = 200,
+    seed: int = 0,
+    vocab_size: int = 128256,
+) -> list[RequestSpec]:
+    """n requests, each one of `num_system_prompts` random system prompts (1,024-2,047
+    tokens) plus a user turn (8-32 tokens), asking for 16-64 output tokens (lessons 8, 8b;
+    `vocab_size` defaults to Llama-3's)."""
+    rng = np.random.default_rng(seed)
+
+    def text(k):
+        return rng.integers(0, vocab_size, k).tolist()
+
+    systems = [text(int(k)) for k in rng.integers(1024, 2048, num_system_prompts)]
+    turns = [text(int(k)) for k in rng.integers(8, 33, n)]
+    return shared_prefix_workload(systems, turns, rng.integers(16, 65, n).tolist(), rng, rate)
+
+
 def multi_turn_workload(
     conversations: list[list[tuple]],
     num_requests: int,

@@ -206,20 +206,10 @@ say(f"With caching the engine found **{on['prefix_cache_hit_rate']:.0%}** of the
 # NBVAL_CHECK_OUTPUT
 import numpy as np
 import pandas as pd
-from minilm.workload import shared_prefix_workload
+from minilm.workload import system_prompt_workload
 
 LLAMA3_VOCAB = 128256
 N_REQUESTS = 200
-
-
-def system_prompt_workload(num_system_prompts: int, rate: float | None = None, n: int = N_REQUESTS, seed: int = 0):
-    """n requests, each one of `num_system_prompts` system prompts (1,024-2,047 tokens) plus a user turn
-    (8-32 tokens), asking for 16-64 output tokens."""
-    rng = np.random.default_rng(seed)
-    text = lambda k: rng.integers(0, LLAMA3_VOCAB, k).tolist()  # noqa: E731
-    systems = [text(int(k)) for k in rng.integers(1024, 2048, num_system_prompts)]
-    turns = [text(int(k)) for k in rng.integers(8, 33, n)]
-    return shared_prefix_workload(systems, turns, rng.integers(16, 65, n).tolist(), rng, rate)
 
 
 def simulate(specs, **knobs):
@@ -229,14 +219,14 @@ def simulate(specs, **knobs):
     return engine.run()
 
 
-base = summarize(simulate(system_prompt_workload(1)))  # no caching, everything queued at once
+base = summarize(simulate(system_prompt_workload(1, n=N_REQUESTS)))  # no caching, everything queued at once
 capacity = base["requests"] / base["wall_s"]  # requests/s the engine sustains without caching
 RATE = round(0.5 * capacity, 1)
 rows = []
 for k in (1, 4, 16, 64, N_REQUESTS):  # the last: about one system prompt per request
     for caching in (False, True):
-        offline = summarize(simulate(system_prompt_workload(k), enable_prefix_caching=caching))
-        online = summarize(simulate(system_prompt_workload(k, RATE), enable_prefix_caching=caching))
+        offline = summarize(simulate(system_prompt_workload(k, n=N_REQUESTS), enable_prefix_caching=caching))
+        online = summarize(simulate(system_prompt_workload(k, RATE, N_REQUESTS), enable_prefix_caching=caching))
         rows.append({"system prompts": k, "caching": "on" if caching else "off",
                      "hit rate": offline["prefix_cache_hit_rate"], "out tok/s": offline["output_tok_per_s"],
                      "TTFT p50 (ms)": 1e3 * online["ttft_p50"], "TTFT p99 (ms)": 1e3 * online["ttft_p99"]})

@@ -15,22 +15,12 @@ import numpy as np
 import plotly.graph_objects as go
 from minilm import make_workload, summarize
 from minilm.sim import simulated_engine
-from minilm.workload import shared_prefix_workload
+from minilm.workload import system_prompt_workload
 from labs.prose import say
 import widgets
 
 BLOCK = 16
 LLAMA3_VOCAB = 128256
-
-
-def system_prompt_workload(num_system_prompts: int, rate: float | None = None, n: int = 200, seed: int = 0):
-    """n requests, each one of `num_system_prompts` system prompts (1,024-2,047 tokens) plus a user turn
-    (8-32 tokens), asking for 16-64 output tokens (lesson 8, section 3)."""
-    rng = np.random.default_rng(seed)
-    text = lambda k: rng.integers(0, LLAMA3_VOCAB, k).tolist()  # noqa: E731
-    systems = [text(int(k)) for k in rng.integers(1024, 2048, num_system_prompts)]
-    turns = [text(int(k)) for k in rng.integers(8, 33, n)]
-    return shared_prefix_workload(systems, turns, rng.integers(16, 65, n).tolist(), rng, rate)
 
 
 def simulate(specs, **knobs):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -130,7 +131,7 @@ def replica_summaries(
     return {tl.meta["replica"]: summarize(tl, ttft_slo, tpot_slo) for tl in run.timelines}
 
 
-class Fleet:
+class Fleet(ABC):
     """The event loop shared by replicas behind a router (`Cluster`) and prefill/decode
     pools (disaggregation.py): a heap of timed events and the replicas' next steps."""
 
@@ -187,10 +188,11 @@ class Fleet:
                 for record in done:
                     self.finished(r, record)
 
+    @abstractmethod
     def handle(self, t: float, event) -> None:
-        raise NotImplementedError
+        """Act on one timed event: an arrival to route (`Cluster`), a KV transfer (`Disaggregated`)."""
 
-    def finished(self, replica: Replica, record: RequestRecord) -> None:
+    def finished(self, replica: Replica, record: RequestRecord) -> None:  # noqa: B027 (a hook: most fleets do nothing)
         """A replica finished a request (a hook: disaggregation sends its KV on)."""
 
     def check_workload(self, specs: list[RequestSpec], engines: list[Engine], **sampling):
