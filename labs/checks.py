@@ -283,6 +283,121 @@ def check_predict_steps(predict_steps) -> None:
     )
 
 
+def step_cost(num_tokens: int) -> float:
+    """Exercise 0, part 4's made-up step time: a fixed 5 ms a step plus 0.25 ms a token."""
+    return 0.005 + 0.00025 * num_tokens
+
+
+def engine_finish_times(tl, step_time) -> dict[str, float]:
+    """When each request's last token was ready, on a clock where a step of n tokens takes
+    step_time(n) seconds and every request waits from 0: the reference, from the engine's steps."""
+    clock, done = 0.0, {}
+    for step in tl.steps:
+        clock += step_time(sum(item.num_tokens for item in step.items))
+        for item in step.items:
+            done[item.request_id] = clock  # the last step a request appears in is its last token's
+    return done
+
+
+def finish_slips(specs, seats: int, step_time) -> list[tuple[str, dict[str, float]]]:
+    """Wrong rules a learner may follow, each run as a little simulation of its own."""
+
+    def simulate(step_tokens, at_start=False):
+        queue, running, clock, done = list(specs), [], 0.0, {}
+        while queue or running:
+            new = []
+            while queue and len(running) + len(new) < seats:
+                new.append(queue.pop(0))
+            n = step_tokens(new, running)
+            start, clock = clock, clock + step_time(n)
+            running = [[s, s.max_tokens] for s in new] + [[s, left] for s, left in running]
+            for entry in running:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    done[entry[0].id] = start if at_start else clock
+            running = [(s, left) for s, left in running if left > 0]
+        return done
+
+    tokens = lambda new, running: sum(len(s.prompt_ids) for s in new) + len(running)  # noqa: E731
+    return [
+        (
+            "a step's time depends on the tokens it computes, a whole prompt for a prefill and one for "
+            "each decode, not on how many sequences it holds",
+            simulate(lambda new, running: len(new) + len(running)),
+        ),
+        (
+            "a request's last token is ready when its step ends, not when the step starts",
+            simulate(tokens, at_start=True),
+        ),
+        (
+            "a request that starts in a step computes its prompt there, and its first token comes out of "
+            "that prefill: it adds no decode token to that step",
+            simulate(lambda new, running: sum(len(s.prompt_ids) + 1 for s in new) + len(running)),
+        ),
+    ]
+
+
+# (prompt lengths, max_tokens, max_num_seqs): what each case has that a wrong rule misses
+FINISH_CASES = [
+    ([6], [1], 2),  # one output token: done in its prefill step
+    ([3, 12, 5], [4, 2, 3], 4),  # all at once, prompts of different lengths
+    ([4, 9, 2, 7, 5], [3, 1, 4, 2, 2], 2),  # seats free at different steps; a new prompt rides with decodes
+    ([2, 2, 2, 2], [2, 2, 2, 2], 2),  # two finish together, two start together
+]
+
+
+def check_predict_finish_times(predict_finish_times) -> None:
+    rng = random.Random(13)
+    cases = FINISH_CASES + [
+        ([rng.randrange(2, 20) for _ in range(9)], [rng.randrange(1, 10) for _ in range(9)], 3)
+    ]
+    for prompts, outputs, seats in cases:
+        specs = [
+            RequestSpec(f"r{j}", [7] * p, max_tokens=m)
+            for j, (p, m) in enumerate(zip(prompts, outputs))
+        ]
+        what = f"prompts {prompts}, max_tokens {outputs}, max_num_seqs={seats}"
+        got = predict(
+            predict_finish_times,
+            [RequestSpec(s.id, list(s.prompt_ids), s.max_tokens) for s in specs],
+            seats,
+            step_cost,
+            what="predict_finish_times(specs, max_num_seqs, step_time)",
+        )
+        tl = run_workload(
+            specs, policy="continuous", max_num_seqs=seats, sampling={"ignore_eos": True}
+        )
+        assert summarize(tl)["preemptions"] == 0, (
+            "the check's run was preempted: its prediction would differ"
+        )
+        want = engine_finish_times(tl, step_cost)
+        assert isinstance(got, Mapping), (
+            f"{what}: return a dict from request id to seconds, got {type(got).__name__}"
+        )
+        assert set(got) == set(want), (
+            f"{what}: the keys are the requests' ids {sorted(want)}, got {sorted(map(str, got))}"
+        )
+        if all(close(got[r], t) for r, t in want.items()):
+            continue
+        first = min((r for r in want if not close(got[r], want[r])), key=want.get)
+        hint = next(
+            (
+                why
+                for why, slip in finish_slips(specs, seats, step_cost)
+                if all(close(got[r], slip[r]) for r in want)
+            ),
+            "follow the steps one by one: who is in each step, and how many tokens does each bring?",
+        )
+        raise AssertionError(
+            f"{what}: request {first} is done at {got[first]!r} s by your prediction, at "
+            f"{want[first]:.6g} s by the engine's steps (priced with the same step_time): {hint}"
+        )
+    ok(
+        f"when each request finishes, on {len(cases)} continuous runs, predicted from the workload and a "
+        f"step's cost"
+    )
+
+
 # ---- exercise 1: the roofline -----------------------------------------------------------
 def check_roofline(linear_flops, decode_bytes, roofline_time) -> None:
     # expected values are written out by hand (not with your functions)
@@ -434,6 +549,126 @@ def check_compute_bound_batch(compute_bound_batch) -> None:
         f"decode of an 8B model on an H100 turns compute-bound at B = {answers[0]} without a KV cache, at "
         f"{answers[1]} with 128 cached tokens per sequence, never with 1024: there each added sequence adds "
         f"more K/V reading than compute"
+    )
+
+
+def chunk_step_times(params, b, kv, ctx, peak, bw, chunk: int) -> tuple[Fraction, Fraction]:
+    """(compute, memory) seconds of a decode step of `ctx` sequences carrying `chunk` prompt
+    tokens, exactly: 2 FLOPs per weight per token; the weights once, each sequence's cached K/V
+    read, the chunk's own K/V written."""
+    P, b, kv, peak, bw = map(Fraction, (params, b, kv, peak, bw))
+    cached = sum(map(Fraction, ctx))
+    return 2 * P * (len(ctx) + chunk) / peak, (P * b + kv * (cached + chunk)) / bw
+
+
+def largest_chunk_reference(params, b, kv, ctx, peak, bw, overhead, limit, **slip) -> int | None:
+    """The largest chunk whose step stays within `limit`, or None; `slip` switches a learner's
+    likely mistake on (for the hints): strict, no_overhead, added, no_decode_flops, no_chunk_kv."""
+    P, b, kv, peak, bw, overhead, limit = map(Fraction, (params, b, kv, peak, bw, overhead, limit))
+    cached, B = sum(map(Fraction, ctx)), len(ctx)
+    budget = limit - (0 if slip.get("no_overhead") else overhead)
+    per_flop, per_byte = 2 * P / peak, kv / bw  # seconds each chunk token adds to compute, to memory
+    compute0 = per_flop * (0 if slip.get("no_decode_flops") else B)
+    memory0 = (P * b + kv * cached) / bw
+    if slip.get("no_chunk_kv"):
+        per_byte = 0
+    if slip.get("added"):  # compute and memory added, not overlapped
+        k = (budget - compute0 - memory0) / (per_flop + per_byte)
+    else:
+        memory_room = (budget - memory0) / per_byte if per_byte else (math.inf if memory0 <= budget else -1)
+        k = min((budget - compute0) / per_flop, memory_room)
+    k = math.floor(k) - (1 if slip.get("strict") and k == math.floor(k) else 0)
+    return k if k >= 0 else None
+
+
+P2 = (2**33, 2, 2**17)  # a model whose numbers are powers of two: every time below is exact in binary
+CHIP2 = (2**50, 2**42)  # and a chip to match: 2^-16 s of compute and 2^-25 s of K/V per prompt token
+# (params, bytes per weight, KV bytes per token, context lengths, peak, bandwidth, overhead, limit), and what it tests
+CHUNK_CASES = [
+    (
+        (8.03e9, 2, 131072, [1024] * 60, 989e12, 3.35e12, 1e-3, 25e-3),
+        "Llama-3-8B on an H100, 60 decodes of 1024 cached tokens, 1 ms a step, a 25 ms limit",
+    ),
+    (
+        (*P2, [2**10] * 8, *CHIP2, 2**-10, 2**-10 + 1008 * 2**-16),
+        "the powers-of-two chip, 8 decodes, the limit reached exactly by a whole chunk",
+    ),
+    (
+        (*P2, [2**10] * 8, *CHIP2, 2**-10, 2**-10 + 2**-8 + 2**-12 + 50 * 2**-25),
+        "the powers-of-two chip, 8 decodes, a limit just above their memory time",
+    ),
+    (
+        (*P2, [2**10] * 8, *CHIP2, 2**-10, 2**-10 + 2**-8 + 2**-12),
+        "the powers-of-two chip, 8 decodes, a limit exactly their own step time",
+    ),
+    (
+        (8.03e9, 2, 131072, [32768] * 64, 989e12, 3.35e12, 1e-3, 60e-3),
+        "Llama-3-8B on an H100, 64 decodes of 32k cached tokens, a 60 ms limit",
+    ),
+    (
+        (8.03e9, 2, 131072, [32768] * 64, 989e12, 3.35e12, 1e-3, 88e-3),
+        "the same with an 88 ms limit",
+    ),
+    ((8.03e9, 2, 131072, [], 989e12, 3.35e12, 1e-3, 10e-3), "a prompt alone, no decodes, a 10 ms limit"),
+]
+CHUNK_SLIPS = {
+    "strict": "'within the limit' includes a step that takes exactly the limit",
+    "no_overhead": "the step's fixed cost comes off the limit first",
+    "added": "compute and memory overlap: the step takes the larger of the two, not their sum",
+    "no_decode_flops": "the decodes' own tokens are computed in the same step: they take compute time too",
+    "no_chunk_kv": "the chunk writes its own K and V: each prompt token adds memory traffic as well as compute",
+}
+
+
+def check_largest_chunk(largest_chunk) -> None:
+    answers = []
+    for args, what in CHUNK_CASES:
+        want = largest_chunk_reference(*args)
+        answers.append(want)
+        name = f"largest_chunk(..., {len(args[3])} decodes, overhead={args[6]:g}, time_limit={args[7]:g})"
+        with time_limit(1, name):
+            got = call(largest_chunk, *args[:3], list(args[3]), *args[4:], what=f"{name} ({what})")
+        where = f"{name} = {got!r} ({what})"
+        if want is None:
+            assert got is None, (
+                f"{where}: even a step with no chunk at all takes longer than the limit here: return None"
+            )
+            continue
+        assert got is not None, f"{where}: a chunk of {want} tokens fits (0 would mean: only the decodes fit)"
+        assert is_real(got) and float(got).is_integer(), (
+            f"{where}: a chunk holds a whole number of tokens (or None)"
+        )
+        got = int(got)
+        if got == want:
+            continue
+        hint = next(
+            (
+                why
+                for slip, why in CHUNK_SLIPS.items()
+                if largest_chunk_reference(*args, **{slip: True}) == got
+            ),
+            None,
+        )
+        compute, memory = chunk_step_times(*args[:6], max(got, 0))
+        step = Fraction(args[6]) + max(compute, memory)
+        if got > want or got < 0:
+            detail = (
+                f"at that chunk the step takes {float(step):.6g} s (compute {float(compute):.6g} s, memory "
+                f"{float(memory):.6g} s, plus the fixed cost), over the limit"
+            )
+        else:
+            compute, memory = chunk_step_times(*args[:6], got + 1)
+            step = Fraction(args[6]) + max(compute, memory)
+            detail = (
+                f"one token more still fits: {float(step):.6g} s (compute {float(compute):.6g} s, memory "
+                f"{float(memory):.6g} s, plus the fixed cost)"
+                + (", exactly the limit" if step == Fraction(args[7]) else "")
+            )
+        raise AssertionError(f"{where}: {detail}" + (f". Likely: {hint}" if hint else ""))
+    ok(
+        f"the largest chunk that keeps a step within its limit: {answers[0]} prompt tokens beside 60 decodes "
+        f"of Llama-3-8B on an H100 at 25 ms, {answers[4]} beside 64 decodes of 32k tokens at 60 ms (the KV "
+        f"cache's read alone is over it), {answers[5]} at 88 ms"
     )
 
 
