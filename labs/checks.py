@@ -3528,3 +3528,90 @@ def stop_hint(
             f"wait for nothing)"
         )
     return "compare what you hold back with the longest end of the text that begins a stop string"
+
+
+def char_delays_reference(pieces: list[str], times: list[float], checker) -> list[float]:
+    """Exercise 9, part 2: what a stream of tokens' texts costs a client, character by character.
+    The sent text is always a beginning of the tokens' text, so its n-th character came with the
+    token whose text holds position n."""
+    came, sent = [], []  # the time each character arrived with its token; each sent one's delay
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        came += [t] * len(piece)
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        sent += [t - came[len(sent) + j] for j in range(len(text))]
+        if stopped:
+            break
+    return sent
+
+
+RETURNS_PIECES = ["The", " sum", "", " of x", ".\n", "Ret", "ired", " early"]  # a token with no text, a false start
+RETURNS_TIMES = [0.0, 0.02, 0.03, 0.05, 0.08, 0.1, 0.12, 0.15]
+# (stops, include_stop_str_in_output, tokens' texts, the times the server had them: made up, in
+# seconds), and which checker the server uses: "fixed" (its own StopChecker) or "hold-back" (part 1's)
+DELAY_CASES = [
+    (["\n\n"], False, ["def", " f", "(x", "):\n", "\n", "  return"], [0.0, 0.02, 0.05, 0.06, 0.1, 0.13], "fixed"),
+    (["abc"], False, ["xa", "b", "d", "ee"], [0.0, 0.01, 0.04, 0.05], "hold-back"),
+    (["Returns"], False, RETURNS_PIECES, RETURNS_TIMES, "fixed"),  # a window of 6 characters held
+    (["Returns"], False, RETURNS_PIECES, RETURNS_TIMES, "hold-back"),  # only "Ret" and "Re", while they could be
+    (["END"], True, ["aE", "N", "Db", "more", "text"], [0.0, 0.015, 0.03, 0.04, 0.06], "hold-back"),
+    (["xyz"], False, ["abx", "y"], [0.0, 0.05], "fixed"),  # the last token: all that is held goes out
+    (["ab", "\n"], False, ["a", "a", "ca", "\nz", "b"], [0.0, 0.01, 0.03, 0.06, 0.08], "hold-back"),
+]
+
+
+def make_delay_checker(stops, include, kind: str):
+    from minilm.serve.detokenizer import StopChecker
+
+    return StopChecker(list(stops)) if kind == "fixed" else StopReference(list(stops), include)
+
+
+def check_char_delays(char_delays) -> None:
+    for stops, include, pieces, times, kind in DELAY_CASES:
+        what = (
+            f"tokens {pieces!r} at {times} s, stops {stops!r}"
+            + (", include_stop_str_in_output=True" if include else "")
+            + f", the {'server' if kind == 'fixed' else 'part-1'} checker"
+        )
+        want = char_delays_reference(pieces, times, make_delay_checker(stops, include, kind))
+        got = call(
+            char_delays,
+            list(pieces),
+            list(times),
+            make_delay_checker(stops, include, kind),
+            what=f"char_delays for {what}",
+        )
+        assert isinstance(got, (list, tuple)) and all(is_real(d) for d in got), (
+            f"{what}: return a list of seconds, one per character sent, got {got!r}"
+        )
+        if len(got) != len(want):
+            raise AssertionError(
+                f"{what}: you have {len(got)} delays, the client receives {len(want)} characters: one delay "
+                f"per character sent"
+                + (
+                    "; after add() says stopped, the server sends nothing more"
+                    if len(got) > len(want)
+                    else "; the last token is final (nothing is held back then), and every character the "
+                    "checker returns is sent"
+                )
+            )
+        bad = [j for j, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, abs_tol=1e-12)]
+        if not bad:
+            continue
+        j = bad[0]
+        hint = (
+            "a character held back was sent with a later token: its delay runs from the token that brought it"
+            if all(g == 0 for g in got)
+            else "which token brought it, and with which token's add() was it sent? (a token may have no "
+            "text at all)"
+        )
+        raise AssertionError(
+            f"{what}: character {j} of the text sent has delay {got[j]!r} s by yours, {want[j]:.6g} s expected: "
+            f"{hint}"
+        )
+    fixed = char_delays_reference(*DELAY_CASES[2][2:4], make_delay_checker(*DELAY_CASES[2][:2], "fixed"))
+    mine = char_delays_reference(*DELAY_CASES[3][2:4], make_delay_checker(*DELAY_CASES[3][:2], "hold-back"))
+    ok(
+        f"what the client waits for, character by character, on {len(DELAY_CASES)} made-up streams: with the "
+        f"stop string 'Returns' the server's fixed window delays the text by {np.mean(fixed) * 1e3:.1f} ms a "
+        f"character on average, part 1's checker by {np.mean(mine) * 1e3:.1f} ms"
+    )
