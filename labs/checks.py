@@ -1910,8 +1910,19 @@ def check_split(
             why = "one entry per prompt, in their order, 0 for a prompt that gets nothing"
         elif not why and any(n < 0 for n in got):
             why = "a chunk is never negative"
-        raise AssertionError(f"{name} = {got}, expected {want}" + (f": {why}" if why else ""))
+        raise AssertionError(f"{name} = {got}: {split_difference(got, want, args[2])}" + (f"; {why}" if why else ""))
     ruled_out |= {why for why, slip in slips if slip != want}
+
+
+def split_difference(got: list, want: list[int], remaining: list[int]) -> str:
+    """Where a split first goes wrong, without printing the right one (the hint names the slip)."""
+    if len(got) != len(want):
+        return f"{len(got)} chunks for {len(want)} prompts"
+    i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+    return (
+        f"prompt {i} ({remaining[i]} tokens left) gets {'more' if got[i] > want[i] else 'fewer'} tokens "
+        f"than the rule gives it"
+    )
 
 
 def check_split_budget(split_budget) -> None:
@@ -1946,9 +1957,13 @@ def check_split_budget(split_budget) -> None:
                 )
                 for r in pending
             ]
-            assert got == want, (
-                f"cap {cap}, step {step.step}: you split {got}, the engine ran {want}"
-            )
+            if got != want:
+                args = (budget, decodes, [remaining[r] for r in pending], cap)
+                why = next((why for why, slip in split_slips(args) if got == slip), "")
+                raise AssertionError(
+                    f"the engine's run, cap {cap}, step {step.step}, split_budget{args} = {got}: "
+                    f"{split_difference(got, want, args[2])} in the engine's step" + (f"; {why}" if why else "")
+                )
             for r, n in zip(pending, want):
                 remaining[r] -= n
     ok(
@@ -2080,12 +2095,34 @@ def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int])
             f"{where}: a running request got no decode; every decode comes first, before any prompt"
         )
     if max_long is not None and len(longs) > max_long:
+        new = [rid for rid in longs if done[rid] == 0]
         return (
             f"{where}: {len(longs)} long prompts (more than the cap, {LONG_CAP}, left) got tokens, "
-            f"more than max_long={max_long}; part-done prompts count as well as new ones"
+            f"more than max_long={max_long}"
+            + ("; part-done prompts count as well as new ones" if len(new) <= max_long else "")
         )
     if any(i.num_tokens > LONG_CAP for i in prefills):
         return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
+    mine_prompts = {i.request_id for i in prefills}
+    missing = [i.request_id for i in b.items if i.kind == "prefill" and i.request_id not in mine_prompts]
+    if max_long is not None and any(left(rid) == LONG_CAP for rid in missing):
+        return (
+            f"{where}: a prompt with exactly the cap ({LONG_CAP}) left got nothing. It is not long (long is "
+            f"more than the cap left), and only long prompts count toward max_long"
+        )
+    order = list(prompt_len)  # the workload's order is the arrival order
+    overtaken = [
+        (rid, new)
+        for rid in missing
+        for new in mine_prompts - {i.request_id for i in b.items}
+        if done[new] == 0 and order.index(new) > order.index(rid)
+    ]
+    if overtaken:
+        rid, new = overtaken[0]
+        return (
+            f"{where}: {rid} waited while {new}, which arrived after it, got its first tokens. Prompts keep "
+            f"their order: one that steps aside goes back to its place in the queue, not to its end"
+        )
     used, want = sum(i.num_tokens for i in a.items), sum(i.num_tokens for i in b.items)
     if used < want:
         return (
@@ -3051,6 +3088,13 @@ def prefix_first_hint(mine, ref, max_wait: float) -> str:
         i.request_id for i in a.items if i.kind == "decode"
     }:
         return f"{where}: a running request got no decode; every decode comes first"
+    if got == want:  # the same requests admitted, with other work: what they found cached
+        found = lambda step: {i.request_id: i.num_tokens for i in step.items if i.kind == "cached"}  # noqa: E731
+        return (
+            f"{where}: your policy admitted {got}, as the order does, but they found {found(a)} tokens cached, "
+            f"against {found(b)} in the reference: schedule every decode before you admit a prompt (what the "
+            f"step has already scheduled changes which blocks a new prompt finds cached)"
+        )
     admitted = {r.request_id: r.t_scheduled for r in mine.requests}  # in your run
     starving = [r for r in want if a.t_start - arrival[r] >= max_wait and admitted[r] > a.t_start]
     if starving:
@@ -3110,9 +3154,9 @@ def check_prefix_first_policy(make_policy) -> None:
 
 # ---- exercise 10: accepting draft tokens ------------------------------------------------------
 # the first cases tell the slips below apart; alpha 0 and 1 come after them
-TOKENS_CASES = [
-    (0.5, 4),
+TOKENS_CASES = [  # (0.7, 4) first: there k * alpha and 1 / (1 - alpha) differ (at 0.5 and 4 both are 2)
     (0.7, 4),
+    (0.5, 4),
     (0.5, 1),
     (0.0, 4),
     (1.0, 4),
@@ -3155,6 +3199,17 @@ def tokens_slips(alpha: float, k: int) -> list[tuple[str, float]]:
         (
             "a step verifies only k drafts, so it keeps at most k + 1 tokens: the series has an end",
             1 / (1 - a) if a < 1 else float("inf"),
+        ),
+        (
+            "k * alpha would be the accepted drafts if each were judged on its own, and without the "
+            "target's own token: the series counts, place by place, the chance that a token is kept there "
+            "(the own token always; draft i only if drafts 1..i all were)",
+            k * a,
+        ),
+        (
+            "the series runs one term too far: k drafts and the target's own token are k + 1 places, "
+            "alpha^0 to alpha^k",
+            sum(a**i for i in range(k + 2)),
         ),
     ]
 
