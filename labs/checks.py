@@ -204,10 +204,25 @@ def check_tokens_by_kind(tokens_by_kind) -> None:
             sampling={"ignore_eos": True},
         ),
         "a continuous run with preemptions": preempting_run(),
+        # a chunked run splits prompts over steps: a chunk's context_len then counts the chunks before it
+        "a chunked run": run_workload(
+            small_workload(6, seed=3, max_prompt=40),
+            policy="chunked",
+            max_num_seqs=4,
+            max_num_batched_tokens=16,
+            sampling={"ignore_eos": True},
+        ),
     }
     for what, tl in runs.items():
         want = engine_counts(tl)
         got = call(tokens_by_kind, tl, what="tokens_by_kind(timeline)")
+        contexts = sum(i.context_len for st in tl.steps for i in st.items if i.kind == "prefill")
+        if isinstance(got, Mapping) and got.get("prefill") == contexts != want["prefill"]:
+            raise AssertionError(
+                f"{what}: prefill: you have {contexts}, the sum of the items' context_len; a prompt split "
+                f"over steps has a context_len that counts the tokens before the chunk too: count what each "
+                f"step computed, its items' num_tokens"
+            )
         prompts = sum(r.prompt_len for r in tl.requests)
         if isinstance(got, Mapping) and got.get("prefill") == prompts != want["prefill"]:
             raise AssertionError(
@@ -217,7 +232,10 @@ def check_tokens_by_kind(tokens_by_kind) -> None:
             )
         check_kind_dict(got, want, what)
     preempted = summarize(runs["a continuous run with preemptions"])["preemptions"]
-    ok(f"tokens by kind on a static run and on a continuous run with {preempted} preemptions")
+    ok(
+        f"tokens by kind on a static run, on a continuous run with {preempted} preemptions and on a "
+        f"chunked run"
+    )
 
 
 def check_predict_tokens(predict_tokens) -> None:
@@ -341,7 +359,11 @@ def finish_slips(specs, seats: int, step_time) -> list[tuple[str, dict[str, floa
 FINISH_CASES = [
     ([6], [1], 2),  # one output token: done in its prefill step
     ([3, 12, 5], [4, 2, 3], 4),  # all at once, prompts of different lengths
-    ([4, 9, 2, 7, 5], [3, 1, 4, 2, 2], 2),  # seats free at different steps; a new prompt rides with decodes
+    (
+        [4, 9, 2, 7, 5],
+        [3, 1, 4, 2, 2],
+        2,
+    ),  # seats free at different steps; a new prompt rides with decodes
     ([2, 2, 2, 2], [2, 2, 2, 2], 2),  # two finish together, two start together
 ]
 
@@ -567,7 +589,10 @@ def largest_chunk_reference(params, b, kv, ctx, peak, bw, overhead, limit, **sli
     P, b, kv, peak, bw, overhead, limit = map(Fraction, (params, b, kv, peak, bw, overhead, limit))
     cached, B = sum(map(Fraction, ctx)), len(ctx)
     budget = limit - (0 if slip.get("no_overhead") else overhead)
-    per_flop, per_byte = 2 * P / peak, kv / bw  # seconds each chunk token adds to compute, to memory
+    per_flop, per_byte = (
+        2 * P / peak,
+        kv / bw,
+    )  # seconds each chunk token adds to compute, to memory
     compute0 = per_flop * (0 if slip.get("no_decode_flops") else B)
     memory0 = (P * b + kv * cached) / bw
     if slip.get("no_chunk_kv"):
@@ -575,14 +600,23 @@ def largest_chunk_reference(params, b, kv, ctx, peak, bw, overhead, limit, **sli
     if slip.get("added"):  # compute and memory added, not overlapped
         k = (budget - compute0 - memory0) / (per_flop + per_byte)
     else:
-        memory_room = (budget - memory0) / per_byte if per_byte else (math.inf if memory0 <= budget else -1)
+        memory_room = (
+            (budget - memory0) / per_byte if per_byte else (math.inf if memory0 <= budget else -1)
+        )
         k = min((budget - compute0) / per_flop, memory_room)
     k = math.floor(k) - (1 if slip.get("strict") and k == math.floor(k) else 0)
     return k if k >= 0 else None
 
 
-P2 = (2**33, 2, 2**17)  # a model whose numbers are powers of two: every time below is exact in binary
-CHIP2 = (2**50, 2**42)  # and a chip to match: 2^-16 s of compute and 2^-25 s of K/V per prompt token
+P2 = (
+    2**33,
+    2,
+    2**17,
+)  # a model whose numbers are powers of two: every time below is exact in binary
+CHIP2 = (
+    2**50,
+    2**42,
+)  # and a chip to match: 2^-16 s of compute and 2^-25 s of K/V per prompt token
 # (params, bytes per weight, KV bytes per token, context lengths, peak, bandwidth, overhead, limit), and what it tests
 CHUNK_CASES = [
     (
@@ -609,7 +643,10 @@ CHUNK_CASES = [
         (8.03e9, 2, 131072, [32768] * 64, 989e12, 3.35e12, 1e-3, 88e-3),
         "the same with an 88 ms limit",
     ),
-    ((8.03e9, 2, 131072, [], 989e12, 3.35e12, 1e-3, 10e-3), "a prompt alone, no decodes, a 10 ms limit"),
+    (
+        (8.03e9, 2, 131072, [], 989e12, 3.35e12, 1e-3, 10e-3),
+        "a prompt alone, no decodes, a 10 ms limit",
+    ),
 ]
 CHUNK_SLIPS = {
     "strict": "'within the limit' includes a step that takes exactly the limit",
@@ -634,7 +671,9 @@ def check_largest_chunk(largest_chunk) -> None:
                 f"{where}: even a step with no chunk at all takes longer than the limit here: return None"
             )
             continue
-        assert got is not None, f"{where}: a chunk of {want} tokens fits (0 would mean: only the decodes fit)"
+        assert got is not None, (
+            f"{where}: a chunk of {want} tokens fits (0 would mean: only the decodes fit)"
+        )
         assert is_real(got) and float(got).is_integer(), (
             f"{where}: a chunk holds a whole number of tokens (or None)"
         )
@@ -1910,7 +1949,9 @@ def check_split(
             why = "one entry per prompt, in their order, 0 for a prompt that gets nothing"
         elif not why and any(n < 0 for n in got):
             why = "a chunk is never negative"
-        raise AssertionError(f"{name} = {got}: {split_difference(got, want, args[2])}" + (f"; {why}" if why else ""))
+        raise AssertionError(
+            f"{name} = {got}: {split_difference(got, want, args[2])}" + (f"; {why}" if why else "")
+        )
     ruled_out |= {why for why, slip in slips if slip != want}
 
 
@@ -1962,7 +2003,8 @@ def check_split_budget(split_budget) -> None:
                 why = next((why for why, slip in split_slips(args) if got == slip), "")
                 raise AssertionError(
                     f"the engine's run, cap {cap}, step {step.step}, split_budget{args} = {got}: "
-                    f"{split_difference(got, want, args[2])} in the engine's step" + (f"; {why}" if why else "")
+                    f"{split_difference(got, want, args[2])} in the engine's step"
+                    + (f"; {why}" if why else "")
                 )
             for r, n in zip(pending, want):
                 remaining[r] -= n
@@ -2104,7 +2146,9 @@ def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int])
     if any(i.num_tokens > LONG_CAP for i in prefills):
         return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
     mine_prompts = {i.request_id for i in prefills}
-    missing = [i.request_id for i in b.items if i.kind == "prefill" and i.request_id not in mine_prompts]
+    missing = [
+        i.request_id for i in b.items if i.kind == "prefill" and i.request_id not in mine_prompts
+    ]
     if max_long is not None and any(left(rid) == LONG_CAP for rid in missing):
         return (
             f"{where}: a prompt with exactly the cap ({LONG_CAP}) left got nothing. It is not long (long is "
@@ -2244,7 +2288,12 @@ def check_meets_slo(meets_slo, tl) -> None:
     from minilm.metrics import meets_slo as reference_meets
 
     for r in tl.requests:
-        for slos in ((None, None), (0.5, 0.125), (0.25, 0.0)):
+        for slos in (
+            (None, None),
+            (0.5, 0.125),
+            (0.25, 0.0),
+            (None, 0.1),
+        ):  # 0.1: TPOT over n - 1 tokens, not n
             try:
                 got = meets_slo(r, *slos)
             except (AssertionError, NotImplementedError):
@@ -3599,17 +3648,44 @@ def char_delays_reference(pieces: list[str], times: list[float], checker) -> lis
     return sent
 
 
-RETURNS_PIECES = ["The", " sum", "", " of x", ".\n", "Ret", "ired", " early"]  # a token with no text, a false start
+RETURNS_PIECES = [
+    "The",
+    " sum",
+    "",
+    " of x",
+    ".\n",
+    "Ret",
+    "ired",
+    " early",
+]  # a token with no text, a false start
 RETURNS_TIMES = [0.0, 0.02, 0.03, 0.05, 0.08, 0.1, 0.12, 0.15]
 # (stops, include_stop_str_in_output, tokens' texts, the times the server had them: made up, in
 # seconds), and which checker the server uses: "fixed" (its own StopChecker) or "hold-back" (part 1's)
 DELAY_CASES = [
-    (["\n\n"], False, ["def", " f", "(x", "):\n", "\n", "  return"], [0.0, 0.02, 0.05, 0.06, 0.1, 0.13], "fixed"),
+    (
+        ["\n\n"],
+        False,
+        ["def", " f", "(x", "):\n", "\n", "  return"],
+        [0.0, 0.02, 0.05, 0.06, 0.1, 0.13],
+        "fixed",
+    ),
     (["abc"], False, ["xa", "b", "d", "ee"], [0.0, 0.01, 0.04, 0.05], "hold-back"),
     (["Returns"], False, RETURNS_PIECES, RETURNS_TIMES, "fixed"),  # a window of 6 characters held
-    (["Returns"], False, RETURNS_PIECES, RETURNS_TIMES, "hold-back"),  # only "Ret" and "Re", while they could be
+    (
+        ["Returns"],
+        False,
+        RETURNS_PIECES,
+        RETURNS_TIMES,
+        "hold-back",
+    ),  # only "Ret" and "Re", while they could be
     (["END"], True, ["aE", "N", "Db", "more", "text"], [0.0, 0.015, 0.03, 0.04, 0.06], "hold-back"),
-    (["xyz"], False, ["abx", "y"], [0.0, 0.05], "fixed"),  # the last token: all that is held goes out
+    (
+        ["xyz"],
+        False,
+        ["abx", "y"],
+        [0.0, 0.05],
+        "fixed",
+    ),  # the last token: all that is held goes out
     (["ab", "\n"], False, ["a", "a", "ca", "\nz", "b"], [0.0, 0.01, 0.03, 0.06, 0.08], "hold-back"),
 ]
 
@@ -3649,7 +3725,9 @@ def check_char_delays(char_delays) -> None:
                     "checker returns is sent"
                 )
             )
-        bad = [j for j, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, abs_tol=1e-12)]
+        bad = [
+            j for j, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, abs_tol=1e-12)
+        ]
         if not bad:
             continue
         j = bad[0]
@@ -3663,8 +3741,12 @@ def check_char_delays(char_delays) -> None:
             f"{what}: character {j} of the text sent has delay {got[j]!r} s by yours, {want[j]:.6g} s expected: "
             f"{hint}"
         )
-    fixed = char_delays_reference(*DELAY_CASES[2][2:4], make_delay_checker(*DELAY_CASES[2][:2], "fixed"))
-    mine = char_delays_reference(*DELAY_CASES[3][2:4], make_delay_checker(*DELAY_CASES[3][:2], "hold-back"))
+    fixed = char_delays_reference(
+        *DELAY_CASES[2][2:4], make_delay_checker(*DELAY_CASES[2][:2], "fixed")
+    )
+    mine = char_delays_reference(
+        *DELAY_CASES[3][2:4], make_delay_checker(*DELAY_CASES[3][:2], "hold-back")
+    )
     ok(
         f"what the client waits for, character by character, on {len(DELAY_CASES)} made-up streams: with the "
         f"stop string 'Returns' the server's fixed window delays the text by {np.mean(fixed) * 1e3:.1f} ms a "

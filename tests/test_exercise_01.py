@@ -323,10 +323,15 @@ def chunk_by_search(P, b, kv, ctx, peak, bw, overhead, limit):  # right: grow k 
     return np.int64(lo)
 
 
-def chunk_strict(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: a step exactly at the limit refused
+def chunk_strict(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: a step exactly at the limit refused
     k = chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
-    budget = limit - overhead
-    exact = k is not None and overhead + max(2 * P * (len(ctx) + k) / peak, (P * b + kv * (sum(ctx) + k)) / bw) == limit
+    exact = (
+        k is not None
+        and overhead + max(2 * P * (len(ctx) + k) / peak, (P * b + kv * (sum(ctx) + k)) / bw)
+        == limit
+    )
     return (k - 1 if k > 0 else None) if exact else k
 
 
@@ -340,14 +345,18 @@ def chunk_added(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: compute + m
     return k if k >= 0 else None
 
 
-def chunk_no_decode_flops(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: only the chunk is computed
+def chunk_no_decode_flops(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: only the chunk is computed
     budget = limit - overhead
     by_memory = (budget - (P * b + kv * sum(ctx)) / bw) * bw / kv
     k = math.floor(min(budget / (2 * P / peak), by_memory))
     return k if k >= 0 else None
 
 
-def chunk_no_chunk_kv(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: the chunk's K/V write left out
+def chunk_no_chunk_kv(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: the chunk's K/V write left out
     budget = limit - overhead
     if (P * b + kv * sum(ctx)) / bw > budget:
         return None

@@ -198,12 +198,16 @@ def delays_solution(pieces, times, checker):
     return delays
 
 
-def delays_by_bisect(pieces, times, checker):  # right: token boundaries, found with bisect; numpy out
+def delays_by_bisect(
+    pieces, times, checker
+):  # right: token boundaries, found with bisect; numpy out
     import bisect
 
     import numpy as np
 
-    ends = list(itertools.accumulate(len(p) for p in pieces))  # position just past each token's text
+    ends = list(
+        itertools.accumulate(len(p) for p in pieces)
+    )  # position just past each token's text
     out, sent = [], 0
     for i, piece in enumerate(pieces):
         text, stopped = checker.add(piece, i == len(pieces) - 1)
@@ -215,7 +219,9 @@ def delays_by_bisect(pieces, times, checker):  # right: token boundaries, found 
     return out
 
 
-def delays_all_zero(pieces, times, checker):  # wrong: every character charged to the token that sent it
+def delays_all_zero(
+    pieces, times, checker
+):  # wrong: every character charged to the token that sent it
     return [0.0 for d in delays_solution(pieces, times, checker)]
 
 
@@ -235,7 +241,10 @@ def delays_after_stop(pieces, times, checker):  # wrong: goes on after the check
     delays = []
     for i, (piece, t) in enumerate(zip(pieces, times)):
         text, _ = checker.add(piece, i == len(pieces) - 1)
-        delays += [t - arrived[min(n, len(arrived) - 1)] for n in range(len(delays), len(delays) + len(text))]
+        delays += [
+            t - arrived[min(n, len(arrived) - 1)]
+            for n in range(len(delays), len(delays) + len(text))
+        ]
     return delays
 
 
@@ -254,13 +263,17 @@ def delays_token_index(pieces, times, checker):  # wrong: character n taken to c
     delays = []
     for i, (piece, t) in enumerate(zip(pieces, times)):
         text, stopped = checker.add(piece, i == len(pieces) - 1)
-        delays += [t - times[min(n, len(times) - 1)] for n in range(len(delays), len(delays) + len(text))]
+        delays += [
+            t - times[min(n, len(times) - 1)] for n in range(len(delays), len(delays) + len(text))
+        ]
         if stopped:
             break
     return delays
 
 
-def delays_from_first_token(pieces, times, checker):  # wrong: every delay measured from the stream's start
+def delays_from_first_token(
+    pieces, times, checker
+):  # wrong: every delay measured from the stream's start
     delays = []
     for i, (piece, t) in enumerate(zip(pieces, times)):
         text, stopped = checker.add(piece, i == len(pieces) - 1)

@@ -62,7 +62,10 @@ WRONG_TOKENS = {
     "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, "for each of the k + 1 places"),
     "integer": (lambda a, k: int(closed_form(a, k)), "for each of the k + 1 places"),
     "no end to the series": (lambda a, k: 1 / (1 - a) if a < 1 else k + 1, "the series has an end"),
-    "k times alpha": (lambda a, k: k * a, "judged on its own"),  # found with the infinite series' hint before
+    "k times alpha": (
+        lambda a, k: k * a,
+        "judged on its own",
+    ),  # found with the infinite series' hint before
     "one term too many": (lambda a, k: sum(a**i for i in range(k + 2)), "one term too far"),
 }
 
