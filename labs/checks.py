@@ -2050,8 +2050,8 @@ def check_split_budget_long(split_budget_long) -> None:
 class LongLimitReference(ChunkedPolicy):
     """The reference for exercise 6, part 3: the engine's chunked prefill (decodes first, then
     part-done prompts, then the queue's head), with `chunk_rule`'s limit of `max_long` long
-    prompts a step. A long prompt past the limit at the queue's head steps aside for the step
-    (off the head, and back in its place at the end), so the prompts behind it can be admitted."""
+    prompts a step. A long prompt past the limit steps behind the others for the step
+    (`reorder_waiting`, and back in its place at the end), so the prompts behind it can be admitted."""
 
     name = "long-limit-reference"
 
@@ -2069,15 +2069,13 @@ class LongLimitReference(ChunkedPolicy):
         for req, n in zip(partial, chunks):
             if n:
                 s.schedule_running(req, n)
-        stepped_aside = []
-        for req, n in zip(waiting, chunks[len(partial) :]):
-            if n == 0:
-                stepped_aside.append(s.waiting.popleft())
-                continue
-            if not s.can_admit(req, n):
+        chunk = dict(zip(waiting, chunks[len(partial) :]))
+        s.reorder_waiting(sorted(waiting, key=lambda r: chunk[r] == 0))  # no tokens: behind
+        for req in [r for r in waiting if chunk[r]]:
+            if not s.can_admit(req, chunk[req]):
                 break
-            s.admit(req, n)
-        s.waiting.extendleft(reversed(stepped_aside))
+            s.admit(req, chunk[req])
+        s.reorder_waiting(sorted(s.waiting, key=waiting.index))  # back in their places
 
 
 LONG_BUDGET, LONG_CAP, LONG_SEATS = 512, 128, 12  # up to 4 long prompts' chunks fit a step
@@ -3066,8 +3064,7 @@ class PrefixFirstReference(Policy):
         order = order_reference(
             [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
         )
-        s.waiting.clear()
-        s.waiting.extend(queue[i] for i in order)
+        s.reorder_waiting([queue[i] for i in order])
         while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 

@@ -56,12 +56,12 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         """The policy plans the step on a fresh StepBuilder; its plan is the step."""
         self.admit_arrivals(now)
+        queues = (self.waiting, self.running)
+        step = StepBuilder(self.config, self.policy, self.kv_manager, queues, now)
         if self.config.scheduling_policy == "lpm" and len(self.waiting) > 1:
             # SGLang's cache-aware order: the longest cached prefix first (stable: FCFS among equals)
             key = lambda r: -len(self.kv_manager.get_computed_blocks(r))  # noqa: E731
-            self.waiting = deque(sorted(self.waiting, key=key))
-        queues = (self.waiting, self.running)
-        step = StepBuilder(self.config, self.policy, self.kv_manager, queues, now)
+            step.reorder_waiting(sorted(self.waiting, key=key))
         self.policy.schedule(step)
         return step.plan()
 
