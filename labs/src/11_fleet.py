@@ -172,11 +172,11 @@ for b in BALANCES:
     per = [m2["requests"] for m2 in replica_summaries(run).values()]
     rows.append({"balance": "none" if b is None else b, "hit rate": m["prefix_cache_hit_rate"],
                  "TTFT p50 (ms)": 1e3 * m["ttft_p50"], "TTFT p99 (ms)": 1e3 * m["ttft_p99"],
-                 "busiest replica": max(per) / sum(per), "within SLOs": m["slo_attainment"]})
+                 "busiest share": max(per) / sum(per), "within SLOs": m["slo_attainment"]})
 for r in ("least_outstanding",):
     m = fleet_summary(serve(HOT, r, **CACHE), 0.5, 0.05)
     rows.append({"balance": r, "hit rate": m["prefix_cache_hit_rate"], "TTFT p50 (ms)": 1e3 * m["ttft_p50"],
-                 "TTFT p99 (ms)": 1e3 * m["ttft_p99"], "busiest replica": np.nan,
+                 "TTFT p99 (ms)": 1e3 * m["ttft_p99"], "busiest share": np.nan,
                  "within SLOs": m["slo_attainment"]})
 sweep = pd.DataFrame(rows)
 print("one hot prompt (3/4 of requests), 300 requests at 100 req/s, 4 replicas; SLOs 500 ms / 50 ms; simulated")
@@ -203,7 +203,7 @@ best = ok.loc[ok["hit rate"].idxmax()]
 lo_hot = sweep[sweep["balance"] == "least_outstanding"].iloc[0]
 assert none["within SLOs"] < best["within SLOs"] and best["hit rate"] > lo_hot["hit rate"]
 say(f"Without a bound, prefix-aware routing hits the most (**{none['hit rate']:.0%}**) and sends "
-    f"{none['busiest replica']:.0%} of the requests to one replica: TTFT p99 "
+    f"{none['busiest share']:.0%} of the requests to one replica: TTFT p99 "
     f"**{none['TTFT p99 (ms)'] / 1e3:.1f} s**, {none['within SLOs']:.0%} within the limits. With "
     f"`balance={best['balance']}`, the highest hit rate that kept at least {KEEP:.0%} within them, it hits "
     f"{best['hit rate']:.0%} with a TTFT p99 of {best['TTFT p99 (ms)']:.0f} ms; least outstanding, blind to "
@@ -298,6 +298,7 @@ t = split_table.set_index(["case", "deployment"])["within SLOs"]
 lp, mx = t["long prompts, tight SLO"], t["mixed, two GPUs"]
 tp = split_table.set_index(["case", "deployment"])["TPOT p99 (ms)"]["long prompts, tight SLO"]
 tt = split_table.set_index(["case", "deployment"])["TTFT p99 (ms)"]["long prompts, tight SLO"]
+tp_mx = split_table.set_index(["case", "deployment"])["TPOT p99 (ms)"]["mixed, two GPUs"]
 slow = split_table[split_table["case"] == "4x the KV, slow link"].set_index("deployment")
 assert lp["1P3D nvlink"] > lp["4 x continuous"] and mx["1P1D nvlink"] < mx["2 x continuous"]
 say(f"With long prompts and a tight TPOT limit, one prefill and three decode GPUs kept **{lp['1P3D nvlink']:.1%}** "
@@ -306,7 +307,8 @@ say(f"With long prompts and a tight TPOT limit, one prefill and three decode GPU
     f"though its one prefill GPU queues the long prompts (TTFT p99 {tt['1P3D nvlink'] / 1e3:.1f} s). "
     f"Chunked prefill, colocated, got {lp['4 x chunked']:.1%}: most of the gain "
     f"without a split. With `mixed` traffic on two GPUs the split loses: its one decode GPU kept "
-    f"{mx['1P1D nvlink']:.1%} against {mx['2 x continuous']:.1%} colocated. With four times the KV a token, the "
+    f"{mx['1P1D nvlink']:.1%} against {mx['2 x continuous']:.1%} colocated (TPOT p99 {tp_mx['1P1D nvlink']:.1f} ms "
+    f"against {tp_mx['2 x continuous']:.1f} ms: all the decoding on one GPU). With four times the KV a token, the "
     f"Ethernet link took **{slow.loc['1P1D ethernet', 'transfer mean (ms)']:.1f} ms** a prompt on average against "
     f"{slow.loc['1P1D nvlink', 'transfer mean (ms)']:.2f} ms over NVLink (waits for the link up to "
     f"{slow.loc['1P1D ethernet', 'link wait max (ms)']:.0f} ms) and raised the TPOT p99 from "
@@ -383,8 +385,10 @@ was = next(r for r in plans["TPOT 15 ms"] if r["deployment"] == base["deployment
 sentence += (f"A TPOT limit of {asks['TPOT 15 ms'].tpot_slo * 1e3:.0f} ms makes it **{named(tight)}**"
              + (f" (${tight['usd_per_hour']:.2f}/h)" if tight else "")
              + f": {named(base)} holds {capacity_text(was)} req/s within it. ")
+was_long = next(r for r in plans["long-prompt traffic"] if r["deployment"] == base["deployment"])
 sentence += (f"On `long-prompt` traffic it is **{named(longp)}**"
-             + (f" (${longp['usd_per_hour']:.2f}/h). " if longp else ". "))
+             + (f" (${longp['usd_per_hour']:.2f}/h)" if longp else "")
+             + f": {named(base)} holds {capacity_text(was_long)} req/s of it. ")
 sentence += (f"These runs hold {N_PLAN} requests each, which makes the search fast and the ranking rough: "
              "a short run at a high rate is a burst that ends before its queue grows, so it flatters fast "
              "deployments (docs/FLEET.md shows the answer changing at 10,000 requests a run). Plan with "
