@@ -3749,3 +3749,161 @@ def check_char_delays(char_delays) -> None:
         f"stop string 'Returns' the server's fixed window delays the text by {np.mean(fixed) * 1e3:.1f} ms a "
         f"character on average, part 1's checker by {np.mean(mine) * 1e3:.1f} ms"
     )
+
+
+# ---- exercise 11: a router of your own --------------------------------------------------------
+# Three fleets of four simulated H100s (lesson 11, sections 1 and 2), each a trap for one kind of
+# naive router. Seeded differently from the lesson's, so a router tuned to the lesson's numbers
+# meets new requests. SLO limits as in the lesson: TTFT 500 ms, TPOT 50 ms.
+ROUTER_SEED = 11
+ROUTER_SLO = (0.5, 0.05)
+CACHED_FLEET = {"enable_prefix_caching": True, "num_blocks": 600, "max_num_seqs": 16}
+
+
+def router_traps() -> dict[str, dict]:
+    """name -> the workload, the replicas' knobs, and what a router must reach there."""
+    from minilm.workload import skewed_workload, system_prompt_workload
+
+    return {
+        "skewed lengths": {
+            "specs": skewed_workload(200, 8.0, seed=ROUTER_SEED),
+            "knobs": {"max_num_seqs": 4},
+            "min_within_slo": 0.99,
+            "min_hit_rate": None,
+            "what": "200 requests at 8 req/s, every fourth asking for hundreds of output tokens; "
+            "4 replicas of 4 seats",
+        },
+        "sixteen prompts": {
+            "specs": system_prompt_workload(16, 20.0, 300, seed=ROUTER_SEED),
+            "knobs": CACHED_FLEET,
+            "min_within_slo": 0.99,
+            "min_hit_rate": 0.8,
+            "what": "300 requests at 20 req/s behind 16 equally popular system prompts; each "
+            "replica's cache holds about six of them",
+        },
+        "one hot prompt": {
+            "specs": system_prompt_workload(16, 100.0, 300, seed=ROUTER_SEED, hot=48),
+            "knobs": CACHED_FLEET,
+            "min_within_slo": 0.95,
+            "min_hit_rate": 0.84,
+            "what": "300 requests at 100 req/s, three quarters of them behind one system prompt",
+        },
+    }
+
+
+def fresh_router(make_router, what: str):
+    """A new policy from the learner's class (a router may keep state, as round-robin's turn)."""
+    from minilm import router as r
+
+    policy = call(make_router, what=f"{what}: making your router")
+    if isinstance(policy, tuple(r.ROUTERS.values())):
+        raise AssertionError(
+            f"{what}: {type(policy).__name__} is one of minilm/router.py's own policies; write yours"
+        )
+    if not callable(getattr(policy, "choose", None)) or not isinstance(
+        getattr(policy, "name", None), str
+    ):
+        raise AssertionError(
+            f"{what}: a router needs a `name` (a str) and a method choose(prompt_ids, loads, prefix_match)"
+        )
+    return policy
+
+
+def run_router(make_router, trap: dict, what: str):
+    """The trap's fleet behind a fresh copy of the learner's router: its run and metrics."""
+    from minilm.sim.cluster import fleet_summary, simulated_cluster
+
+    cluster = simulated_cluster(
+        "llama-3-8b",
+        "h100",
+        replicas=4,
+        router=fresh_router(make_router, what),
+        policy="chunked",
+        record_kv_blocks=False,
+        **trap["knobs"],
+    )
+    cluster.add_workload(trap["specs"])
+    with time_limit(120, f"{what}: the fleet with your router"):
+        run = call(cluster.run, what=f"{what}: your router's choose()")
+    return run, fleet_summary(run, *ROUTER_SLO)
+
+
+def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
+    """What went wrong on one trap, in what the learner can see (None: it passed)."""
+    from minilm.sim.cluster import replica_summaries
+
+    per = replica_summaries(run)
+    requests = [r["requests"] for r in per.values()]
+    tokens = [r["output_tokens"] for r in per.values()]
+    busiest = max(range(len(tokens)), key=lambda i: tokens[i])
+    queue = max(
+        max((s.num_waiting for s in tl.steps), default=0) for tl in run.timelines
+    )  # the longest queue on any replica
+    within, hit = m["slo_attainment"], m["prefix_cache_hit_rate"]
+    where = (
+        f"on '{name}' ({trap['what']}): {within:.1%} of requests met TTFT "
+        f"{ROUTER_SLO[0] * 1e3:.0f} ms and TPOT {ROUTER_SLO[1] * 1e3:.0f} ms"
+        f", prefix-cache hit rate {hit:.0%}; requests a replica {requests}, output tokens a "
+        f"replica {tokens}, longest queue {queue}"
+    )
+    if within < trap["min_within_slo"]:
+        if min(requests) == 0:
+            hint = (
+                "a replica got no request at all: does your choice range over every replica, "
+                "0 to len(loads) - 1?"
+            )
+        elif trap["min_hit_rate"] is None:
+            hint = (
+                f"replica {busiest} did {tokens[busiest] / sum(tokens):.0%} of the work. Requests are "
+                "not equal: what in `loads` grows while a replica is busy, whatever the reason?"
+            )
+        else:
+            hint = (
+                f"the busiest replica got {max(requests) / sum(requests):.0%} of the requests. A cache "
+                "hit saves one prefill; a queue delays every request in it. How much more loaded than "
+                "the least loaded replica may a cached replica be before the hit is not worth it?"
+            )
+        return f"{where}; at least {trap['min_within_slo']:.0%} must. {hint}"
+    if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:
+        return (
+            f"{where}; a hit rate of at least {trap['min_hit_rate']:.0%} is reachable here. Each "
+            "replica caches only the prompts it served: spread every prompt over every replica and "
+            "each cache must hold them all. What does prefix_match(replica, prompt_ids) tell you?"
+        )
+    return None
+
+
+def check_router_traps(make_router, names: list[str], what: str) -> list[dict]:
+    traps = router_traps()
+    results = []
+    for name in names:
+        run, m = run_router(make_router, traps[name], f"{what} on '{name}'")
+        problem = router_verdict(run, m, traps[name], name)
+        if problem:
+            raise AssertionError(f"{what} {problem}")
+        results.append(m)
+    return results
+
+
+def check_load_router(make_router) -> None:
+    """Part 1: a router that balances work, on the fleet where round-robin overloads a replica."""
+    (m,) = check_router_traps(make_router, ["skewed lengths"], "your router")
+    ok(
+        f"on skewed lengths your router kept {m['slo_attainment']:.1%} of requests within the SLOs "
+        f"(TTFT p99 {m['ttft_p99'] * 1e3:.0f} ms, simulated)"
+    )
+
+
+def check_cache_router(make_router) -> None:
+    """Part 2: one router for all three traps: skewed lengths, sixteen prompts, one hot prompt."""
+    ms = check_router_traps(
+        make_router, ["skewed lengths", "sixteen prompts", "one hot prompt"], "your router"
+    )
+    ok(
+        "your router passed all three fleets (simulated): "
+        + "; ".join(
+            f"{name} {m['slo_attainment']:.1%} within the SLOs"
+            + (f", hit rate {m['prefix_cache_hit_rate']:.0%}" if name != "skewed lengths" else "")
+            for name, m in zip(("skewed lengths", "sixteen prompts", "one hot prompt"), ms)
+        )
+    )

@@ -83,7 +83,7 @@ checks.check_predict_steps(predict_steps)
 # %% [markdown]
 # **Part 4: predict when each request is done.** The same kind of run. Now give each step a
 # cost: a step that computes `n` tokens in all (each prompt it prefills, whole, and one token
-# for each decode) takes `step_time(n)` seconds, and every request is waiting at time 0.
+# for each decode) takes `step_time(n)` seconds, and every request is waiting at time `0`.
 # Write `predict_finish_times(specs, max_num_seqs, step_time)`: a dict from each request's
 # `id` to the time its last token is ready, the end of the step that made it. The check
 # prices the engine's real steps with the same `step_time` (a fixed cost per step plus a cost
