@@ -52,35 +52,38 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         or c.scheduling_policy == "lpm"
     ):
         return None
-    bs = kv.block_size
-    decodes, grow = [], 0
+    bs, tables = kv.block_size, kv.block_tables
+    decodes, starts, ids, touch, grow = [], [], [], [], 0
     for r in s.running:
-        p = r.num_computed_tokens
-        if p == r.num_tokens - 1:
-            if p < r.prompt_len:
+        p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
+        if p == num_prompt + len(r.output_ids) - 1:
+            if p < num_prompt:
                 return None  # a prompt's last token: schedule_decodes takes it, as a prefill
             decodes.append(r)
-            grow += p % bs == 0 and len(kv.block_tables[r.request_id]) * bs <= p
+            starts.append(p)
+            ids.append(r.request_id)
+            if p % bs == 0 or (kv.caching and (p + 1) % bs == 0):
+                touch.append(r)
+                grow += len(tables[r.request_id]) * bs <= p
     if not decodes or grow > kv.num_free_blocks:
         return None
     t_start = clock.start_step()
     s.admit_arrivals(t_start)
     step = StepBuilder(c, policy, kv, (s.waiting, s.running), t_start)
     # what schedule_decodes does: one token each, oldest first, KV slots from the manager
-    starts = [r.num_computed_tokens for r in decodes]
-    for r, p in zip(decodes, starts):
-        if p % bs == 0 or (kv.caching and (p + 1) % bs == 0):
-            kv.allocate_slots(r, 1)
+    for r in touch:
+        kv.allocate_slots(r, 1)
     n = len(decodes)
-    step.scheduled.update(r.request_id for r in decodes)
+    step.scheduled.update(ids)
     step.budget -= n
     step.owed -= n
     policy.schedule(step)
     plan = step.plan()  # the rest of the step's work; its stored tokens miss the decodes' new ones
     plan.kv_tokens_stored += n
     shape = plan_shape(plan)
-    context = sum(starts) + n + sum(e for _, e in shape)  # (tokens, context after) of the rest
-    pairs = sum(starts) + n + sum(q * e - q * (q - 1) // 2 for q, e in shape)
+    decoded = sum(starts) + n  # the decodes' context after the step
+    context = decoded + sum(e for _, e in shape)  # shape: (tokens, context after) of the rest
+    pairs = decoded + sum(q * e - q * (q - 1) // 2 for q, e in shape)
     dt = float(
         engine.executor.cost.cost_of_sums(
             n + len(shape), n + sum(q for q, _ in shape), context, pairs
@@ -88,15 +91,16 @@ def bulk_step(engine: Engine) -> StepRecord | None:
     )
     output = engine.executor.execute(plan)
     clock.now = t_end = t_start + dt
-    token, finished, items = engine.executor.token_id, [], []
-    for r, p in zip(decodes, starts):  # update_from_output's work for a decode, then the engine's
-        r.num_computed_tokens, r.spec_token_ids = p + 1, []
+    token, finished = engine.executor.token_id, []
+    # update_from_output's work for a decode (no drafts: spec_token_ids stays empty), then the engine's
+    for r, p in zip(decodes, starts):
+        r.num_computed_tokens = p + 1
+        r.token_times.append(t_end)
         reason = r.append_output(token)
         if reason is not None:
             s.finish(r, reason)
             finished.append(r)
-        r.token_times.append(t_end)
-        items.append(StepItem(r.request_id, "decode", 1, p + 1))
+    items = [StepItem(rid, "decode", 1, p + 1) for rid, p in zip(ids, starts)]
     outputs = s.update_from_output(plan, output)
     for out in outputs:
         req = engine.requests[out.request_id]
@@ -127,19 +131,19 @@ def decode_run(engine: Engine) -> list | None:
     every running request one token from its next sample, past its prompt, and nothing the
     waiting queue could change (empty, or every seat taken)."""
     s, c = engine.scheduler, engine.config
-    running = s.running
+    running, full = s.running, len(s.running) >= c.max_num_seqs
     if (
         not running
+        or (not full and (s.waiting or (s.pending and s.pending[0].arrival <= engine.clock.now)))
         or type(engine.policy) not in (ContinuousPolicy, ChunkedPolicy)
         or c.speculative_config is not None
         or len(engine.kv_manager.block_tables) != len(running)
-        or (s.waiting and len(running) < c.max_num_seqs)
         or (c.scheduling_policy == "lpm" and len(s.waiting) + len(s.pending) > 1)
     ):
         return None
     for r in running:
-        n = r.num_computed_tokens
-        if n != r.num_tokens - 1 or n < r.prompt_len or r.spec_token_ids:
+        p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
+        if p != num_prompt + len(r.output_ids) - 1 or p < num_prompt or r.spec_token_ids:
             return None
     return running
 
