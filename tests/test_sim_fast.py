@@ -13,7 +13,11 @@ def run(fast: bool, policy: str, workload: str = "mixed", n: int = 80, rate=40.0
         "llama-3-8b", "h100", policy, fast_forward=fast, max_model_len=1024, **knobs
     )
     specs = make_workload(
-        workload, n, seed=3, vocab_size=engine.model_config.vocab_size, rate=rate,
+        workload,
+        n,
+        seed=3,
+        vocab_size=engine.model_config.vocab_size,
+        rate=rate,
         max_model_len=1024,
     )
     engine.add_workload(specs)

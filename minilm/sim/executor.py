@@ -20,10 +20,10 @@ from dataclasses import replace
 from ..config import EngineConfig, ModelConfig
 from ..core.clock import SimulatedClock
 from ..core.engine import Engine
-from .fastforward import SimulatedEngine
 from ..plan import ModelOutput, StepPlan
 from ..spec_decode import SpeculativeConfig
 from .costmodel import CostModel, DeviceSpec, EngineKind, get_device
+from .fastforward import SimulatedEngine
 from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
 

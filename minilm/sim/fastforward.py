@@ -43,7 +43,13 @@ def bulk_step(engine: Engine) -> StepRecord | None:
     loop and the policy left to schedule the rest (partial prompts, admissions) on the step's
     StepBuilder. None, with nothing changed, where the policy might decide a decode otherwise:
     another policy, speculation, LPM order, a decode that could need a preemption."""
-    s, c, kv, clock, policy = engine.scheduler, engine.config, engine.kv_manager, engine.clock, engine.policy
+    s, c, kv, clock, policy = (
+        engine.scheduler,
+        engine.config,
+        engine.kv_manager,
+        engine.clock,
+        engine.policy,
+    )
     if (
         not s.running
         or type(policy) not in (ContinuousPolicy, ChunkedPolicy)
