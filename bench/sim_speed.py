@@ -271,7 +271,7 @@ def main() -> int:
                 "max_num_seqs": c.max_num_seqs,
                 "workload": "mixed at t=0"
                 if c.fixed is None
-                else "%d prompt / %d output tokens, Poisson at %g req/s" % c.fixed,
+                else f"{c.fixed[0]} prompt / {c.fixed[1]} output tokens, Poisson at {c.fixed[2]:g} req/s",
                 "record_kv_blocks": c.record_kv_blocks,
                 "limit_s": c.limit_s,
             }

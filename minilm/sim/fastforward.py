@@ -102,8 +102,10 @@ def bulk_step(engine: Engine) -> StepRecord | None:
     for r, p in zip(decodes, starts):
         r.num_computed_tokens = p + 1
         r.token_times.append(t_end)
-        reason = r.append_output(token)
-        if reason is not None:
+        out, params = r.output_ids, r.params
+        if len(out) + 1 < params.max_tokens and not params.stop_token_ids:
+            out.append(token)  # the placeholder is never EOS: nothing else can stop it
+        elif (reason := r.append_output(token)) is not None:
             s.finish(r, reason)
             finished.append(r)
     items = [StepItem(rid, "decode", 1, p + 1) for rid, p in zip(ids, starts)]
