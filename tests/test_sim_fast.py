@@ -8,7 +8,9 @@ from minilm.sim import simulated_engine
 from minilm.workload import make_workload
 
 
-def run(fast: bool, policy: str, workload: str = "mixed", n: int = 80, rate=40.0, **knobs):
+def run(
+    fast: bool, policy: str, workload: str = "mixed", n: int = 80, rate=40.0, sampling=None, **knobs
+):
     engine = simulated_engine(
         "llama-3-8b", "h100", policy, fast_forward=fast, max_model_len=1024, **knobs
     )
@@ -20,7 +22,7 @@ def run(fast: bool, policy: str, workload: str = "mixed", n: int = 80, rate=40.0
         rate=rate,
         max_model_len=1024,
     )
-    engine.add_workload(specs)
+    engine.add_workload(specs, **(sampling or {}))
     return engine, engine.run()
 
 
@@ -28,7 +30,7 @@ def same_run(policy: str, **kw) -> int:
     """Both timelines, compared whole (floats with ==); the steps fast-forwarded."""
     slow, a = run(False, policy, **kw)
     fast, b = run(True, policy, **kw)
-    assert slow.fast_steps == 0
+    assert slow.fast_steps == slow.bulk_steps == 0  # the switch turns both off
     assert len(b.steps) == len(a.steps)
     for x, y in zip(a.steps, b.steps):
         assert (x.t_start, x.t_end) == (y.t_start, y.t_end)
@@ -66,5 +68,13 @@ def test_same_timeline_static_and_speculation():
     assert same_run("chunked", speculative_config=spec, acceptance=0.7, max_num_seqs=8) == 0
 
 
-def test_lpm_and_stop_tokens():
-    assert same_run("continuous", scheduling_policy="lpm", max_num_seqs=8) >= 0
+def test_same_timeline_lpm_and_stop_tokens():
+    same_run("continuous", scheduling_policy="lpm", max_num_seqs=8)
+    # a stop id that never comes: every decode goes through the stop rules
+    assert same_run("chunked", sampling={"stop_token_ids": (5,)}, max_num_seqs=8) > 0
+
+
+def test_bulk_steps_run_beside_prompts():
+    fast, _ = run(True, "chunked", max_num_seqs=8)
+    assert fast.bulk_steps > 0 and fast.fast_steps > 0
+    assert fast.bulk_steps + fast.fast_steps < len(fast.timeline.steps)  # the rest: the scheduler's

@@ -156,7 +156,7 @@ class Engine:
             ("stop_token_ids", req.params.stop_token_ids),
         ):
             if set(map(type, ids)) <= {int} and (not ids or 0 <= min(ids) and max(ids) < vocab):
-                continue  # plain ints in range, checked at C speed (a simulation has millions)
+                continue  # in C: a simulation checks millions
             bad = [
                 t
                 for t in ids
@@ -291,7 +291,7 @@ class Engine:
         return self.timeline
 
     def fast_forward(self) -> None:
-        """Steps a subclass takes at once, with the records `step` makes (sim/fastforward.py)."""
+        """A simulator's steps taken at once (sim/fastforward.py)."""
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
         """Complete a few prompts (batched by the engine's policy) and return the texts."""

@@ -24,14 +24,17 @@ from .costmodel import plan_shape
 
 
 class SimulatedEngine(Engine):
-    """An `Engine` whose `run` fast-forwards decode-only stretches (`fast = False`: it does not);
-    `fast_steps` counts the steps it took that way."""
+    """An `Engine` that takes decode-only stretches in one go and each step's decodes in bulk
+    (`fast = False`: neither); `fast_steps` and `bulk_steps` count the steps taken each way."""
 
-    fast, fast_steps = True, 0
+    fast, fast_steps, bulk_steps = True, 0, 0
 
     def step(self) -> StepRecord | None:
         record = bulk_step(self) if self.fast else None
-        return super().step() if record is None else record
+        if record is None:
+            return super().step()
+        self.bulk_steps += 1
+        return record
 
     def fast_forward(self) -> None:
         if self.fast:
