@@ -1,22 +1,27 @@
-"""Fast-forward: the decode-only steps of a simulated run taken in one go, with the records
-the step-by-step loop makes (docs/SIMULATOR.md, "Speed").
+"""The simulator's fast path: decodes taken in bulk, with the records the step-by-step loop
+makes (docs/SIMULATOR.md, "Speed"). Most of a simulated run's Python goes to decodes: every
+running request, every step, the same few lines.
 
-Between two events (an arrival that could be admitted, a request that finishes, a KV block
-that might not be there) a continuous or chunked batch does the same thing every step: each
-running request decodes one token. Which steps those are follows from the state the last
-real step left: when the next arrival comes (the step times are the cost model's, known
-ahead), when the first request reaches its `max_tokens`, and at which steps a request fills
-its last block and needs a fresh one. `fast_forward` takes those steps without asking the
-policy, through the same KV cache manager calls in the same order, and appends the same
-`StepRecord`s, request records and token times as `Engine.step` would; the first step the
-policy could decide otherwise is left to the real scheduler. tests/test_sim_fast.py checks
-the two timelines are equal, field by field, on every policy. `simulated_engine(...,
-fast_forward=False)` runs every step through the scheduler.
+`fast_forward`: between two events (an arrival that could be admitted, a request that
+finishes, a KV block that might not be there) a continuous or chunked batch does the same
+thing every step: each running request decodes one token. Which steps those are follows from
+the state the last real step left: when the next arrival comes (the step times are the cost
+model's, known ahead), when the first request reaches its `max_tokens`, and at which steps a
+request fills its last block and needs a fresh one. They are taken without asking the policy,
+through the same KV cache manager calls in the same order.
+
+`bulk_step`: any other step with decodes in it has them scheduled, run and recorded in one
+loop; the policy schedules the rest (partial prompts, admissions) on the step's StepBuilder.
+
+Both append the `StepRecord`s, request records and token times `Engine.step` would; whatever
+the policy could decide otherwise is left to the scheduler. tests/test_sim_fast.py checks the
+two timelines are equal, field by field. `simulated_engine(..., fast_forward=False)` runs
+every step through the scheduler.
 """
 
 from __future__ import annotations
 
-from ..core.engine import Engine, record_request, record_step
+from ..core.engine import Engine, record_step
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
 from ..timeline import StepItem, StepRecord
@@ -248,15 +253,11 @@ def fast_forward(engine: Engine) -> int:
         return 0
     for i in range(B):
         catch_up(i, k)
-        running[i].spec_token_ids = []
     engine.timeline.steps += records
     engine.num_steps += k
-    if k == k_max:  # the last step's finishes, as update_from_output and _retire make them
+    if k == k_max:  # the last step's finishes, as update_from_output makes them
         finished = [r for r, n in zip(running, left) if n == k]
         for r in finished:
             s.finish(r, "stop" if token in r.params.stop_token_ids else "length")
-        for r in finished:
-            r.t_finished = t_ends[-1]
-            engine.timeline.requests.append(record_request(r))
-            executor.forget(r.request_id)
+        engine._retire(finished, t_ends[-1])
     return k
