@@ -5,9 +5,13 @@ names, so what a learner tunes here carries over), and the one way a bad value i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 ATTENTION_BACKENDS = ("reference", "sdpa", "triton")  # minilm/model/attention/
@@ -154,94 +158,114 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def knob(default: Any, help: str, choices: tuple = (), low: int | None = None) -> Any:
+    """An EngineConfig field: its default, its help (cli.py makes a flag of each field) and what
+    `resolve` allows: one of `choices`, or an integer >= `low` (or None where that is the default)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "low": low})
+
+
+def default_cpu_threads() -> int:
+    """PyTorch's own default, as HF transformers keeps it: $OMP_NUM_THREADS, else physical cores."""
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else psutil.cpu_count(logical=False) or 1
+
+
 @dataclass
 class EngineConfig:
-    """The engine's knobs, as the user gives them; `None` is "the default", which the
-    builder resolves against the model and policy into `engine.config`."""
+    """The engine's knobs, as the user gives them; `None` is "the default", which `resolve`
+    fills in against the model and the policy into `engine.config`."""
 
-    policy: Any = (
-        "continuous"  # the batching policy: a name (static, continuous, chunked) or a Policy object
+    policy: Any = knob("continuous", "the batching policy: a name (core/policies.py) or a Policy")
+    max_num_seqs: int = knob(16, "requests running at once", low=1)
+    max_num_batched_tokens: int | None = knob(
+        None, "tokens per step (default: the policy's)", low=1
     )
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int | None = None  # None: the policy's default (core/policies.py)
-    long_prefill_token_threshold: int = (
-        0  # chunked: at most this many prompt tokens per request a step (0: no cap)
+    long_prefill_token_threshold: int = knob(
+        0, "chunked: at most this many prompt tokens of one request per step, 0 for no cap", low=0
     )
-    block_size: int = 16
-    num_blocks: int | None = (
-        None  # None: from kv_cache_bytes, the device's memory, or max_num_seqs full sequences
+    block_size: int = knob(16, "tokens per KV cache block", low=1)
+    num_blocks: int | None = knob(
+        None,
+        "KV blocks (default: what kv_cache_bytes or the device holds, else max_num_seqs"
+        " sequences of max_model_len)",
+        low=1,
     )
-    kv_cache_bytes: int | None = None
-    gpu_memory_utilization: float = (
-        0.9  # simulated GPUs: the share of memory for weights + KV (vLLM's knob)
+    kv_cache_bytes: int | None = knob(None, "memory for the KV cache (see num_blocks)", low=1)
+    gpu_memory_utilization: float = knob(
+        0.9, "simulated GPUs: the share of memory for weights + KV (vLLM's knob)"
     )
-    max_model_len: int | None = None  # None: the model's max_position_embeddings
-    kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
-    enable_prefix_caching: bool = (
-        False  # share cached prompt-prefix blocks (lesson 8; vLLM V1 turns it on)
+    max_model_len: int | None = knob(
+        None, "longest sequence (default: the model's max_position_embeddings)", low=1
     )
-    scheduling_policy: str = (
-        "fcfs"  # order of the waiting queue: "fcfs", or "lpm" (SGLang's longest prefix match)
+    kv_mode: str = knob("paged", "reserved: allocate prompt + max_tokens up front", KV_MODES)
+    enable_prefix_caching: bool = knob(False, "share cached prompt prefixes (lesson 8)")
+    scheduling_policy: str = knob(
+        "fcfs",
+        "waiting-queue order: first come first served, or the longest cached prefix first (SGLang)",
+        SCHEDULING_POLICIES,
     )
-    attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (core/builder.py)
-    device: str = "cpu"
-    dtype: str = "float32"
-    quantization: str | None = (
-        None  # vLLM's knob: QUANTIZATIONS, through torchao (model/quantization.py)
+    attention_backend: str | None = knob(
+        None,
+        "default: triton on CUDA, sdpa on CPU; reference is the readable ground truth",
+        (None, *ATTENTION_BACKENDS),
     )
-    seed: int = 0
-    cpu_threads: int = (
-        1  # torch intra-op threads on CPU: the tiny model's ops are too small to share (README)
+    device: str = knob("cpu", "torch device; simulated: h100, h200, a100, l40s, l4, rtx4090, cpu")
+    dtype: str = knob("float32", "the weights' and KV cache's (simulated: the device's own)")
+    quantization: str | None = knob(
+        None, "8-bit weights for the linear layers (torchao, model/quantization.py)", QUANTIZATIONS
     )
-    record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
-    speculative_config: Any = (
-        None  # vLLM's keys as a dict, or a spec.SpeculativeConfig (lesson 10); None: off
+    seed: int = knob(0, "random weights and sampling")
+    cpu_threads: int | None = knob(
+        None, "torch intra-op threads on CPU (default: default_cpu_threads(), PyTorch's)", low=1
+    )
+    record_kv_blocks: bool = knob(True, "keep each step's block tables (the KV map draws them)")
+    speculative_config: Any = knob(
+        None,
+        'vLLM\'s keys, e.g. {"method": "ngram", "num_speculative_tokens": 4} or {"method":'
+        ' "draft_model", "model": "docstrings-draft"} (lesson 10)',
     )
 
-    def validate(self) -> None:
-        """Each knob on its own; checks against the model and policy happen in core/builder.py."""
-        for name in ("max_num_seqs", "block_size", "cpu_threads"):
-            check_int(name, getattr(self, name), 1)
-        check_int(
-            "long_prefill_token_threshold",
-            self.long_prefill_token_threshold,
-            0,
-            "must be an integer >= 0 (0: no cap)",
-        )
-        for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
-            if getattr(self, name) is not None:
-                check_int(
-                    name,
-                    getattr(self, name),
-                    1,
-                    "must be a positive integer (or None for the default)",
-                )
-        for name, allowed in (
-            ("scheduling_policy", SCHEDULING_POLICIES),
-            ("kv_mode", KV_MODES),
-            ("quantization", QUANTIZATIONS),
-        ):
-            if getattr(self, name) not in allowed:
-                raise InvalidValue(
-                    name, getattr(self, name), f"allowed: {', '.join(map(str, allowed))}"
-                )
-        if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
-            raise InvalidValue(
-                "attention_backend",
-                self.attention_backend,
-                f"allowed: {', '.join(ATTENTION_BACKENDS)}",
-            )
+    def resolve(
+        self, model: ModelConfig, policy: Any, kv_num_blocks: Callable[[EngineConfig], int]
+    ) -> EngineConfig:
+        """Every default filled in, against the model, the policy (its token budget) and the
+        executor (`kv_num_blocks(config)` sizes the KV cache); every bad value raises here."""
+        for f in fields(self):
+            value, allowed, low = getattr(self, f.name), f.metadata["choices"], f.metadata["low"]
+            if allowed and value not in allowed:
+                raise InvalidValue(f.name, value, f"allowed: {', '.join(map(str, allowed))}")
+            if low is not None and (value is not None or f.default is not None):
+                check_int(f.name, value, low)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise InvalidValue(
                 "gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]"
             )
-        budget = self.max_num_batched_tokens
-        if budget is not None and budget < self.max_num_seqs:
+        limit = model.max_position_embeddings
+        if (self.max_model_len or 0) > limit:
+            raise InvalidValue(
+                "max_model_len",
+                self.max_model_len,
+                f"must be <= the model's max_position_embeddings={limit} (its longest sequence)",
+            )
+        # attention: the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
+        # (model/attention/sdpa.py: about twice the readable reference's speed, same results)
+        gpu = str(self.device).startswith("cuda")
+        c = replace(
+            self,
+            max_model_len=self.max_model_len or limit,
+            attention_backend=self.attention_backend or ("triton" if gpu else "sdpa"),
+            cpu_threads=self.cpu_threads or default_cpu_threads(),
+        )
+        budget = policy.default_token_budget(c)  # None: the policy has no budget
+        c.max_num_batched_tokens = budget and (c.max_num_batched_tokens or budget)
+        if c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs:
             # vLLM's rule too: with fewer tokens a step than running requests, some decodes
             # would wait every step, the same ones each time.
             raise InvalidValue(
                 "max_num_batched_tokens",
-                budget,
-                f"must be >= max_num_seqs={self.max_num_seqs}: a "
-                f"step must have room for one decode token of every running request",
+                c.max_num_batched_tokens,
+                f"must be >= max_num_seqs={c.max_num_seqs}: a step must have room for one decode"
+                " token of every running request",
             )
+        c.num_blocks = c.num_blocks or kv_num_blocks(c)
+        return c
