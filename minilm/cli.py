@@ -45,12 +45,15 @@ def add_engine_args(p: argparse.ArgumentParser, skip: tuple = (), **defaults) ->
         default = defaults.get(f.name)
         shown = f" (default: {f.default})" if default is None and f.default is not None else ""
         kind = f.type.removesuffix(" | None")
+        # the allowed values shown, not checked here: EngineConfig.resolve says what is wrong
         choices = list(POLICIES) if f.name == "policy" else [c for c in f.metadata["choices"] if c]
         kwargs = (
             {"action": argparse.BooleanOptionalAction}
             if kind == "bool"
-            else {"type": {"int": int, "float": float}.get(kind, str), "choices": choices or None}
+            else {"type": {"int": int, "float": float}.get(kind, str)}
         )
+        if choices:
+            kwargs["metavar"] = "|".join(choices)
         if f.name == "speculative_config":
             kwargs |= {"type": json_object, "metavar": "JSON"}
         p.add_argument(

@@ -21,7 +21,7 @@ QUANTIZATIONS = (
     None,
     "int8",
     "fp8",
-)  # None: the weights as loaded; 8-bit weights (model/quantization.py)
+)  # None: the weights as loaded; else 8-bit (model/quantization.py)
 
 
 class InvalidValue(ValueError):
@@ -36,18 +36,11 @@ class InvalidValue(ValueError):
         request_id: str | None = None,
         code: str | None = None,
     ):
-        self.name, self.value, self.allowed, self.request_id, self.code = (
-            name,
-            value,
-            allowed,
-            request_id,
-            code,
-        )
+        self.name, self.value, self.allowed = name, value, allowed
+        self.request_id, self.code = request_id, code
         where = f"request {request_id!r}: " if request_id is not None else ""
-        text = repr(value)
-        super().__init__(
-            f"{where}{name}={text if len(text) <= 60 else text[:60] + '...'}: {allowed}"
-        )
+        text = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+        super().__init__(f"{where}{name}={text}: {allowed}")
 
 
 def check_int(
@@ -82,35 +75,21 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-        ):
+        sizes = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads"
+        for name in (*sizes.split(), "num_key_value_heads", "head_dim"):
             check_int(name, getattr(self, name), 1)
         if self.num_attention_heads % self.num_key_value_heads:
-            raise InvalidValue(
-                "num_attention_heads",
-                self.num_attention_heads,
-                f"must be a multiple of num_key_value_heads={self.num_key_value_heads}",
-            )
+            allowed = f"must be a multiple of num_key_value_heads={self.num_key_value_heads}"
+            raise InvalidValue("num_attention_heads", self.num_attention_heads, allowed)
         if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise InvalidValue(
-                "model_type", self.model_type, f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
+            allowed = f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            raise InvalidValue("model_type", self.model_type, allowed)
 
     @property
     def num_params(self) -> int:
         """Parameters, counting a tied embedding once."""
-        d, q, kv = (
-            self.hidden_size,
-            self.num_attention_heads * self.head_dim,
-            self.num_key_value_heads * self.head_dim,
-        )
+        d, q = self.hidden_size, self.num_attention_heads * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
         attn = d * q + 2 * d * kv + q * d + (q + 2 * kv if self.attention_bias else 0)
         mlp = 3 * d * self.intermediate_size
         per_layer = attn + mlp + 2 * d
@@ -126,9 +105,7 @@ class ModelConfig:
         if d.get("hidden_act", "silu") != "silu":
             raise InvalidValue("hidden_act", d["hidden_act"], "only 'silu' (SwiGLU) is supported")
         if d.get("rope_scaling"):
-            raise InvalidValue(
-                "rope_scaling", d["rope_scaling"], "not supported by the minilm model"
-            )
+            raise InvalidValue("rope_scaling", d["rope_scaling"], "not supported by minilm's model")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         if d.get("model_type") == "qwen2" and "attention_bias" not in d:
@@ -159,8 +136,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 
 def knob(default: Any, help: str, choices: tuple = (), low: int | None = None) -> Any:
-    """An EngineConfig field: its default, its help (cli.py makes a flag of each field) and what
-    `resolve` allows: one of `choices`, or an integer >= `low` (or None where that is the default)."""
+    """An EngineConfig field: its default, its help (cli.py makes a flag of each) and what
+    `resolve` allows: one of `choices`, or an int >= `low` (None too if that's the default)."""
     return field(default=default, metadata={"help": help, "choices": choices, "low": low})
 
 
@@ -175,61 +152,38 @@ class EngineConfig:
     """The engine's knobs, as the user gives them; `None` is "the default", which `resolve`
     fills in against the model and the policy into `engine.config`."""
 
-    policy: Any = knob("continuous", "the batching policy: a name (core/policies.py) or a Policy")
+    policy: Any = knob("continuous", "static, continuous, chunked (core/policies.py) or a Policy")
     max_num_seqs: int = knob(16, "requests running at once", low=1)
-    max_num_batched_tokens: int | None = knob(
-        None, "tokens per step (default: the policy's)", low=1
-    )
+    max_num_batched_tokens: int | None = knob(None, "tokens a step (default: the policy's)", low=1)
     long_prefill_token_threshold: int = knob(
-        0, "chunked: at most this many prompt tokens of one request per step, 0 for no cap", low=0
+        0, "chunked: at most this many prompt tokens of a request a step (0: no cap)", low=0
     )
-    block_size: int = knob(16, "tokens per KV cache block", low=1)
+    block_size: int = knob(16, "tokens a KV block", low=1)
     num_blocks: int | None = knob(
-        None,
-        "KV blocks (default: what kv_cache_bytes or the device holds, else max_num_seqs"
-        " sequences of max_model_len)",
-        low=1,
+        None, "default: what kv_cache_bytes or the device holds, else max_num_seqs sequences", low=1
     )
-    kv_cache_bytes: int | None = knob(None, "memory for the KV cache (see num_blocks)", low=1)
-    gpu_memory_utilization: float = knob(
-        0.9, "simulated GPUs: the share of memory for weights + KV (vLLM's knob)"
-    )
-    max_model_len: int | None = knob(
-        None, "longest sequence (default: the model's max_position_embeddings)", low=1
-    )
-    kv_mode: str = knob("paged", "reserved: allocate prompt + max_tokens up front", KV_MODES)
+    kv_cache_bytes: int | None = knob(None, "the KV cache's size, to count num_blocks by", low=1)
+    gpu_memory_utilization: float = knob(0.9, "simulated: the share of memory for weights + KV")
+    max_model_len: int | None = knob(None, "default: the model's max_position_embeddings", low=1)
+    kv_mode: str = knob("paged", "reserved: prompt + max_tokens allocated up front", KV_MODES)
     enable_prefix_caching: bool = knob(False, "share cached prompt prefixes (lesson 8)")
     scheduling_policy: str = knob(
-        "fcfs",
-        "waiting-queue order: first come first served, or the longest cached prefix first (SGLang)",
-        SCHEDULING_POLICIES,
+        "fcfs", "waiting queue's order: first come, or longest cached prefix", SCHEDULING_POLICIES
     )
     attention_backend: str | None = knob(
-        None,
-        "default: triton on CUDA, sdpa on CPU; reference is the readable ground truth",
-        (None, *ATTENTION_BACKENDS),
+        None, "default: triton on CUDA, sdpa on CPU", (None, *ATTENTION_BACKENDS)
     )
-    device: str = knob("cpu", "torch device; simulated: h100, h200, a100, l40s, l4, rtx4090, cpu")
-    dtype: str = knob("float32", "the weights' and KV cache's (simulated: the device's own)")
-    quantization: str | None = knob(
-        None, "8-bit weights for the linear layers (torchao, model/quantization.py)", QUANTIZATIONS
-    )
-    seed: int = knob(0, "random weights and sampling")
-    cpu_threads: int | None = knob(
-        None, "torch intra-op threads on CPU (default: default_cpu_threads(), PyTorch's)", low=1
-    )
-    record_kv_blocks: bool = knob(True, "keep each step's block tables (the KV map draws them)")
-    speculative_config: Any = knob(
-        None,
-        'vLLM\'s keys, e.g. {"method": "ngram", "num_speculative_tokens": 4} or {"method":'
-        ' "draft_model", "model": "docstrings-draft"} (lesson 10)',
-    )
+    device: str = knob("cpu", "torch device; simulated: h100, a100, l4, cpu, ...")
+    dtype: str = knob("float32", "of the weights and KV (simulated: the device's)")
+    quantization: str | None = knob(None, "8-bit linear weights (torchao)", QUANTIZATIONS)
+    seed: int = knob(0, "of random weights and sampling")
+    cpu_threads: int | None = knob(None, "torch threads on CPU (default: PyTorch's)", low=1)
+    record_kv_blocks: bool = knob(True, "keep each step's block tables (for the KV map)")
+    speculative_config: Any = knob(None, 'vLLM\'s keys, e.g. {"method": "ngram"} (lesson 10)')
 
-    def resolve(
-        self, model: ModelConfig, policy: Any, kv_num_blocks: Callable[[EngineConfig], int]
-    ) -> EngineConfig:
-        """Every default filled in, against the model, the policy (its token budget) and the
-        executor (`kv_num_blocks(config)` sizes the KV cache); every bad value raises here."""
+    def resolve(self, model: ModelConfig, policy: Any, kv_num_blocks: Callable) -> EngineConfig:
+        """Each default filled in against the model, the policy (its token budget) and the
+        executor (`kv_num_blocks(config)`), each knob checked: the one place that does."""
         for f in fields(self):
             value, allowed, low = getattr(self, f.name), f.metadata["choices"], f.metadata["low"]
             if allowed and value not in allowed:
@@ -237,35 +191,22 @@ class EngineConfig:
             if low is not None and (value is not None or f.default is not None):
                 check_int(f.name, value, low)
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise InvalidValue(
-                "gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]"
-            )
+            allowed = "must be in (0, 1]"
+            raise InvalidValue("gpu_memory_utilization", self.gpu_memory_utilization, allowed)
         limit = model.max_position_embeddings
         if (self.max_model_len or 0) > limit:
-            raise InvalidValue(
-                "max_model_len",
-                self.max_model_len,
-                f"must be <= the model's max_position_embeddings={limit} (its longest sequence)",
-            )
-        # attention: the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
+            allowed = f"must be <= the model's max_position_embeddings={limit}"
+            raise InvalidValue("max_model_len", self.max_model_len, allowed)
+        # the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
         # (model/attention/sdpa.py: about twice the readable reference's speed, same results)
-        gpu = str(self.device).startswith("cuda")
-        c = replace(
-            self,
-            max_model_len=self.max_model_len or limit,
-            attention_backend=self.attention_backend or ("triton" if gpu else "sdpa"),
-            cpu_threads=self.cpu_threads or default_cpu_threads(),
-        )
+        backend = self.attention_backend or ("triton" if str(self.device)[:4] == "cuda" else "sdpa")
+        c = replace(self, max_model_len=self.max_model_len or limit, attention_backend=backend)
+        c.cpu_threads = c.cpu_threads or default_cpu_threads()
         budget = policy.default_token_budget(c)  # None: the policy has no budget
         c.max_num_batched_tokens = budget and (c.max_num_batched_tokens or budget)
-        if c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs:
-            # vLLM's rule too: with fewer tokens a step than running requests, some decodes
-            # would wait every step, the same ones each time.
-            raise InvalidValue(
-                "max_num_batched_tokens",
-                c.max_num_batched_tokens,
-                f"must be >= max_num_seqs={c.max_num_seqs}: a step must have room for one decode"
-                " token of every running request",
-            )
+        if (c.max_num_batched_tokens or c.max_num_seqs) < c.max_num_seqs:
+            # vLLM's rule too: else some decodes would wait every step, the same ones each time
+            allowed = f"must be >= max_num_seqs={c.max_num_seqs} (a decode token of each)"
+            raise InvalidValue("max_num_batched_tokens", c.max_num_batched_tokens, allowed)
         c.num_blocks = c.num_blocks or kv_num_blocks(c)
         return c

@@ -30,17 +30,14 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
     needs. Bad knobs raise InvalidValue before any weights load. `block_pool(num_blocks)`
     replaces the KV cache's free list (exercise 4)."""
     config, policy = resolve(model, config)
+    if block_pool is not None and config.enable_prefix_caching:
+        allowed = "a pool of your own has no prefix cache; use enable_prefix_caching=False"
+        raise InvalidValue("block_pool", block_pool, allowed)
     name = "custom"
     if isinstance(model, (str, Path)):
         name = str(model)
         tokenizer = tokenizer or load_tokenizer(resolve_model_path(model))
         model = load_model(model, device=config.device, dtype=config.dtype, seed=config.seed)
-    if block_pool is not None and config.enable_prefix_caching:
-        raise InvalidValue(
-            "block_pool",
-            block_pool,
-            "a pool of your own has no prefix cache; use enable_prefix_caching=False",
-        )
     kv_manager = KVCacheManager(
         config.num_blocks,
         config.block_size,
@@ -54,49 +51,29 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
         model = ModelRunner(quantize(model, config.quantization), config, name)
         if config.speculative_config:
             model = make_speculative_executor(model, config)
-    return (
-        config,
-        policy,
-        tokenizer or ByteTokenizer(),
-        kv_manager,
-        model,
-        clock or MeasuredClock(config.device),
-    )
+    clock = clock or MeasuredClock(config.device)
+    return config, policy, tokenizer or ByteTokenizer(), kv_manager, model, clock
 
 
 def resolve(model, config: EngineConfig) -> tuple[EngineConfig, Policy]:
-    """The knobs checked and resolved (EngineConfig.resolve), and the policy; a model named or in a
-    directory is read from its config.json only. An executor may size its own KV cache
-    (`kv_num_blocks(config)`: the simulator's is what fits beside the weights)."""
+    """The knobs resolved (EngineConfig.resolve) and the policy, before anything loads: a model
+    by name is read from its config.json. An executor may size its KV cache (`kv_num_blocks`)."""
     if isinstance(model, (str, Path)):
-        path = resolve_model_path(model)
-        shape = (
-            MODEL_PRESETS[str(model)]
-            if path is None
-            else ModelConfig.from_json(path / "config.json")
-        )
+        path = resolve_model_path(model)  # None: a preset
+        shape = ModelConfig.from_json(path / "config.json") if path else MODEL_PRESETS[str(model)]
     elif isinstance(model, (LlamaModel, Executor)):
         shape = model.config if isinstance(model, LlamaModel) else model.model_config
     else:
-        raise InvalidValue(
-            "model",
-            model,
-            "allowed: a preset or checkpoint name, a checkpoint directory, "
-            "a LlamaModel or an Executor",
-        )
-    policy, speculative = (
-        make_policy(config.policy),
-        SpeculativeConfig.of(config.speculative_config),
-    )
+        allowed = "allowed: a preset or checkpoint name or directory, a LlamaModel or an Executor"
+        raise InvalidValue("model", model, allowed)
+    speculative = SpeculativeConfig.of(config.speculative_config)
     if speculative and isinstance(model, Executor) and not model.speculates:
-        raise InvalidValue(
-            "speculative_config",
-            speculative,
-            f"executor {model.kind!r} cannot speculate; a model can, and so can the simulator",
-        )
+        allowed = f"executor {model.kind!r} cannot speculate; a model can, and so can the simulator"
+        raise InvalidValue("speculative_config", speculative, allowed)
     if speculative and speculative.model and not isinstance(model, Executor):
         check_draft_model(speculative.model, shape)
     sizing = getattr(model, "kv_num_blocks", lambda c: default_num_blocks(c, shape))
+    policy = make_policy(config.policy)
     return replace(config, speculative_config=speculative).resolve(shape, policy, sizing), policy
 
 
