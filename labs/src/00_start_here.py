@@ -31,7 +31,8 @@
 # only makes `import minilm` work; the engine itself runs PyTorch on as many CPU threads as
 # PyTorch would (`EngineConfig.cpu_threads`: `$OMP_NUM_THREADS` if set, else the machine's
 # physical cores). The tiny model's ops are too small to share well, and on a busy laptop extra
-# threads mostly wait on each other: where a lesson measures, `cpu_threads=1` steadies its times.
+# threads mostly wait on each other: if measured times jump around, pass `cpu_threads=1`
+# (`--cpu-threads 1`), as lesson 9's servers and the notebooks' build do.
 #
 # ## Glossary
 #

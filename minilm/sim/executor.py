@@ -39,15 +39,11 @@ class SimulatedExecutor:
         self.speculation = speculation
         self.speculates = speculation is not None  # the builder lets it take a speculative_config
 
-    def kv_num_blocks(self, config: EngineConfig) -> int:
+    def kv_num_blocks(self, c: EngineConfig) -> int:
         """The builder's num_blocks default: what fits beside the weights (and a draft's)."""
         draft = self.speculation.draft if self.speculation else None
         return kv_num_blocks(
-            self.cost,
-            draft,
-            config.block_size,
-            config.gpu_memory_utilization,
-            config.kv_cache_bytes,
+            self.cost, draft, c.block_size, c.gpu_memory_utilization, c.kv_cache_bytes
         )
 
     def describe(self) -> dict:
