@@ -42,8 +42,9 @@ def add_engine_args(p: argparse.ArgumentParser, skip: tuple = (), **defaults) ->
     for f in fields(EngineConfig):
         if f.name in skip:
             continue
-        default = defaults.get(f.name)
-        shown = f" (default: {f.default})" if default is None and f.default is not None else ""
+        default = defaults.get(f.name)  # None: left out, so EngineConfig's own
+        shown = f.default if default is None else default
+        shown = "" if shown is None else f" (default: {shown})"
         kind = f.type.removesuffix(" | None")
         # the allowed values shown, not checked here: EngineConfig.resolve says what is wrong
         choices = list(POLICIES) if f.name == "policy" else [c for c in f.metadata["choices"] if c]
