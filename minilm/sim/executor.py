@@ -40,6 +40,13 @@ class SimulatedExecutor:
         self.speculation = speculation
         self.speculates = speculation is not None  # the builder lets it take a speculative_config
 
+    def kv_num_blocks(self, c: EngineConfig) -> int:
+        """The builder's num_blocks default: what fits beside the weights (and a draft's)."""
+        draft = self.speculation.draft if self.speculation else None
+        return kv_num_blocks(
+            self.cost, draft, c.block_size, c.gpu_memory_utilization, c.kv_cache_bytes
+        )
+
     def describe(self) -> dict:
         speculation = self.speculation.describe() if self.speculation else {}
         return {
@@ -120,19 +127,12 @@ def simulated_engine(
         quantization=config.quantization,
         kv_cache_dtype=kv_cache_dtype,
     )
-    config = replace(config, dtype=cost.dtype)
-    config.validate()
-    config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
-    speculation = make_speculation(config.speculative_config, cost, acceptance, config.seed)
-    if config.num_blocks is None:
-        draft = speculation.draft if speculation else None
-        config = replace(
-            config,
-            num_blocks=kv_num_blocks(
-                cost, draft, config.block_size, config.gpu_memory_utilization, config.kv_cache_bytes
-            ),
-        )
+    # the speculation sizes the KV cache (a draft's weights and K/V), so it is made before
+    # the builder resolves the knobs; the builder checks the rest (EngineConfig.resolve)
+    speculative = SpeculativeConfig.of(config.speculative_config)
+    speculation = make_speculation(speculative, cost, acceptance, config.seed)
     executor = SimulatedExecutor(cost, speculation)
+    config = replace(config, dtype=cost.dtype, speculative_config=speculative)
     engine = SimulatedEngine(executor, config, clock=SimulatedClock(executor.step_time))
     engine.fast = fast_forward
     return engine
