@@ -91,7 +91,8 @@ class RequestOutput:
 @runtime_checkable
 class Executor(Protocol):
     """What the engine runs a step on: the model runner (model/runner.py), the
-    simulator (sim/executor.py), or yours."""
+    simulator (sim/executor.py), or yours. Optional: `kv_num_blocks(config) -> int`
+    sizes its own KV cache (the simulator's: what the GPU's memory holds)."""
 
     kind: str
     model_config: ModelConfig
