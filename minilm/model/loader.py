@@ -1,8 +1,6 @@
-"""HF-format checkpoints: `config.json` + `*.safetensors` with HF parameter names.
-
-`load_model("tiny")` builds a named config with seeded random weights;
-`load_model(path)` reads a checkpoint directory and checks every tensor's name and
-shape before using it, so a broken checkpoint fails with a message, not garbage.
+"""HF-format checkpoints (`config.json`, `*.safetensors`), or a preset's seeded random
+weights. Every tensor's name and shape is checked before use: a broken checkpoint fails
+with a message, not garbage.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ def expected_shapes(model: LlamaModel) -> dict[str, tuple[int, ...]]:
 
 
 def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's *.safetensors files, each checked against its expected shape."""
+    """Every tensor of the checkpoint, each checked against its expected shape."""
     tensors: dict[str, torch.Tensor] = {}
     for f in sorted(path.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
@@ -55,7 +53,7 @@ def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, 
 
 
 def resolve_model_path(name_or_path: str | Path) -> Path | None:
-    """A checkpoint directory for a path or a shipped checkpoint name; None for a random preset."""
+    """The checkpoint directory of a path or a shipped name; None for a preset."""
     if str(name_or_path) in MODEL_PRESETS:
         return None
     p = Path(name_or_path)
