@@ -25,13 +25,13 @@ class SeqWork:
     its drafts (lesson 10), then `num_padding` dummy tokens (static batching, lesson 2)."""
 
     request_id: str
-    token_ids: list[int]  # a prompt, a chunk, a recomputed sequence or the last token
+    token_ids: list[int]  # a prompt, a chunk, a recomputed sequence, the last token
     num_padding: int
     start: int  # position of the first new token
     block_table: list[int]  # the request's KV blocks for this step
     kind: str  # prefill | decode | padding
     samples: bool  # it computes the last known token, so it samples the next
-    num_cached: int = 0  # tokens before `start` the prefix cache held on admission
+    num_cached: int = 0  # tokens before `start` found in the prefix cache
     draft_token_ids: list[int] = field(default_factory=list)
     new: NewRequest | None = None  # the first time it is scheduled
 

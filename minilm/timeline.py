@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 ITEM_KINDS = ("prefill", "decode", "padding")  # tokens a step computes
-CACHED = "cached"  # prompt tokens a request found in the prefix cache when admitted: no compute
+CACHED = "cached"  # prompt tokens found in the prefix cache when admitted: no compute
 
 # Requests a benchmark client saw fail (lesson 9), marked by finish_reason (RequestRecord.error
 # says why): the metrics count them apart from every latency; the Gantt marks them.
@@ -37,7 +37,7 @@ class StepRecord:
     items: list[StepItem]
     num_running: int
     num_waiting: int
-    kv_blocks_used: int  # blocks not free: held by some request, a block in several tables once
+    kv_blocks_used: int  # blocks held by some request (a block in several tables once)
     kv_blocks_total: int
     num_preempted: int
     kv_tokens_stored: int = 0  # of their slots, those holding a token after the step
@@ -87,7 +87,7 @@ class Timeline:
     requests: list[RequestRecord] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # policy, model, clock, knobs
 
-    # ---- JSON ------------------------------------------------------------------
+    # ---- JSON ----
     def to_dict(self) -> dict[str, Any]:
         return {
             "meta": self.meta,

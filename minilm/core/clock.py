@@ -85,8 +85,7 @@ class WallClock(Clock):
     def start_step(self) -> float:
         return self._sync() - self.origin
 
-    def end_step(self) -> float:
-        return self._sync() - self.origin
+    end_step = start_step
 
     def wait_until(self, t: float) -> None:
         time.sleep(max(0.0, t - self.now))

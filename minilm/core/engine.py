@@ -75,7 +75,7 @@ class Engine:
             **{k: getattr(c, k) for k in META_KNOBS},
         }
 
-    # ---- what a server asks ----------------------------------------------------------
+    # ---- what a server asks ----
     @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
@@ -89,7 +89,7 @@ class Engine:
         """Share of KV blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
         return self.kv_manager.num_used_blocks / self.kv_manager.num_blocks
 
-    # ---- requests --------------------------------------------------------------------
+    # ---- requests ----
     def add_request(
         self,
         request_id: str,
@@ -189,7 +189,7 @@ class Engine:
         self._retire([req], self.clock.now)
         return True
 
-    # ---- the loop --------------------------------------------------------------------
+    # ---- the loop ----
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -290,7 +290,7 @@ class Engine:
         return self.tokenizer.decode(self.requests[request_id].output_ids)
 
 
-# ---- recording, after the clock stopped -----------------------------------------------
+# ---- recording, after the clock stopped ----
 def record_step(
     *,
     index: int,

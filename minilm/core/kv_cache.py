@@ -55,13 +55,8 @@ class KVCacheManager:
     ):
         self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
         self.caching = enable_prefix_caching
-        if pool is None:
-            pool = (
-                PrefixCachingBlockPool(num_blocks)
-                if enable_prefix_caching
-                else BlockPool(num_blocks)
-            )
-        self.pool = pool
+        default_pool = PrefixCachingBlockPool if enable_prefix_caching else BlockPool
+        self.pool = default_pool(num_blocks) if pool is None else pool
         self.block_tables: dict[str, list[int]] = {}
         self.num_cached_blocks: dict[str, int] = {}  # of each table, blocks named in the cache
         # free blocks that keep a cached prefix, kept up to date: the KV map asks every step,

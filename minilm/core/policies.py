@@ -21,14 +21,14 @@ class Policy(ABC):
     in one step (as yours in exercise 3 does)."""
 
     name = "policy"
-    whole_prompts = True  # a prompt (or a preempted sequence) runs in one step: it must fit one
+    whole_prompts = True  # a prompt (or a preempted sequence) must fit one step
 
     @abstractmethod
     def schedule(self, step: StepBuilder) -> None:
         """Fill the step with its verbs (step.py)."""
 
     def default_token_budget(self, config: EngineConfig) -> int | None:
-        """max_num_batched_tokens when the user gives none (None: the policy has no budget)."""
+        """max_num_batched_tokens when none is given (None: no budget)."""
         return max(config.max_model_len, config.max_num_seqs)
 
     def check_request(self, req: Request, config: EngineConfig) -> None:
@@ -53,10 +53,10 @@ class Policy(ABC):
         return {}
 
 
-# ---- the two loops the in-flight policies share ------------------------------------
+# ---- the two loops the in-flight policies share ----
 def schedule_decodes(step: StepBuilder) -> None:
-    """Check: a decode for every running request whose prompt is done, oldest first (the
-    budget always has room: max_num_batched_tokens >= max_num_seqs)."""
+    """A decode for every running request whose prompt is done, oldest first (the budget
+    has room: max_num_batched_tokens >= max_num_seqs)."""
     for req in step.unscheduled_running():
         if req.num_remaining == 1:
             step.schedule_running(req, 1)
@@ -88,7 +88,7 @@ class StaticPolicy(Policy):
     has reached, and when the batch's KV can go (when its longest row ends)."""
 
     name = "static"
-    whole_prompts = False  # no budget; the engine checks that a request's KV fits alone
+    whole_prompts = False  # no budget (the engine checks that a request's KV fits alone)
 
     def __init__(self) -> None:
         self.batch: list[Request] = []

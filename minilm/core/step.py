@@ -41,7 +41,7 @@ class StepBuilder:
         speculative = config.speculative_config
         self.lookahead = speculative.num_lookahead_tokens if speculative else 0
 
-    # ---- what a policy reads ----------------------------------------------------------
+    # ---- what a policy reads ----
     @property
     def waiting(self):
         """The waiting queue, head first: read it; `admit` takes its head and `reorder_waiting`
@@ -67,12 +67,11 @@ class StepBuilder:
             if req.status is Status.RUNNING and req.request_id not in self.scheduled:
                 yield req
 
-    # ---- the verbs --------------------------------------------------------------------
+    # ---- the verbs ----
     def schedule_running(self, req: Request, num_tokens: int) -> bool:
-        """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
-        preempt the newest running request not yet scheduled in this step, until the blocks
-        fit; False when that was `req` itself (it went back to the queue). A decode also
-        verifies its draft tokens, as many as the budget allows (lesson 10)."""
+        """Schedule `num_tokens` more tokens of a running request (a decode: and its drafts, as
+        many as the budget allows). When KV blocks run out, preempt the newest running request
+        not yet scheduled, until they fit; False when that was `req` itself."""
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(
@@ -132,8 +131,7 @@ class StepBuilder:
         self._add_work(req, num_tokens, num_padding, table, num_cached, new=new)
 
     def reorder_waiting(self, order: list[Request]) -> None:
-        """Put the waiting queue in `order`, which holds every waiting request once (an order of
-        the policy's own: exercises 6 and 8, `scheduling_policy="lpm"`)."""
+        """Put the waiting queue in `order`, which holds every waiting request once."""
         order, queued = list(order), {r.request_id: r for r in self._waiting}
         seen: set[str] = set()
         for req in order:
@@ -200,7 +198,7 @@ class StepBuilder:
             - repeats * bs
         )
 
-    # ---- bookkeeping ------------------------------------------------------------------
+    # ---- bookkeeping ----
     def _admission(
         self, req: Request, num_tokens: int, num_padding: int, reserve_tokens: int
     ) -> tuple[list[int], int, int] | None:

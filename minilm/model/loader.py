@@ -61,11 +61,7 @@ def resolve_model_path(name_or_path: str | Path) -> Path | None:
         return p
     if (CHECKPOINTS_DIR / str(name_or_path) / "config.json").exists():
         return CHECKPOINTS_DIR / str(name_or_path)
-    shipped = (
-        sorted(d.name for d in CHECKPOINTS_DIR.glob("*") if (d / "config.json").exists())
-        if CHECKPOINTS_DIR.exists()
-        else []
-    )
+    shipped = sorted(p.parent.name for p in CHECKPOINTS_DIR.glob("*/config.json"))
     raise InvalidValue(
         "model",
         str(name_or_path),
@@ -83,8 +79,9 @@ def load_model(
         model = LlamaModel(MODEL_PRESETS[str(name_or_path)]).init_random(seed)
     else:
         model = LlamaModel(ModelConfig.from_json(path / "config.json"))
-        tensors = read_tensors(path, expected_shapes(model))
-        model.load_state_dict({k: tensors[k] for k in expected_shapes(model)}, strict=False)
+        expected = expected_shapes(model)
+        tensors = read_tensors(path, expected)
+        model.load_state_dict({k: tensors[k] for k in expected}, strict=False)
         if model.config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
     return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
