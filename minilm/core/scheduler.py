@@ -80,17 +80,15 @@ class Scheduler:
             req.spec_token_ids = output.draft_token_ids.get(rid, [])
             if not kept:
                 continue  # a chunk: nothing sampled
-            out = RequestOutput(rid, [], None, [] if rid in logprobs else None, accepted)
-            for i, token in enumerate(kept):
-                out.new_token_ids.append(token)
-                if out.new_logprobs is not None:
-                    out.new_logprobs.append(logprobs[rid][i])
-                out.finish_reason = req.append_output(token)
-                if out.finish_reason is not None:
-                    self.finish(req, out.finish_reason)
+            for n, token in enumerate(kept, 1):
+                if (reason := req.append_output(token)) is not None:
+                    kept = kept[:n]  # the tokens after a stop are dropped
                     break
-            req.output_logprobs += out.new_logprobs or ()
-            outputs.append(out)
+            lps = logprobs[rid][: len(kept)] if rid in logprobs else None
+            outputs.append(RequestOutput(rid, list(kept), reason, lps, accepted))
+            req.output_logprobs += lps or ()
+            if reason is not None:
+                self.finish(req, reason)
         return outputs
 
     def finish(self, req: Request, reason: str) -> None:

@@ -45,12 +45,6 @@ class PrefillSeq:
     mask: torch.Tensor | None  # [n, context_len] True: a query sees a key; None: causal
 
 
-@dataclass
-class StepLayout:
-    decodes: list[DecodeGroup]
-    prefills: list[PrefillSeq]
-
-
 def token_slots(
     block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
 ) -> torch.Tensor:
@@ -71,7 +65,9 @@ def length_groups(lens: list[int]) -> list[tuple[int, int]]:
     return groups + [(a, len(lens))]
 
 
-def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
+def build_layout(
+    meta: AttentionMetadata, block_size: int
+) -> tuple[list[DecodeGroup], list[PrefillSeq]]:
     (cu, lens), dev = meta.host_layout(), meta.context_lens.device
     n_new = [b - a for a, b in zip(cu, cu[1:])]
     decodes = []
@@ -82,17 +78,12 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
         ctx = meta.context_lens[idx].long()[:, None]
         pos = torch.arange(lens[seqs[0]], device=dev)[None, :]
         slots = token_slots(meta.block_tables[idx], torch.minimum(pos, ctx - 1), block_size)
-        mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))[
-            :, None, None, :
-        ]
+        mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))
         rows = meta.cu_seqlens_q[idx].long()
         for a, b in length_groups([lens[i] for i in seqs]):
-            length = lens[seqs[a]]
-            decodes.append(
-                DecodeGroup(
-                    rows[a:b], slots[a:b, :length].flatten(), mask[a:b, ..., :length], length
-                )
-            )
+            n = lens[seqs[a]]
+            group = DecodeGroup(rows[a:b], slots[a:b, :n].flatten(), mask[a:b, None, None, :n], n)
+            decodes.append(group)
     prefills = []
     for i in (i for i, n in enumerate(n_new) if n > 1):
         n, c = n_new[i], lens[i]
@@ -102,7 +93,7 @@ def build_layout(meta: AttentionMetadata, block_size: int) -> StepLayout:
         # A whole prompt is SDPA's own causal case; a chunk after earlier ones needs the offset.
         mask = None if n == c else torch.ones(n, c, dtype=torch.bool, device=dev).tril(c - n)
         prefills.append(PrefillSeq(cu[i], cu[i + 1], slots, mask))
-    return StepLayout(decodes, prefills)
+    return decodes, prefills
 
 
 def paged_attention(
@@ -121,9 +112,9 @@ def paged_attention(
     values = v_cache.view(num_blocks * block_size, hkv, d)
     if "sdpa" not in meta.scratch:  # the step's first layer
         meta.scratch["sdpa"] = build_layout(meta, block_size)
-    layout = meta.scratch["sdpa"]
+    decodes, prefills = meta.scratch["sdpa"]
     out = torch.empty_like(q) if out is None else out
-    for g in layout.decodes:
+    for g in decodes:
         b = len(g.rows)
         # a KV head's query heads as its rows
         qg = q.index_select(0, g.rows).view(b, hkv, hq // hkv, d)
@@ -131,7 +122,7 @@ def paged_attention(
         v = values.index_select(0, g.slots).view(b, g.length, hkv, d).transpose(1, 2).to(q.dtype)
         o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask.to(q.dtype), scale=scale)
         out.index_copy_(0, g.rows, o.reshape(b, hq, d))
-    for p in layout.prefills:
+    for p in prefills:
         k = keys.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, ctx, D]
         v = values.index_select(0, p.slots).transpose(0, 1)[None].to(q.dtype)
         qp = q[p.start : p.end].transpose(0, 1)[None]  # [1, Hq, n, D]
