@@ -22,7 +22,7 @@ class NewRequest:
 @dataclass(slots=True)
 class SeqWork:
     """One request's share of a step, positions `start : end` of its sequence: `token_ids`,
-    its drafts (lesson 10), then `num_padding` dummy tokens (static batching, lesson 2)."""
+    its drafts (lesson 10), then `num_padding` dummy tokens (lesson 2)."""
 
     request_id: str
     token_ids: list[int]  # a prompt, a chunk, a recomputed sequence, the last token

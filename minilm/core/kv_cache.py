@@ -118,9 +118,8 @@ class KVCacheManager:
         reserve_tokens: int = 0,
         computed: list[int] = (),
     ) -> list[int] | None:
-        """Grow the request's table by the `computed` cached blocks it shares and fresh
-        blocks for `num_new_tokens` more tokens; its table, or None (nothing changed) when
-        there are not enough free blocks."""
+        """Grow the request's table by the `computed` cached blocks it shares and fresh blocks
+        for `num_new_tokens`; its table, or None (nothing changed) if too few are free."""
         if not self.can_allocate(request, num_new_tokens, reserve_tokens, computed):
             return None
         need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
@@ -160,9 +159,8 @@ class KVCacheManager:
         if table:
             self.pool.free_blocks(table[::-1])
             if self.caching:
-                kept = {
-                    b for b in table if self.pool.ref_cnt[b] == 0 and self.pool.key[b] is not None
-                }
+                pool = self.pool
+                kept = {b for b in table if pool.ref_cnt[b] == 0 and pool.key[b] is not None}
                 if kept:
                     self.cached_free |= kept
                     self._cached_free_list = None

@@ -84,8 +84,8 @@ def admit_prompts(step: StepBuilder, chunked: bool) -> int:
 
 
 class StaticPolicy(Policy):
-    """The policy owns its batch: which rows it holds, where each finished row's padding
-    has reached, and when the batch's KV can go (when its longest row ends)."""
+    """It owns its batch: its rows, how far each finished row's padding has reached, and when
+    the batch's KV goes (when its longest row ends)."""
 
     name = "static"
     whole_prompts = False  # no budget (the engine checks that a request's KV fits alone)
@@ -112,8 +112,8 @@ class StaticPolicy(Policy):
                 self.padded_end[req.request_id] = start + 1
 
     def start_batch(self, step: StepBuilder) -> list[Request]:
-        """The longest run of waiting requests whose padded rows fit the batch and the KV
-        cache, admitted with a padded prefill and KV for the padded length."""
+        """Admit the longest run of waiting requests whose padded rows fit the batch and the
+        KV cache."""
         rows: list[Request] = []
         for req in step.waiting:
             grown = rows + [req]
@@ -149,8 +149,8 @@ def padded_len(rows: list[Request]) -> int:
 
 
 class ContinuousPolicy(Policy):
-    """Orca-style. `prefill_only_steps=True` gives vLLM v0's default instead: a step that
-    admits prompts runs only prompts, pausing every decode for that step."""
+    """Orca-style; `prefill_only_steps=True` is vLLM v0's default: a step that admits prompts
+    runs only prompts."""
 
     name = "continuous"
 

@@ -169,7 +169,7 @@ class LlamaModel(nn.Module):
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
-                if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+                if name.endswith("norm.weight"):  # every RMSNorm's
                     p.fill_(1.0)
                 else:
                     p.copy_(torch.randn(p.shape, generator=gen) * std)

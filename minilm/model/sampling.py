@@ -61,13 +61,12 @@ def accept(
     generator: torch.Generator | None,
     best: list[int] | None = None,
 ) -> list[int]:
-    """The tokens one sequence keeps: `logits [1 + d, V]` are the target's after its last
-    known token and after each of its `d` drafts (lesson 10). Greedy: keep drafts while each
-    is the target's argmax (`best`, if read already), then the target's own. Sampling:
-    rejection sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed
-    deterministically (q is one-hot, as for n-gram and EAGLE drafts): keep draft x with
-    probability p(x), else draw from p with x removed; after d kept drafts, draw one more from
-    p. Every kept token is then distributed exactly as the target's own sample."""
+    """The tokens one sequence keeps from the target's `logits [1 + d, V]` after its last known
+    token and each of its `d` drafts (lesson 10). Greedy: drafts while each is the argmax
+    (`best`, if read already), then the target's own. Sampling: rejection sampling (Leviathan
+    et al. 2023; Chen et al. 2023) for one-hot drafts (n-gram, EAGLE): keep draft x with
+    probability p(x), else draw from p without x; after d kept drafts, draw one more from p.
+    Every kept token is then distributed exactly as the target's own sample."""
     if params.temperature == 0:
         best = logits.argmax(-1).tolist() if best is None else best
         n = next((i for i, x in enumerate(draft) if x != best[i]), len(draft))
