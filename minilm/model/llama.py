@@ -50,6 +50,15 @@ class AttentionMetadata:
         return self.scratch["host"]
 
 
+def cache_slots(
+    block_tables: torch.Tensor, rows: torch.Tensor | int, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Flat cache slot (block * block_size + offset) of each of `positions` of the sequences in
+    `rows` of `block_tables` (the runner's slot mapping, sdpa.py's gathers)."""
+    blocks = block_tables[rows, positions // block_size].long()
+    return blocks * block_size + positions % block_size
+
+
 AttentionFn = Callable[..., torch.Tensor]  # attention/__init__.py
 WriteKVFn = Callable[..., None]
 

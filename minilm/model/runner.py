@@ -15,7 +15,7 @@ import torch
 from ..config import EngineConfig, ModelConfig
 from ..plan import ModelOutput, NewRequest, StepPlan
 from .attention import get_backend
-from .llama import AttentionMetadata, LlamaModel
+from .llama import AttentionMetadata, LlamaModel, cache_slots
 from .loader import resolve_dtype
 from .quantization import weight_bytes
 from .sampling import sample
@@ -46,15 +46,6 @@ def device_time(device_type: str) -> float:
     if device_type in ("cuda", "mps"):
         getattr(torch, device_type).synchronize()
     return time.perf_counter()
-
-
-def slot_mapping(
-    block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Flat cache slot (block * block_size + offset) of token t, at `positions[t]` of the
-    sequence in row `rows[t]` of `block_tables`."""
-    blocks = block_tables[rows, positions // block_size].long()
-    return blocks * block_size + positions % block_size
 
 
 @dataclass
@@ -88,7 +79,7 @@ def ragged_batch(
         cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
         context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
         block_tables=block_tables.to(device),
-        slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device),
+        slot_mapping=cache_slots(block_tables, rows, positions, block_size).to(device),
         cu_seqlens_q_host=cu,
         context_lens_host=context_lens,
     )

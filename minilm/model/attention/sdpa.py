@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..llama import AttentionMetadata
+from ..llama import AttentionMetadata, cache_slots
 from .reference import write_kv  # noqa: F401 (the backend's second function)
 
 # A decode group pads every context to its longest, at most by this factor: smaller means
@@ -43,14 +43,6 @@ class PrefillSeq:
     end: int
     slots: torch.Tensor  # [context_len] flat cache slot of each key position
     mask: torch.Tensor | None  # [n, context_len] True: a query sees a key; None: causal
-
-
-def token_slots(
-    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Flat cache slot of key `positions [B, L]` of each sequence."""
-    blocks = torch.gather(block_tables.long(), 1, positions // block_size)
-    return blocks * block_size + positions % block_size
 
 
 def length_groups(lens: list[int]) -> list[tuple[int, int]]:
@@ -77,7 +69,9 @@ def build_layout(
         idx = torch.tensor(seqs, device=dev)
         ctx = meta.context_lens[idx].long()[:, None]
         pos = torch.arange(lens[seqs[0]], device=dev)[None, :]
-        slots = token_slots(meta.block_tables[idx], torch.minimum(pos, ctx - 1), block_size)
+        slots = cache_slots(
+            meta.block_tables, idx[:, None], torch.minimum(pos, ctx - 1), block_size
+        )
         mask = torch.zeros(slots.shape, device=dev).masked_fill(pos >= ctx, float("-inf"))
         rows = meta.cu_seqlens_q[idx].long()
         for a, b in length_groups([lens[i] for i in seqs]):
@@ -87,9 +81,7 @@ def build_layout(
     prefills = []
     for i in (i for i, n in enumerate(n_new) if n > 1):
         n, c = n_new[i], lens[i]
-        slots = token_slots(
-            meta.block_tables[i : i + 1], torch.arange(c, device=dev)[None, :], block_size
-        )[0]
+        slots = cache_slots(meta.block_tables, i, torch.arange(c, device=dev), block_size)
         # A whole prompt is SDPA's own causal case; a chunk after earlier ones needs the offset.
         mask = None if n == c else torch.ones(n, c, dtype=torch.bool, device=dev).tril(c - n)
         prefills.append(PrefillSeq(cu[i], cu[i + 1], slots, mask))
