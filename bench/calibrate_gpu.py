@@ -362,17 +362,25 @@ def measured_time(p: dict, trace: Trace) -> float:
 # ---- the fit ------------------------------------------------------------------------------------
 def unpack(x: np.ndarray) -> tuple[float, dict]:
     """Search space -> (p, per device (eff_c, eff_m)): p = 1 + e^x0, efficiencies = sigmoid.
-    One compute efficiency for every GPU: no H100 point is compute-bound enough to fit its own."""
+    x = [p, eff_c, eff_m of each device] gives every GPU one compute efficiency: no published
+    H100 point is compute-bound enough to fit its own. x = [p, eff_c of each device, eff_m of
+    each device] fits one per device, which Vidur's matmul profiles allow (costmodel_vs_vidur.py)."""
     sig = 1 / (1 + np.exp(-x[1:]))
-    return 1 + math.exp(x[0]), {d: (sig[0], sig[1 + i]) for i, d in enumerate(FIT_DEVICES)}
+    n = len(FIT_DEVICES)
+    c = sig[:n] if len(sig) == 2 * n else np.repeat(sig[0], n)
+    return 1 + math.exp(x[0]), {d: (c[i], sig[-n + i]) for i, d in enumerate(FIT_DEVICES)}
 
 
 ROBUST_SCALE = 0.1  # relative errors beyond ~10% count less and less (soft-L1)
 
 
-def fit(points: list[dict], traces: dict, feats: dict) -> dict:
-    """Parameters minimizing a robust (soft-L1) loss of the points' relative time errors: a
-    few published points have costs no roofline has (see bench/README.md), and must not pull the rest."""
+def fit(points: list[dict], traces: dict, feats: dict, ops: list | tuple = ()) -> dict:
+    """Parameters minimizing a robust (soft-L1) loss of relative time errors: the published
+    points', and, when given, Vidur's matmul times (`ops`: kernel times, no overhead and no
+    all-reduce in them; the two sources weigh alike in all, and each GPU gets its own compute
+    efficiency). The loss is robust because a few published points have costs no roofline has
+    (see bench/README.md), and must not pull the rest. The committed fit uses no `ops`:
+    bench/costmodel_vs_vidur.py shows that adding them raises the held-out error."""
     y = np.array([measured_time(p, traces[p["id"]]) for p in points])
     lin = np.array(
         [
@@ -381,6 +389,11 @@ def fit(points: list[dict], traces: dict, feats: dict) -> dict:
         ]
     )
     comm = np.array([traces[p["id"]].weights @ feats[p["id"]].comm_bw_s for p in points])
+    op_y = np.array([o.measured_s for o in ops])
+    op_weight = len(points) / max(len(ops), 1)
+
+    def soft_l1(e: np.ndarray) -> np.ndarray:
+        return 2 * ROBUST_SCALE**2 * (np.sqrt(1 + (e / ROBUST_SCALE) ** 2) - 1)
 
     def solve(x: np.ndarray) -> tuple[float, dict]:
         p_norm, effs = unpack(x)
@@ -396,10 +409,12 @@ def fit(points: list[dict], traces: dict, feats: dict) -> dict:
             theta = nnls_small(w * lin / y[:, None], w[:, 0] * (1 - (r + comm) / y))
             e = (r + comm + lin @ theta) / y - 1
             weights = 1 / np.sqrt(1 + (e / ROBUST_SCALE) ** 2)
-        loss = float(np.sum(2 * ROBUST_SCALE**2 * (np.sqrt(1 + (e / ROBUST_SCALE) ** 2) - 1)))
+        op_e = np.array([o.predicted(p_norm, *effs[o.device]) for o in ops]) / op_y - 1
+        loss = float(np.sum(soft_l1(e)) + op_weight * np.sum(soft_l1(op_e)))
         return loss, to_params(p_norm, effs, theta)
 
-    x = nelder_mead(lambda x: solve(x)[0], np.array([0.0, 0.85, 1.4, 1.4]))
+    x0 = [0.0, 0.85, 0.85, 1.4, 1.4] if ops else [0.0, 0.85, 1.4, 1.4]
+    x = nelder_mead(lambda x: solve(x)[0], np.array(x0))
     return solve(x)[1]
 
 

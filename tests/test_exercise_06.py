@@ -406,12 +406,12 @@ def variant(**knobs):
 
 
 POLICY_RIGHT = [LimitPolicy, LimitRebuildsQueue]
-POLICY_WRONG = [
+POLICY_WRONG = [  # the three marked were told "left prompts waiting" before issue 29.4
     (variant(stop_at_aside=True), "left prompts waiting"),
-    (variant(aside_to_back=True), "keeps its place|left prompts waiting"),
+    (variant(aside_to_back=True), "not to its end"),  # marked
     (variant(count_partial=False), "part-done prompts count"),
-    (variant(only_long=False), "the oldest ones|left prompts waiting"),
-    (variant(long_test=staticmethod(lambda n, cap: n >= cap)), "more than max_long|left prompts"),
+    (variant(only_long=False), "only long prompts count toward max_long"),  # marked
+    (variant(long_test=staticmethod(lambda n, cap: n >= cap)), "exactly the cap"),  # marked
     (variant(queue_first=True), "part-done ones before the queue|refused"),
     (variant(max_long=None, __init__=lambda self, max_long=None: None), "more than max_long"),
     (variant(decodes_first=False), "refused your policy"),

@@ -426,7 +426,10 @@ PREFIX_WRONG = [
     (prefix_variant("LateLast", order=staticmethod(order_late_last)), "goes first"),
     (prefix_variant("StaleCache", memo={}), "cached at the time|cached now"),
     (prefix_variant("RestoresArrivalOrder", keep_queue=False), "the order you chose"),
-    (AdmitsBeforeDecodes, "decode|refused|cached now"),
+    (
+        AdmitsBeforeDecodes,
+        "schedule every decode before you admit",
+    ),  # "is each prefix the one cached now?" before
 ]
 
 

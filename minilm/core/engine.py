@@ -149,6 +149,8 @@ class Engine:
             ("prompt", req.prompt_ids),
             ("stop_token_ids", req.params.stop_token_ids),
         ):
+            if set(map(type, ids)) <= {int} and (not ids or 0 <= min(ids) and max(ids) < vocab):
+                continue  # in C: a simulation checks millions
             for t in ids:
                 if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
                     why = f"a token id outside the vocabulary [0, {vocab})"
@@ -266,11 +268,15 @@ class Engine:
                 disable=not progress,
             ) as bar:
                 while self.step() is not None:
+                    self.fast_forward()
                     bar.update(len(self.timeline.requests) - bar.n)
         finally:
             if gc_was_enabled:
                 gc.enable()
         return self.timeline
+
+    def fast_forward(self) -> None:
+        """A simulator's steps taken at once (sim/fastforward.py)."""
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
         """Complete a few prompts (batched by the engine's policy); their texts."""

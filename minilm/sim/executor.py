@@ -23,6 +23,7 @@ from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
 from ..spec_decode import SpeculativeConfig
 from .costmodel import CostModel, DeviceSpec, EngineKind, get_device
+from .fastforward import SimulatedEngine
 from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
 
@@ -90,6 +91,7 @@ def simulated_engine(
     engine: str | EngineKind | None = None,
     kv_cache_dtype: str = "auto",
     acceptance=None,
+    fast_forward: bool = True,
     **knobs,
 ) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
@@ -103,6 +105,7 @@ def simulated_engine(
     `kv_cache_dtype="fp8"` (vLLM's knob: one byte per K/V number, so twice the blocks fit).
     `acceptance` goes with a `speculative_config` knob: a per-token acceptance rate
     in [0, 1], or a Timeline of a measured run with speculation to replay (speculative.py).
+    `fast_forward=False` runs every step through the scheduler (fastforward.py: the same timeline).
     Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
@@ -130,4 +133,6 @@ def simulated_engine(
             ),
         )
     executor = SimulatedExecutor(cost, speculation)
-    return Engine(executor, config, clock=SimulatedClock(executor.step_time))
+    engine = SimulatedEngine(executor, config, clock=SimulatedClock(executor.step_time))
+    engine.fast = fast_forward
+    return engine
