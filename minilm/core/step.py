@@ -41,11 +41,10 @@ class StepBuilder:
         speculative = config.speculative_config
         self.lookahead = speculative.num_lookahead_tokens if speculative else 0
 
-    # ---- what a policy reads ----------------------------------------------------------
+    # ---- what a policy reads ----
     @property
     def waiting(self):
-        """The waiting queue, head first: read it; `admit` takes its head and `reorder_waiting`
-        puts it in another order."""
+        """The waiting queue, head first, to read: `admit` and `reorder_waiting` move it."""
         return self._waiting
 
     @property
@@ -61,18 +60,16 @@ class StepBuilder:
         return self._kv.blocks_needed(req, 0, num_slots)
 
     def unscheduled_running(self) -> Iterator[Request]:
-        """Running requests not yet scheduled in this step, oldest first (one preempted
-        meanwhile is skipped)."""
+        """Running requests not yet scheduled, oldest first (one preempted meanwhile: skipped)."""
         for req in list(self._running):
             if req.status is Status.RUNNING and req.request_id not in self.scheduled:
                 yield req
 
-    # ---- the verbs --------------------------------------------------------------------
+    # ---- the verbs ----
     def schedule_running(self, req: Request, num_tokens: int) -> bool:
-        """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
-        preempt the newest running request not yet scheduled in this step, until the blocks
-        fit; False when that was `req` itself (it went back to the queue). A decode also
-        verifies its draft tokens, as many as the budget allows (lesson 10)."""
+        """Schedule `num_tokens` more tokens of a running request (a decode: and its drafts, as
+        many as the budget allows). When KV blocks run out, preempt the newest running request
+        not yet scheduled, until they fit; False when that was `req` itself."""
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(
@@ -106,9 +103,8 @@ class StepBuilder:
     def admit(
         self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0
     ) -> None:
-        """Move the head of the waiting queue into the batch and schedule its first `num_tokens`
-        (+ `num_padding` dummy tokens) after its cached prefix. `reserve_tokens`: KV slots it
-        holds from now on, used or not (static's padded row)."""
+        """Move the head of the waiting queue into the batch with its first `num_tokens` after
+        its cached prefix (+ `num_padding` dummies), holding at least `reserve_tokens` KV slots."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(
                 f"{self._who}: admit() takes the head of the waiting queue, not {req.request_id!r}"
@@ -132,8 +128,7 @@ class StepBuilder:
         self._add_work(req, num_tokens, num_padding, table, num_cached, new=new)
 
     def reorder_waiting(self, order: list[Request]) -> None:
-        """Put the waiting queue in `order`, which holds every waiting request once (an order of
-        the policy's own: exercises 6 and 8, `scheduling_policy="lpm"`)."""
+        """Put the waiting queue in `order`, which holds every waiting request once."""
         order, queued = list(order), {r.request_id: r for r in self._waiting}
         seen: set[str] = set()
         for req in order:
@@ -187,20 +182,17 @@ class StepBuilder:
         )
 
     def _stored_tokens(self) -> int:
-        """KV slots holding a token once the step has run, a block in several tables (a full
-        one: prefix caching) counted once. A table's request ends where the policy keeps it
-        (a static batch's dead rows), where it runs, or at the step's new end."""
+        """KV slots holding a token once the step has run, a block shared by several tables once.
+        A request ends where the policy keeps it (dead rows), where it runs, or at its new end."""
         ends = self._policy.kept_kv()
         ends.update((r.request_id, r.num_computed_tokens) for r in self._running)
         ends.update((w.request_id, w.end) for w in self.work)
         kv, bs = self._kv, self._kv.block_size
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
-        return (
-            sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items())
-            - repeats * bs
-        )
+        stored = sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items())
+        return stored - repeats * bs
 
-    # ---- bookkeeping ------------------------------------------------------------------
+    # ---- bookkeeping ----
     def _admission(
         self, req: Request, num_tokens: int, num_padding: int, reserve_tokens: int
     ) -> tuple[list[int], int, int] | None:
