@@ -2978,35 +2978,48 @@ ORDER_CASES = [
 
 
 def order_slips(waiting, now, max_wait) -> list[tuple[str, list[int]]]:
+    """Each plausible slip's order, with a message that names its symptom on this queue."""
     n = range(len(waiting))
     late = [i for i in n if now - waiting[i][0] >= max_wait]
     rest = [i for i in n if i not in late]
     by_prefix = sorted(rest, key=lambda i: -waiting[i][1])
+    exact = [i for i in n if now - waiting[i][0] == max_wait]
     return [
         (
-            "a request that has waited exactly max_wait has waited too long (>=)",
+            f"position {exact[0]} has waited exactly max_wait = {max_wait} s; is that past the limit or not?"
+            if exact
+            else "",
             [i for i in n if now - waiting[i][0] > max_wait]
             + sorted(
                 [i for i in n if now - waiting[i][0] <= max_wait], key=lambda i: -waiting[i][1]
             ),
         ),
         (
-            "the ones that waited too long keep their order in the queue (first come, first served), whatever their "
-            "prefixes",
+            f"positions {late} have all waited past the limit; your order sorts them by their cached "
+            f"prefix. Once a request is past the limit, does its prefix still decide?",
             sorted(late, key=lambda i: -waiting[i][1]) + by_prefix,
         ),
         (
-            "the ones that waited too long keep their order in the queue, which need not be their order of arrival",
+            f"positions {late} have all waited past the limit; your order sorts them by arrival time, "
+            f"but the queue stands in another order here (a preempted request goes back to its head)",
             sorted(late, key=lambda i: waiting[i][0]) + by_prefix,
         ),
         (
-            "requests with equal cached prefixes keep their order in the queue",
+            "two requests with equal cached prefixes swapped places: which of them stood first in the queue?",
             late + sorted(rest, key=lambda i: (-waiting[i][1], -i)),
         ),
-        ("the longest cached prefix goes first", late + sorted(rest, key=lambda i: waiting[i][1])),
-        ("requests that waited too long go first", by_prefix + late),
         (
-            "requests that have waited max_wait or more go first, whatever their prefixes",
+            "below the limit your order puts the shorter cached prefix before the longer one",
+            late + sorted(rest, key=lambda i: waiting[i][1]),
+        ),
+        (
+            f"positions {late} have waited past the limit, and your order puts every other request "
+            f"before them: they would wait longer still",
+            by_prefix + late,
+        ),
+        (
+            f"positions {late} have waited past the limit, and your order ranks them by prefix like "
+            f"the rest: nothing stops a rare prompt from being passed over again",
             sorted(n, key=lambda i: -waiting[i][1]),
         ),
     ]
@@ -3038,7 +3051,9 @@ def check_admission_order(admission_order) -> None:
             assert sorted(got) == list(range(len(queue))), (
                 f"{what} = {got}: every position of the queue exactly once, in the order to admit them"
             )
-            why = next((why for why, slip in order_slips(queue, now, max_wait) if slip == got), "")
+            why = next(
+                (why for why, slip in order_slips(queue, now, max_wait) if slip == got and why), ""
+            )
             raise AssertionError(f"{what} = {got}, expected {want}" + (f": {why}" if why else ""))
     ok(
         f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
@@ -3049,8 +3064,9 @@ def check_admission_order(admission_order) -> None:
 # ---- exercise 8, part 3: the order inside the engine ---------------------------------------------
 class PrefixFirstReference(Policy):
     """The reference for exercise 8, part 3: in-flight batching (a decode for every running request,
-    then whole prompts from the head of the queue) whose queue is put, every step, in
-    `order_reference`'s order, with each request's cached prefix as the engine sees it now."""
+    then whole prompts from the head of the queue) where each prompt admitted is the head of
+    `order_reference`'s order for the cache as it stands at that moment: the step's decodes may
+    have evicted cached blocks, and each admission names its own prompt's blocks in the cache."""
 
     name = "prefix-first-reference"
 
@@ -3060,12 +3076,14 @@ class PrefixFirstReference(Policy):
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             s.schedule_running(req, 1)
-        queue = list(s.waiting)
-        order = order_reference(
-            [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
-        )
-        s.reorder_waiting([queue[i] for i in order])
-        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+        while s.waiting:
+            queue = list(s.waiting)
+            order = order_reference(
+                [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
+            )
+            s.reorder_waiting([queue[i] for i in order])
+            if not s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+                break
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
@@ -3090,6 +3108,9 @@ def popular_and_rare(n: int = 100, rate: float = 30.0, seed: int = 0) -> list[Re
     ]
 
 
+PREFIX_BLOCKS = 130  # tight enough that a decode's new block sometimes evicts a cached prefix
+
+
 def prefix_first_run(make_policy, specs, **knobs):
     """A simulated run with prefix caching; `make_policy(cached_tokens)` gets the function that
     says how many of a waiting request's prompt tokens the engine's prefix cache holds now."""
@@ -3105,7 +3126,7 @@ def prefix_first_run(make_policy, specs, **knobs):
         "h100",
         policy=make_policy(cached_tokens) if callable(make_policy) else make_policy,
         enable_prefix_caching=True,
-        num_blocks=150,
+        num_blocks=PREFIX_BLOCKS,
         max_num_seqs=8,
         **knobs,
     )
@@ -3120,7 +3141,7 @@ def oldest_wait(tl) -> float:
 
 
 def prefix_first_hint(mine, ref, max_wait: float) -> str:
-    """The first step where the two runs part, and what it shows."""
+    """The first step where the two runs part, and what it shows (the symptom, not the fix)."""
     for a, b in zip(mine.steps, ref.steps):
         if step_work(a) != step_work(b):
             break
@@ -3128,40 +3149,47 @@ def prefix_first_hint(mine, ref, max_wait: float) -> str:
         return f"your run took {len(mine.steps)} steps, the reference's {len(ref.steps)}"
     arrival = {r.request_id: r.arrival for r in ref.requests}
     new = lambda step: [i.request_id for i in step.items if i.kind == "prefill"]  # noqa: E731
+    found = lambda step: {i.request_id: i.num_tokens for i in step.items if i.kind == "cached"}  # noqa: E731
     got, want = new(a), new(b)
     where = f"step {a.step} (t = {a.t_start:.3f} s)"
     if {i.request_id for i in b.items if i.kind == "decode"} - {
         i.request_id for i in a.items if i.kind == "decode"
     }:
-        return f"{where}: a running request got no decode; every decode comes first"
+        return f"{where}: a running request got no decode in your step"
     if got == want:  # the same requests admitted, with other work: what they found cached
-        found = lambda step: {i.request_id: i.num_tokens for i in step.items if i.kind == "cached"}  # noqa: E731
         return (
-            f"{where}: your policy admitted {got}, as the order does, but they found {found(a)} tokens cached, "
-            f"against {found(b)} in the reference: schedule every decode before you admit a prompt (what the "
-            f"step has already scheduled changes which blocks a new prompt finds cached)"
+            f"{where}: your policy admitted {got}, as the reference does, but they found "
+            f"{found(a)} tokens cached, against {found(b)} in the reference. What had your step "
+            f"already done to the cache when they were admitted?"
         )
     admitted = {r.request_id: r.t_scheduled for r in mine.requests}  # in your run
     starving = [r for r in want if a.t_start - arrival[r] >= max_wait and admitted[r] > a.t_start]
     if starving:
         return (
-            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s, at least "
-            f"max_wait, and your policy did not admit it: a request that waited that long goes first, "
-            f"those that did in the order they stand in the queue your policy left a step before "
-            f"(is that the order you chose, and was each prefix the one cached at the time?)"
+            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s "
+            f"(max_wait = {max_wait} s) and your policy left it waiting; it admitted {got}"
+        )
+    same = [r for r, r2 in zip(got, want) if r == r2]
+    k = len(same)
+    if k and k < len(want):
+        return (
+            f"{where}: you and the reference admitted {same} first; next the reference admits "
+            f"{want[k]}, which then found {found(b).get(want[k], 0)} tokens cached, and your policy "
+            f"admitted {got[k:] or 'nothing more'}. What did the cache hold for each waiting request "
+            f"after {same[-1]} was admitted?"
         )
     cached = {r.request_id: r.num_cached_tokens for r in mine.requests}
     cached_ref = {r.request_id: r.num_cached_tokens for r in ref.requests}
     if got and want and arrival[got[0]] < arrival[want[0]] and cached_ref[want[0]] > cached[got[0]]:
         return (
             f"{where}: your policy admitted {got[0]}, which arrived first, with {cached[got[0]]} "
-            f"tokens cached; the order admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
-            f"cached: below the limit, the longest cached prefix goes first"
+            f"tokens cached; the reference admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
+            f"cached, and neither had waited max_wait"
         )
     return (
-        f"{where}: your policy admitted {got}, the order admits {want}. Is the queue you leave in "
-        f"s.waiting the order you chose (the next step starts from it), and is each prefix the one "
-        f"cached now?"
+        f"{where}: your policy admitted {got}, the reference admits {want}. Is the queue you leave "
+        f"in s.waiting the order you chose (the next step starts from it), and is each prefix "
+        f"what the cache holds at the moment you admit?"
     )
 
 
@@ -3192,7 +3220,8 @@ def check_prefix_first_policy(make_policy) -> None:
     rows += [("longest prefix first", summarize(lpm) | {"oldest": oldest_wait(lpm)})]
     rows += [(f"yours, max_wait={w:g} s", m) for w, m in mine_by_wait.items()]
     ok(
-        "your order runs the reference's steps, 100 requests at 30/s (simulated H100). Oldest wait, "
+        f"your order runs the reference's steps, 100 requests at 30/s, {PREFIX_BLOCKS} KV blocks "
+        f"(simulated H100). Oldest wait, "
         "median TTFT: "
         + "; ".join(f"{name} {m['oldest']:.2f} s, {m['ttft_p50']:.2f} s" for name, m in rows)
     )
