@@ -2098,7 +2098,7 @@ def long_prompt_workload(seed: int = 0) -> list[RequestSpec]:
     return specs
 
 
-def long_limit_run(policy, specs):
+def long_limit_run(policy, specs, cap: int = LONG_CAP):
     from minilm.sim import simulated_engine
 
     engine = simulated_engine(
@@ -2106,7 +2106,7 @@ def long_limit_run(policy, specs):
         "h100",
         policy=policy,
         max_num_batched_tokens=LONG_BUDGET,
-        long_prefill_token_threshold=LONG_CAP,
+        long_prefill_token_threshold=cap,
         max_num_seqs=LONG_SEATS,
     )
     engine.add_workload(specs)
@@ -2135,11 +2135,11 @@ def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int])
             f"{where}: a running request got no decode; every decode comes first, before any prompt"
         )
     if max_long is not None and len(longs) > max_long:
-        new = [rid for rid in longs if done[rid] == 0]
+        started = [rid for rid in longs if done[rid]]
         return (
             f"{where}: {len(longs)} long prompts (more than the cap, {LONG_CAP}, left) got tokens, "
-            f"more than max_long={max_long}"
-            + ("; part-done prompts count as well as new ones" if len(new) <= max_long else "")
+            f"{longs}, with max_long={max_long}"
+            + (f"; {started} had already got tokens in earlier steps" if started else "")
         )
     if any(i.num_tokens > LONG_CAP for i in prefills):
         return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
@@ -2216,6 +2216,15 @@ def check_long_limit_policy(make_policy) -> None:
                 f"{long_limit_hint(mine, ref, max_long, prompt_len)}"
             )
         tails[max_long] = got
+    what = "cap 0 (the engine's no cap), max_long=1"
+    mine = run_policy(lambda: long_limit_run(make_policy(max_long=1), specs, cap=0), what)
+    check_all_finished(mine, specs, what)
+    ref = long_limit_run("chunked", specs, cap=0)
+    if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+        raise AssertionError(
+            f"{what}: your policy's steps differ from the engine's chunked prefill with no cap: "
+            f"{long_limit_hint(mine, ref, None, prompt_len)}"
+        )
     ok(
         f"your limit runs the reference's steps on the simulated H100 (budget {LONG_BUDGET}, cap "
         f"{LONG_CAP}). With no limit, max_long=1, 2, 3: p99 ITL "
