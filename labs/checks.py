@@ -647,13 +647,21 @@ CHUNK_CASES = [
         (8.03e9, 2, 131072, [], 989e12, 3.35e12, 1e-3, 10e-3),
         "a prompt alone, no decodes, a 10 ms limit",
     ),
+    (
+        (*P2, [], *CHIP2, 2**-10, 2**-10 + 2**-8),
+        "the powers-of-two chip, no decodes, a limit exactly the weight read and the fixed cost",
+    ),
+    (
+        (*P2, [], *CHIP2, 2**-10, 2**-10 + 2**-8 - 2**-20),
+        "the powers-of-two chip, no decodes, a limit just below the weight read and the fixed cost",
+    ),
 ]
-CHUNK_SLIPS = {
-    "strict": "'within the limit' includes a step that takes exactly the limit",
-    "no_overhead": "the step's fixed cost comes off the limit first",
-    "added": "compute and memory overlap: the step takes the larger of the two, not their sum",
-    "no_decode_flops": "the decodes' own tokens are computed in the same step: they take compute time too",
-    "no_chunk_kv": "the chunk writes its own K and V: each prompt token adds memory traffic as well as compute",
+CHUNK_SLIPS = {  # what a wrong answer matches: the symptom, not the rule to write
+    "strict": "your answer is what you get if a step that takes exactly the limit is not allowed",
+    "no_overhead": "your answer is what you get with a step time that leaves out step_overhead",
+    "added": "your answer is what you get with a step time of compute plus memory",
+    "no_decode_flops": "your answer is what you get with a compute time that leaves out the decodes' tokens",
+    "no_chunk_kv": "your answer is what you get with a memory time that the chunk's tokens do not change",
 }
 
 
@@ -703,7 +711,7 @@ def check_largest_chunk(largest_chunk) -> None:
                 f"{float(memory):.6g} s, plus the fixed cost)"
                 + (", exactly the limit" if step == Fraction(args[7]) else "")
             )
-        raise AssertionError(f"{where}: {detail}" + (f". Likely: {hint}" if hint else ""))
+        raise AssertionError(f"{where}: {detail}" + (f". {hint}" if hint else ""))
     ok(
         f"the largest chunk that keeps a step within its limit: {answers[0]} prompt tokens beside 60 decodes "
         f"of Llama-3-8B on an H100 at 25 ms, {answers[4]} beside 64 decodes of 32k tokens at 60 ms (the KV "
