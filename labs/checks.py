@@ -1038,8 +1038,7 @@ def check_watermark_kept(tl, watermark: int, what: str) -> None:
         free = s.kv_blocks_total - s.kv_blocks_used
         assert not admitted or free >= watermark, (
             f"{what}, step {s.step}: admitted {admitted} and left {free} KV blocks free, fewer than the "
-            f"watermark {watermark}: once the step's decodes have taken their blocks and a prompt its own, at "
-            f"least the watermark must stay free"
+            f"watermark {watermark} (counted after everything the step scheduled)"
         )
 
 
