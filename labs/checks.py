@@ -339,17 +339,15 @@ def finish_slips(specs, seats: int, step_time) -> list[tuple[str, dict[str, floa
     tokens = lambda new, running: sum(len(s.prompt_ids) for s in new) + len(running)  # noqa: E731
     return [
         (
-            "a step's time depends on the tokens it computes, a whole prompt for a prefill and one for "
-            "each decode, not on how many sequences it holds",
+            "your times are what you get if a step is priced by the number of sequences it holds",
             simulate(lambda new, running: len(new) + len(running)),
         ),
         (
-            "a request's last token is ready when its step ends, not when the step starts",
+            "your times are what you get if a request is done when the step that makes its last token starts",
             simulate(tokens, at_start=True),
         ),
         (
-            "a request that starts in a step computes its prompt there, and its first token comes out of "
-            "that prefill: it adds no decode token to that step",
+            "your times are what you get if a request that starts in a step also adds a decode token to it",
             simulate(lambda new, running: sum(len(s.prompt_ids) + 1 for s in new) + len(running)),
         ),
     ]

@@ -68,8 +68,7 @@ checks.check_stop_checker(MyStopChecker)
 # follows part 1's rule, on made-up streams (times included), and compares the two. Its
 # streams include tokens with no text, a stop string split across tokens, one that ends
 # inside a token (with `include_stop_str_in_output` both ways), and text still held back
-# when the final token comes. Your function must work for any checker with part 1's
-# contract, not only for these two.
+# when the final token comes.
 
 # %%
 def char_delays(pieces: list[str], times: list[float], checker) -> list[float]:
