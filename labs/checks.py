@@ -339,17 +339,15 @@ def finish_slips(specs, seats: int, step_time) -> list[tuple[str, dict[str, floa
     tokens = lambda new, running: sum(len(s.prompt_ids) for s in new) + len(running)  # noqa: E731
     return [
         (
-            "a step's time depends on the tokens it computes, a whole prompt for a prefill and one for "
-            "each decode, not on how many sequences it holds",
+            "your times are what you get if a step is priced by the number of sequences it holds",
             simulate(lambda new, running: len(new) + len(running)),
         ),
         (
-            "a request's last token is ready when its step ends, not when the step starts",
+            "your times are what you get if a request is done when the step that makes its last token starts",
             simulate(tokens, at_start=True),
         ),
         (
-            "a request that starts in a step computes its prompt there, and its first token comes out of "
-            "that prefill: it adds no decode token to that step",
+            "your times are what you get if a request that starts in a step also adds a decode token to it",
             simulate(lambda new, running: sum(len(s.prompt_ids) + 1 for s in new) + len(running)),
         ),
     ]
@@ -647,13 +645,21 @@ CHUNK_CASES = [
         (8.03e9, 2, 131072, [], 989e12, 3.35e12, 1e-3, 10e-3),
         "a prompt alone, no decodes, a 10 ms limit",
     ),
+    (
+        (*P2, [], *CHIP2, 2**-10, 2**-10 + 2**-8),
+        "the powers-of-two chip, no decodes, a limit exactly the weight read and the fixed cost",
+    ),
+    (
+        (*P2, [], *CHIP2, 2**-10, 2**-10 + 2**-8 - 2**-20),
+        "the powers-of-two chip, no decodes, a limit just below the weight read and the fixed cost",
+    ),
 ]
-CHUNK_SLIPS = {
-    "strict": "'within the limit' includes a step that takes exactly the limit",
-    "no_overhead": "the step's fixed cost comes off the limit first",
-    "added": "compute and memory overlap: the step takes the larger of the two, not their sum",
-    "no_decode_flops": "the decodes' own tokens are computed in the same step: they take compute time too",
-    "no_chunk_kv": "the chunk writes its own K and V: each prompt token adds memory traffic as well as compute",
+CHUNK_SLIPS = {  # what a wrong answer matches: the symptom, not the rule to write
+    "strict": "your answer is what you get if a step that takes exactly the limit is not allowed",
+    "no_overhead": "your answer is what you get with a step time that leaves out step_overhead",
+    "added": "your answer is what you get with a step time of compute plus memory",
+    "no_decode_flops": "your answer is what you get with a compute time that leaves out the decodes' tokens",
+    "no_chunk_kv": "your answer is what you get with a memory time that the chunk's tokens do not change",
 }
 
 
@@ -703,7 +709,7 @@ def check_largest_chunk(largest_chunk) -> None:
                 f"{float(memory):.6g} s, plus the fixed cost)"
                 + (", exactly the limit" if step == Fraction(args[7]) else "")
             )
-        raise AssertionError(f"{where}: {detail}" + (f". Likely: {hint}" if hint else ""))
+        raise AssertionError(f"{where}: {detail}" + (f". {hint}" if hint else ""))
     ok(
         f"the largest chunk that keeps a step within its limit: {answers[0]} prompt tokens beside 60 decodes "
         f"of Llama-3-8B on an H100 at 25 ms, {answers[4]} beside 64 decodes of 32k tokens at 60 ms (the KV "
@@ -1030,8 +1036,7 @@ def check_watermark_kept(tl, watermark: int, what: str) -> None:
         free = s.kv_blocks_total - s.kv_blocks_used
         assert not admitted or free >= watermark, (
             f"{what}, step {s.step}: admitted {admitted} and left {free} KV blocks free, fewer than the "
-            f"watermark {watermark}: once the step's decodes have taken their blocks and a prompt its own, at "
-            f"least the watermark must stay free"
+            f"watermark {watermark} (counted after everything the step scheduled)"
         )
 
 
@@ -2098,7 +2103,7 @@ def long_prompt_workload(seed: int = 0) -> list[RequestSpec]:
     return specs
 
 
-def long_limit_run(policy, specs):
+def long_limit_run(policy, specs, cap: int = LONG_CAP):
     from minilm.sim import simulated_engine
 
     engine = simulated_engine(
@@ -2106,7 +2111,7 @@ def long_limit_run(policy, specs):
         "h100",
         policy=policy,
         max_num_batched_tokens=LONG_BUDGET,
-        long_prefill_token_threshold=LONG_CAP,
+        long_prefill_token_threshold=cap,
         max_num_seqs=LONG_SEATS,
     )
     engine.add_workload(specs)
@@ -2135,11 +2140,11 @@ def long_limit_hint(mine, ref, max_long: int | None, prompt_len: dict[str, int])
             f"{where}: a running request got no decode; every decode comes first, before any prompt"
         )
     if max_long is not None and len(longs) > max_long:
-        new = [rid for rid in longs if done[rid] == 0]
+        started = [rid for rid in longs if done[rid]]
         return (
             f"{where}: {len(longs)} long prompts (more than the cap, {LONG_CAP}, left) got tokens, "
-            f"more than max_long={max_long}"
-            + ("; part-done prompts count as well as new ones" if len(new) <= max_long else "")
+            f"{longs}, with max_long={max_long}"
+            + (f"; {started} had already got tokens in earlier steps" if started else "")
         )
     if any(i.num_tokens > LONG_CAP for i in prefills):
         return f"{where}: a prompt got more than the cap ({LONG_CAP}) tokens"
@@ -2216,6 +2221,15 @@ def check_long_limit_policy(make_policy) -> None:
                 f"{long_limit_hint(mine, ref, max_long, prompt_len)}"
             )
         tails[max_long] = got
+    what = "cap 0 (the engine's no cap), max_long=1"
+    mine = run_policy(lambda: long_limit_run(make_policy(max_long=1), specs, cap=0), what)
+    check_all_finished(mine, specs, what)
+    ref = long_limit_run("chunked", specs, cap=0)
+    if [step_work(a) for a in mine.steps] != [step_work(b) for b in ref.steps]:
+        raise AssertionError(
+            f"{what}: your policy's steps differ from the engine's chunked prefill with no cap: "
+            f"{long_limit_hint(mine, ref, None, prompt_len)}"
+        )
     ok(
         f"your limit runs the reference's steps on the simulated H100 (budget {LONG_BUDGET}, cap "
         f"{LONG_CAP}). With no limit, max_long=1, 2, 3: p99 ITL "
@@ -2978,35 +2992,48 @@ ORDER_CASES = [
 
 
 def order_slips(waiting, now, max_wait) -> list[tuple[str, list[int]]]:
+    """Each plausible slip's order, with a message that names its symptom on this queue."""
     n = range(len(waiting))
     late = [i for i in n if now - waiting[i][0] >= max_wait]
     rest = [i for i in n if i not in late]
     by_prefix = sorted(rest, key=lambda i: -waiting[i][1])
+    exact = [i for i in n if now - waiting[i][0] == max_wait]
     return [
         (
-            "a request that has waited exactly max_wait has waited too long (>=)",
+            f"position {exact[0]} has waited exactly max_wait = {max_wait} s; is that past the limit or not?"
+            if exact
+            else "",
             [i for i in n if now - waiting[i][0] > max_wait]
             + sorted(
                 [i for i in n if now - waiting[i][0] <= max_wait], key=lambda i: -waiting[i][1]
             ),
         ),
         (
-            "the ones that waited too long keep their order in the queue (first come, first served), whatever their "
-            "prefixes",
+            f"positions {late} have all waited past the limit; your order sorts them by their cached "
+            f"prefix. Once a request is past the limit, does its prefix still decide?",
             sorted(late, key=lambda i: -waiting[i][1]) + by_prefix,
         ),
         (
-            "the ones that waited too long keep their order in the queue, which need not be their order of arrival",
+            f"positions {late} have all waited past the limit; your order sorts them by arrival time, "
+            f"but the queue stands in another order here (a preempted request goes back to its head)",
             sorted(late, key=lambda i: waiting[i][0]) + by_prefix,
         ),
         (
-            "requests with equal cached prefixes keep their order in the queue",
+            "two requests with equal cached prefixes swapped places: which of them stood first in the queue?",
             late + sorted(rest, key=lambda i: (-waiting[i][1], -i)),
         ),
-        ("the longest cached prefix goes first", late + sorted(rest, key=lambda i: waiting[i][1])),
-        ("requests that waited too long go first", by_prefix + late),
         (
-            "requests that have waited max_wait or more go first, whatever their prefixes",
+            "below the limit your order puts the shorter cached prefix before the longer one",
+            late + sorted(rest, key=lambda i: waiting[i][1]),
+        ),
+        (
+            f"positions {late} have waited past the limit, and your order puts every other request "
+            f"before them: they would wait longer still",
+            by_prefix + late,
+        ),
+        (
+            f"positions {late} have waited past the limit, and your order ranks them by prefix like "
+            f"the rest: nothing stops a rare prompt from being passed over again",
             sorted(n, key=lambda i: -waiting[i][1]),
         ),
     ]
@@ -3038,7 +3065,9 @@ def check_admission_order(admission_order) -> None:
             assert sorted(got) == list(range(len(queue))), (
                 f"{what} = {got}: every position of the queue exactly once, in the order to admit them"
             )
-            why = next((why for why, slip in order_slips(queue, now, max_wait) if slip == got), "")
+            why = next(
+                (why for why, slip in order_slips(queue, now, max_wait) if slip == got and why), ""
+            )
             raise AssertionError(f"{what} = {got}, expected {want}" + (f": {why}" if why else ""))
     ok(
         f"{len(ORDER_CASES)} hand-made queues and {len(cases) - len(ORDER_CASES)} random ones: the ones that waited "
@@ -3049,8 +3078,9 @@ def check_admission_order(admission_order) -> None:
 # ---- exercise 8, part 3: the order inside the engine ---------------------------------------------
 class PrefixFirstReference(Policy):
     """The reference for exercise 8, part 3: in-flight batching (a decode for every running request,
-    then whole prompts from the head of the queue) whose queue is put, every step, in
-    `order_reference`'s order, with each request's cached prefix as the engine sees it now."""
+    then whole prompts from the head of the queue) where each prompt admitted is the head of
+    `order_reference`'s order for the cache as it stands at that moment: the step's decodes may
+    have evicted cached blocks, and each admission names its own prompt's blocks in the cache."""
 
     name = "prefix-first-reference"
 
@@ -3060,12 +3090,14 @@ class PrefixFirstReference(Policy):
     def schedule(self, s) -> None:
         for req in s.unscheduled_running():
             s.schedule_running(req, 1)
-        queue = list(s.waiting)
-        order = order_reference(
-            [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
-        )
-        s.reorder_waiting([queue[i] for i in order])
-        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+        while s.waiting:
+            queue = list(s.waiting)
+            order = order_reference(
+                [(r.arrival, self.cached_tokens(r)) for r in queue], s.now, self.max_wait
+            )
+            s.reorder_waiting([queue[i] for i in order])
+            if not s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+                break
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
@@ -3090,6 +3122,9 @@ def popular_and_rare(n: int = 100, rate: float = 30.0, seed: int = 0) -> list[Re
     ]
 
 
+PREFIX_BLOCKS = 130  # tight enough that a decode's new block sometimes evicts a cached prefix
+
+
 def prefix_first_run(make_policy, specs, **knobs):
     """A simulated run with prefix caching; `make_policy(cached_tokens)` gets the function that
     says how many of a waiting request's prompt tokens the engine's prefix cache holds now."""
@@ -3105,7 +3140,7 @@ def prefix_first_run(make_policy, specs, **knobs):
         "h100",
         policy=make_policy(cached_tokens) if callable(make_policy) else make_policy,
         enable_prefix_caching=True,
-        num_blocks=150,
+        num_blocks=PREFIX_BLOCKS,
         max_num_seqs=8,
         **knobs,
     )
@@ -3120,7 +3155,7 @@ def oldest_wait(tl) -> float:
 
 
 def prefix_first_hint(mine, ref, max_wait: float) -> str:
-    """The first step where the two runs part, and what it shows."""
+    """The first step where the two runs part, and what it shows (the symptom, not the fix)."""
     for a, b in zip(mine.steps, ref.steps):
         if step_work(a) != step_work(b):
             break
@@ -3128,40 +3163,47 @@ def prefix_first_hint(mine, ref, max_wait: float) -> str:
         return f"your run took {len(mine.steps)} steps, the reference's {len(ref.steps)}"
     arrival = {r.request_id: r.arrival for r in ref.requests}
     new = lambda step: [i.request_id for i in step.items if i.kind == "prefill"]  # noqa: E731
+    found = lambda step: {i.request_id: i.num_tokens for i in step.items if i.kind == "cached"}  # noqa: E731
     got, want = new(a), new(b)
     where = f"step {a.step} (t = {a.t_start:.3f} s)"
     if {i.request_id for i in b.items if i.kind == "decode"} - {
         i.request_id for i in a.items if i.kind == "decode"
     }:
-        return f"{where}: a running request got no decode; every decode comes first"
+        return f"{where}: a running request got no decode in your step"
     if got == want:  # the same requests admitted, with other work: what they found cached
-        found = lambda step: {i.request_id: i.num_tokens for i in step.items if i.kind == "cached"}  # noqa: E731
         return (
-            f"{where}: your policy admitted {got}, as the order does, but they found {found(a)} tokens cached, "
-            f"against {found(b)} in the reference: schedule every decode before you admit a prompt (what the "
-            f"step has already scheduled changes which blocks a new prompt finds cached)"
+            f"{where}: your policy admitted {got}, as the reference does, but they found "
+            f"{found(a)} tokens cached, against {found(b)} in the reference. What had your step "
+            f"already done to the cache when they were admitted?"
         )
     admitted = {r.request_id: r.t_scheduled for r in mine.requests}  # in your run
     starving = [r for r in want if a.t_start - arrival[r] >= max_wait and admitted[r] > a.t_start]
     if starving:
         return (
-            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s, at least "
-            f"max_wait, and your policy did not admit it: a request that waited that long goes first, "
-            f"those that did in the order they stand in the queue your policy left a step before "
-            f"(is that the order you chose, and was each prefix the one cached at the time?)"
+            f"{where}: {starving[0]} had waited {a.t_start - arrival[starving[0]]:.2f} s "
+            f"(max_wait = {max_wait} s) and your policy left it waiting; it admitted {got}"
+        )
+    same = [r for r, r2 in zip(got, want) if r == r2]
+    k = len(same)
+    if k and k < len(want):
+        return (
+            f"{where}: you and the reference admitted {same} first; next the reference admits "
+            f"{want[k]}, which then found {found(b).get(want[k], 0)} tokens cached, and your policy "
+            f"admitted {got[k:] or 'nothing more'}. What did the cache hold for each waiting request "
+            f"after {same[-1]} was admitted?"
         )
     cached = {r.request_id: r.num_cached_tokens for r in mine.requests}
     cached_ref = {r.request_id: r.num_cached_tokens for r in ref.requests}
     if got and want and arrival[got[0]] < arrival[want[0]] and cached_ref[want[0]] > cached[got[0]]:
         return (
             f"{where}: your policy admitted {got[0]}, which arrived first, with {cached[got[0]]} "
-            f"tokens cached; the order admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
-            f"cached: below the limit, the longest cached prefix goes first"
+            f"tokens cached; the reference admits {want[0]}, whose prompt had {cached_ref[want[0]]} "
+            f"cached, and neither had waited max_wait"
         )
     return (
-        f"{where}: your policy admitted {got}, the order admits {want}. Is the queue you leave in "
-        f"s.waiting the order you chose (the next step starts from it), and is each prefix the one "
-        f"cached now?"
+        f"{where}: your policy admitted {got}, the reference admits {want}. Is the queue you leave "
+        f"in s.waiting the order you chose (the next step starts from it), and is each prefix "
+        f"what the cache holds at the moment you admit?"
     )
 
 
@@ -3192,7 +3234,8 @@ def check_prefix_first_policy(make_policy) -> None:
     rows += [("longest prefix first", summarize(lpm) | {"oldest": oldest_wait(lpm)})]
     rows += [(f"yours, max_wait={w:g} s", m) for w, m in mine_by_wait.items()]
     ok(
-        "your order runs the reference's steps, 100 requests at 30/s (simulated H100). Oldest wait, "
+        f"your order runs the reference's steps, 100 requests at 30/s, {PREFIX_BLOCKS} KV blocks "
+        f"(simulated H100). Oldest wait, "
         "median TTFT: "
         + "; ".join(f"{name} {m['oldest']:.2f} s, {m['ttft_p50']:.2f} s" for name, m in rows)
     )

@@ -517,9 +517,9 @@ def test_predict_finish_times_accepts(fn, capsys):
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (finish_counts_sequences, "not on how many sequences"),
-        (finish_at_step_start, "when its step ends"),
-        (finish_prefill_plus_decode, "adds no decode token"),
+        (finish_counts_sequences, "number of sequences it holds"),
+        (finish_at_step_start, "its last token starts"),
+        (finish_prefill_plus_decode, "also adds a decode token"),
         (finish_one_token_needs_a_decode, "done at"),
         (finish_prefill_steps_apart, "done at"),
         (finish_per_request, "done at"),

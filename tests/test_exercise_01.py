@@ -387,6 +387,21 @@ def chunk_float(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: not a whole
     return k if k >= 0 else None
 
 
+def chunk_no_decodes_no_weights(P, b, kv, ctx, peak, bw, overhead, limit):
+    """Wrong: with no decodes, counts no weight read (the step carries only the prompt)."""
+    if ctx:
+        return chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
+    budget = limit - overhead
+    k = math.floor(min(budget / (2 * P / peak), budget * bw / kv))
+    return k if k >= 0 else None
+
+
+def chunk_no_decodes_not_none(P, b, kv, ctx, peak, bw, overhead, limit):
+    """Wrong: None only "when even the decodes alone take longer": with none, always a chunk."""
+    k = chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
+    return 0 if k is None and not ctx else k
+
+
 @pytest.mark.parametrize("fn", [chunk_solution, chunk_by_search])
 def test_largest_chunk_accepts(fn, capsys):
     checks.check_largest_chunk(fn)
@@ -397,10 +412,12 @@ def test_largest_chunk_accepts(fn, capsys):
     "fn, cause",
     [
         (chunk_strict, "exactly the limit"),
-        (chunk_no_overhead, "fixed cost comes off"),
-        (chunk_added, "not their sum"),
-        (chunk_no_decode_flops, "decodes' own tokens"),
-        (chunk_no_chunk_kv, "writes its own K and V"),
+        (chunk_no_overhead, "leaves out step_overhead"),
+        (chunk_added, "compute plus memory"),
+        (chunk_no_decode_flops, "leaves out the decodes' tokens"),
+        (chunk_no_chunk_kv, "chunk's tokens do not change"),
+        (chunk_no_decodes_no_weights, "no decodes"),  # new in this pass
+        (chunk_no_decodes_not_none, "no decodes.*return None"),  # new in this pass
         (chunk_zero_not_none, "return None"),
         (chunk_none_at_zero, "0 would mean"),
         (chunk_ceil, "over the limit"),

@@ -313,6 +313,7 @@ class LimitPolicy(ChunkedPolicy):
     long_test = staticmethod(is_long)
     count_partial, stop_at_aside, aside_to_back, queue_first = True, False, False, False
     only_long, decodes_first = True, True
+    zero_cap_all_long = False  # a slip: with the cap 0, every prompt "has more than the cap left"
 
     def __init__(self, max_long=None):
         self.max_long = max_long
@@ -323,7 +324,8 @@ class LimitPolicy(ChunkedPolicy):
                 s.schedule_running(req, 1)
 
     def schedule(self, s) -> None:
-        cap = s.config.long_prefill_token_threshold
+        cap = s.config.long_prefill_token_threshold or 10**9  # 0: no cap, so no prompt is long
+        long_cap = s.config.long_prefill_token_threshold if self.zero_cap_all_long else cap
         if self.decodes_first:
             self.decodes(s)
         partial, waiting = (
@@ -333,7 +335,7 @@ class LimitPolicy(ChunkedPolicy):
         prompts = waiting + partial if self.queue_first else partial + waiting
         left, chunks, longs = s.budget, [], 0  # with decodes last, none is left for them
         for req in prompts:
-            long = self.long_test(req.num_remaining, cap) if self.only_long else True
+            long = self.long_test(req.num_remaining, long_cap) if self.only_long else True
             counted = self.count_partial or req in waiting
             if long and counted and self.max_long is not None and longs == self.max_long:
                 chunks.append(0)
@@ -375,6 +377,8 @@ class LimitRebuildsQueue(ChunkedPolicy):
 
     def schedule(self, s) -> None:
         cap = s.config.long_prefill_token_threshold
+        if not cap:
+            return super().schedule(s)  # no cap: nothing is long, the engine's chunked prefill
         for req in list(s.unscheduled_running()):
             if req.num_remaining == 1:
                 s.schedule_running(req, 1)
@@ -409,11 +413,15 @@ POLICY_RIGHT = [LimitPolicy, LimitRebuildsQueue]
 POLICY_WRONG = [  # the three marked were told "left prompts waiting" before issue 29.4
     (variant(stop_at_aside=True), "left prompts waiting"),
     (variant(aside_to_back=True), "not to its end"),  # marked
-    (variant(count_partial=False), "part-done prompts count"),
+    (variant(count_partial=False), "had already got tokens in earlier steps"),
+    (variant(zero_cap_all_long=True), "cap 0"),  # new: every prompt long when there is no cap
     (variant(only_long=False), "only long prompts count toward max_long"),  # marked
     (variant(long_test=staticmethod(lambda n, cap: n >= cap)), "exactly the cap"),  # marked
     (variant(queue_first=True), "part-done ones before the queue|refused"),
-    (variant(max_long=None, __init__=lambda self, max_long=None: None), "more than max_long"),
+    (
+        variant(max_long=None, __init__=lambda self, max_long=None: None),
+        "long prompts .* got tokens",
+    ),
     (variant(decodes_first=False), "refused your policy"),
 ]
 

@@ -323,19 +323,21 @@ def test_order_check_rejects(fn):
 @pytest.mark.parametrize(
     "fn, words",
     [
-        (order_strict, "exactly max_wait"),
-        (order_late_by_prefix, "whatever their prefixes"),
-        (order_late_by_arrival, "order of arrival"),
-        (order_ties_reversed, "equal cached prefixes"),
-        (order_shortest_first, "longest cached prefix goes first"),
-        (order_late_last, "go first"),
+        (order_strict, "waited exactly max_wait"),
+        (order_late_by_prefix, "does its prefix still decide"),
+        (order_late_by_arrival, "sorts them by arrival time"),
+        (order_ties_reversed, "equal cached prefixes swapped"),
+        (order_shortest_first, "shorter cached prefix before the longer"),
+        (order_late_last, "would wait longer still"),
+        (order_plain_lpm, "passed over again"),
     ],
 )
 def test_order_message_names_the_cause(fn, words):
     from labs.checks import check_admission_order
 
-    with pytest.raises(AssertionError, match=words):
+    with pytest.raises(AssertionError, match=words) as failure:
         check_admission_order(fn)
+    assert ">=" not in str(failure.value)  # the symptom, not the comparison to write
 
 
 # ---- part 3: the order in the engine --------------------------------------------------------
@@ -364,14 +366,21 @@ class PrefixFirst(Policy):
             s.schedule_running(req, 1)
 
     def fill(self, s):
-        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+        """Each admission takes the head of the order for the cache as it stands then."""
+        while s.waiting:
+            self.put_in_order(s)
+            if not s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+                break
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
-    def schedule(self, s) -> None:
-        self.decodes(s)
+    def put_in_order(self, s):
         queue = list(s.waiting)
         order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
         s.reorder_waiting([queue[i] for i in order])
+
+    def schedule(self, s) -> None:
+        self.decodes(s)
+        queue = list(s.waiting)  # after the decodes: a preempted request is back in it
         self.fill(s)
         if not self.keep_queue:
             s.reorder_waiting(sorted(s.waiting, key=queue.index))
@@ -387,15 +396,15 @@ class PrefixFirstOneSort(Policy):
         self.max_wait, self.cached_tokens = max_wait, cached_tokens
 
     def schedule(self, s) -> None:
-        for req in list(s.unscheduled_running()):
+        for req in s.unscheduled_running():  # a generator: a decode may preempt a later one
             s.schedule_running(req, 1)
 
         def key(r):
             late = s.now - r.arrival >= self.max_wait
             return (0, 0) if late else (1, -self.cached_tokens(r))
 
-        s.reorder_waiting(sorted(s.waiting, key=key))
-        while s.waiting:
+        while s.waiting:  # one sort per admission: each admission changes what is cached
+            s.reorder_waiting(sorted(s.waiting, key=key))
             head = s.waiting[0]
             if not s.can_admit(head, head.num_remaining):
                 break
@@ -408,12 +417,58 @@ def prefix_variant(name, **knobs):
 
 class AdmitsBeforeDecodes(PrefixFirst):
     def schedule(self, s) -> None:
-        queue = list(s.waiting)
-        order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
-        s.waiting.clear()
-        s.waiting.extend(queue[i] for i in order)
         self.fill(s)
         self.decodes(s)
+
+
+class OncePerStep(PrefixFirst):
+    """Wrong: one order per step (after the decodes), all admissions from it; the blocks an
+    admitted prompt names in the cache do not move the requests that share them."""
+
+    def fill(self, s):
+        self.put_in_order(s)
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+
+
+class MeasuredBeforeDecodes(PrefixFirst):
+    """Wrong (passed the check before its pool was tightened): the cached prefixes measured
+    before the decodes are scheduled, though a decode's new block can evict a cached one."""
+
+    def schedule(self, s) -> None:
+        before = {r.request_id: self.cached_tokens(r) for r in s.waiting}
+        self.decodes(s)
+        queue = list(s.waiting)
+        order = self.order(
+            [(r.arrival, before.get(r.request_id, self.cached_tokens(r))) for r in queue],
+            s.now,
+            self.max_wait,
+        )
+        s.reorder_waiting([queue[i] for i in order])
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
+
+
+class MeasuredBeforeDecodesThenRecomputed(MeasuredBeforeDecodes):
+    """Wrong: recomputes after each admission, but the first order of the step uses the
+    prefixes measured before the decodes."""
+
+    def schedule(self, s) -> None:
+        before = {r.request_id: self.cached_tokens(r) for r in s.waiting}
+        self.decodes(s)
+        first = True
+        while s.waiting:
+            queue = list(s.waiting)
+            cached = [before.get(r.request_id) if first else None for r in queue]
+            pairs = [
+                (r.arrival, self.cached_tokens(r) if c is None else c)
+                for r, c in zip(queue, cached)
+            ]
+            s.reorder_waiting([queue[i] for i in self.order(pairs, s.now, self.max_wait)])
+            first = False
+            if not s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+                break
+            s.admit(s.waiting[0], s.waiting[0].num_remaining)
 
 
 PREFIX_RIGHT = [PrefixFirst, PrefixFirstOneSort]
@@ -422,14 +477,17 @@ PREFIX_WRONG = [
         prefix_variant("Fcfs", order=staticmethod(lambda w, now, m: list(range(len(w))))),
         "arrived first",
     ),
-    (prefix_variant("NoLimit", order=staticmethod(order_plain_lpm)), "goes first"),
-    (prefix_variant("LateLast", order=staticmethod(order_late_last)), "goes first"),
-    (prefix_variant("StaleCache", memo={}), "cached at the time|cached now"),
-    (prefix_variant("RestoresArrivalOrder", keep_queue=False), "the order you chose"),
+    (prefix_variant("NoLimit", order=staticmethod(order_plain_lpm)), "left it waiting"),
+    (prefix_variant("LateLast", order=staticmethod(order_late_last)), "left it waiting"),
+    (prefix_variant("StaleCache", memo={}), "waited|cache"),
     (
-        AdmitsBeforeDecodes,
-        "schedule every decode before you admit",
-    ),  # "is each prefix the one cached now?" before
+        prefix_variant("RestoresArrivalOrder", keep_queue=False),
+        "the order you chose|left it waiting",
+    ),
+    (AdmitsBeforeDecodes, "already done to the cache|got no decode|the reference admits"),
+    (OncePerStep, "after r[0-9]+ was admitted"),
+    (MeasuredBeforeDecodes, "cache"),
+    (MeasuredBeforeDecodesThenRecomputed, "cache"),
 ]
 
 

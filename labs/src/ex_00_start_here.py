@@ -58,13 +58,7 @@ checks.check_predict_tokens(predict_tokens)
 # **Part 3: predict the length of the run.** The same kind of run, all requests waiting
 # at the start, at most `max_num_seqs` running at once (lesson 0, section 4). Write
 # `predict_steps(specs, max_num_seqs)`: how many steps the engine takes. The prompts are
-# short: every waiting prompt that has a free seat fits in the step. Settle first:
-#
-# * in how many steps does a request hold its seat, from its prefill to its last token?
-# * a request that finishes in a step frees its seat when that step ends: in which
-#   step does the next request in the queue take it?
-# * when two seats are busy and the queue is not empty, which seat does the next
-#   request get?
+# short: every waiting prompt that has a free seat fits in the step.
 
 # %%
 def predict_steps(specs, max_num_seqs: int) -> int:
@@ -87,9 +81,9 @@ checks.check_predict_steps(predict_steps)
 # Write `predict_finish_times(specs, max_num_seqs, step_time)`: a dict from each request's
 # `id` to the time its last token is ready, the end of the step that made it. The check
 # prices the engine's real steps with the same `step_time` (a fixed cost per step plus a cost
-# per token, like lesson 1's) and compares. No formula this time: decide what you must keep
-# track of from step to step, then which requests a step holds and what each brings to it.
-# A new request's prefill shares its step with the decodes of those already running.
+# per token, like lesson 1's) and compares, on runs with two to four seats, a request that
+# wants a single output token, seats that free up in different steps and several requests
+# that finish in the same step.
 
 # %%
 def predict_finish_times(specs, max_num_seqs: int, step_time) -> dict[str, float]:
@@ -119,3 +113,15 @@ checks.check_predict_finish_times(predict_finish_times)
 # sampling={"ignore_eos": True})`), so that requests are preempted. Which of your three
 # answers still hold? Predict the extra prefill tokens of one preemption of a request
 # that had generated `k` tokens, then find it in the timeline.
+
+# %% [markdown]
+# <details><summary>Hints for Parts 3 and 4 (open them if you are stuck)</summary>
+#
+# Part 3: in how many steps does a request hold its seat, from its prefill to its last
+# token? A request that finishes in a step frees its seat when that step ends: in which
+# step does the next request in the queue take it?
+#
+# Part 4: there is no formula; follow the run step by step. What must you keep from one
+# step to the next, and what does each request in a step bring to its token count?
+#
+# </details>

@@ -104,14 +104,11 @@ checks.check_compute_bound_batch(compute_bound_batch)
 # part 4; there may be no decodes at all) and the `k` tokens of a new prompt, which has nothing
 # cached but writes its own K and V (`kv_bytes_per_token` each); linear-layer FLOPs only, the
 # weights read once; the step takes a fixed `step_overhead` plus the larger of its compute and
-# memory times. Settle on paper first:
-#
-# * which of the step's two times grows with `k`, and by how much per token?
-# * can the memory time, not the compute time, be the one that stops `k`? When?
-# * "at most": if the limit is reached exactly at a whole `k`, is that `k` allowed?
-#
-# The check gives you a made-up chip whose numbers are powers of two, where such an exact
-# case can happen without float rounding.
+# memory times. The weights are read once in every step, even one with no decodes and
+# `k = 0`: so with no decodes, `None` means that even the weight read alone takes longer
+# than the limit. A step that takes exactly `time_limit` is within it. The check gives you
+# a made-up chip whose numbers are powers of two, where such an exact case can happen
+# without float rounding, besides Llama-3-8B on an H100.
 
 # %%
 def largest_chunk(num_params: float, bytes_per_param: float, kv_bytes_per_token: float, context_lens: list[int],
@@ -139,3 +136,12 @@ checks.check_largest_chunk(largest_chunk)
 # attention. Then speculative decoding: a step that checks `k` drafted tokens computes
 # `k + 1` tokens per sequence and reads the same cache. How does your formula change,
 # and what does that say about why speculative decoding pays off?
+
+# %% [markdown]
+# <details><summary>Hint for Part 5 (open it if you are stuck)</summary>
+#
+# Write the step's compute time and its memory time as functions of `k`. Which of them
+# grows with `k`, and by how much per token? Can the memory time, not the compute time,
+# be the one that stops `k`, and when?
+#
+# </details>

@@ -36,16 +36,9 @@
 # Write `MyWatermarkPolicy(watermark)`: in-flight batching as the engine's, except that it
 # admits the head of the queue only if at least `watermark` KV blocks are still free
 # after the prompt has taken its blocks. With `watermark=0` it must do exactly what
-# `continuous` does. Decide first:
-#
-# 1. **In which order?** Running requests and waiting prompts compete for the same
-#    budget and the same blocks. Which do you serve first, and in which order among the
-#    running ones? (Which request does `schedule_running` preempt when blocks run out?)
-# 2. **When to stop filling?** The queue is first come, first served, and `admit` only
-#    takes its head. What must your loop do when the head does not fit, or would eat
-#    into the reserve?
-# 3. **Count what?** When you compare free blocks with the watermark, which blocks have
-#    the decodes of this step already taken?
+# `continuous` does. "Free after the prompt has taken its blocks" means free at the moment
+# it is admitted, with whatever the step has already scheduled counted. The queue stays
+# first come, first served.
 #
 # The check runs your policy and the engine's `continuous` policy (watermark `0`) on the
 # same requests, simulated so that arrivals fall between the same steps everywhere, with
@@ -136,3 +129,13 @@ checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
 # in steps and in TTFT on the check's first workload, and why can one more block of
 # reserve bring a preemption back? Is a fixed number of blocks the right kind of reserve,
 # or should it grow with the number of running requests?
+
+# %% [markdown]
+# <details><summary>Hint for Part 1 (open it if you are stuck)</summary>
+#
+# Running requests and waiting prompts compete for the same budget and the same blocks:
+# which do you serve first, and which request does `schedule_running` preempt when
+# blocks run out? And what does "first come, first served" ask of your loop when the
+# head of the queue cannot be admitted?
+#
+# </details>

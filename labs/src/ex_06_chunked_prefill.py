@@ -100,16 +100,19 @@ checks.check_split_budget_long(split_budget_long)
 #   **only the head** of the queue, and `s.reorder_waiting(order)`, which puts the queue in
 #   `order` (every waiting request once, else an error).
 #
-# Decide first: in what order do the decodes, the part-done prompts and the queue get the
-# budget, and which of them count toward `max_long`? And how can a short prompt behind a
-# long one at the head of the queue get its tokens, when `admit` takes only the head? What
-# the check assumes: the KV cache has room for every request (nothing is preempted); you may
-# reorder the queue if every request left in it is back in its place, in its order, when
-# `schedule` returns. The check runs your policy on the simulated H100,
-# `40` requests of which every fourth has a `3000`-`4000`-token prompt (budget `512`, cap `128`),
-# with `max_long=None` against the engine's `chunked` policy and with `1`, `2`, `3` against a
-# reference in `labs/checks.py`, step by step, and reports the p99 ITL each limit buys and
-# the p99 TTFT it costs.
+# What the check assumes: every decode gets its token (decodes come before any prompt, as
+# in the engine's chunked prefill); without a limit your policy runs exactly the engine's
+# `chunked` policy; with one, a long prompt is one with more than the cap left, whether it
+# is new or part-done, at most `max_long` of them get tokens in a step, the oldest, and
+# what a long prompt past the limit would have taken goes to the prompts behind it. When
+# the engine's cap is `0` (its "no cap"), no prompt is long: the limit holds nobody back.
+# The KV cache has room for every request (nothing is preempted); you may reorder the
+# queue if every request left in it is back in its place, in its order, when `schedule`
+# returns. The check runs your policy on the simulated H100, `40` requests of which every
+# fourth has a `3000`-`4000`-token prompt (budget `512`, cap `128`), with `max_long=None`
+# against the engine's `chunked` policy, with `1`, `2`, `3` against a reference in
+# `labs/checks.py`, step by step, and once with the cap `0` and `max_long=1`; it reports
+# the p99 ITL each limit buys and the p99 TTFT it costs.
 
 # %%
 from minilm.core.policies import ChunkedPolicy
@@ -124,6 +127,8 @@ class MyLongLimitPolicy(ChunkedPolicy):
     def schedule(self, s) -> None:
         # BEGIN SOLUTION
         cap = s.config.long_prefill_token_threshold
+        if not cap:  # no cap: no prompt is long, nothing to limit
+            return super().schedule(s)
         for req in s.unscheduled_running():  # decodes first: one token each
             if req.num_remaining == 1:
                 s.schedule_running(req, 1)
@@ -157,3 +162,13 @@ checks.check_long_limit_policy(MyLongLimitPolicy)
 # p99 ITL, and whose TTFT pays for it? Lesson 6 section 1's example, with a second and
 # third `4096`-token prompt and a short one arriving behind them: with `max_long=1`, how
 # many steps does the short one wait for its first token, against no limit?
+
+# %% [markdown]
+# <details><summary>Hint for Part 3 (open it if you are stuck)</summary>
+#
+# Settle three things before you code. In what order do the decodes, the part-done
+# prompts and the queue get the budget? Your Part 2 function takes one list of prompts:
+# which prompts go in it? And `admit` takes only the head of the queue: how does a short
+# prompt standing behind a long one that is past the limit get its tokens?
+#
+# </details>

@@ -74,17 +74,20 @@ checks.check_prefix_lookup(block_keys, cached_prefix_len)
 # `admission_order(waiting, now, max_wait)`: `waiting` is the queue, head first, as
 # `(arrival, cached_tokens)` pairs (its arrival time in seconds, and what your
 # `cached_prefix_len` found for it); `now` is the time. Return the positions in the
-# queue (`0` is the head), in the order to admit them:
+# queue (`0` is the head), each once, in the order to admit them. The goal: no request
+# waits much longer than `max_wait` for its turn, and below that limit the cache decides.
+# The contract the check holds you to:
 #
-# * first every request that has waited `max_wait` seconds or more, in the order they
-#   stand in the queue (which need not be their order of arrival: a preempted request
-#   goes back to the head of the queue);
-# * then the others, the longest cached prefix first; equal ones keep their order in
-#   the queue.
+# * a request that has been waiting `max_wait` seconds is past the limit (the check's
+#   times are exact binary fractions, so any way of writing the comparison agrees);
+# * a request past the limit is never passed over by one that is not; and once past
+#   it, a request's cached prefix no longer earns it anything;
+# * below the limit, a longer cached prefix is never passed over by a shorter one;
+# * nothing else moves a request ahead of one that stands before it in the queue (the
+#   queue's order need not be arrival order: a preempted request goes back to its head).
 #
 # The check compares your order with a reference in `labs/checks.py` on hand-made queues
-# (a request that has waited exactly `max_wait`, equal prefixes, a queue out of arrival
-# order) and random ones.
+# and random ones.
 
 # %%
 def admission_order(waiting: list[tuple[float, int]], now: float, max_wait: float) -> list[int]:
@@ -105,19 +108,22 @@ checks.check_admission_order(admission_order)
 # every running request, then whole prompts from the head of the queue while `can_admit`
 # allows), except that before it admits, it puts the waiting queue in your order.
 # `cached_tokens(req)` says how many of a waiting request's prompt tokens the engine's
-# prefix cache holds **now** (the check passes it in); `req.arrival` is its arrival time
-# and `s.now` the step's time.
+# prefix cache holds **at the moment you call it** (the check passes it in); `req.arrival`
+# is its arrival time and `s.now` the step's time.
 #
 # What the check assumes: `admit` takes only the head of `s.waiting`, so you put the queue in
 # your order with `s.reorder_waiting(order)` (`order`: every waiting request once, else an
 # error), and it stays in your order: the next step's "order in the queue" is the one you
-# left, as with the engine's own `lpm` order. Decide first: when in the step must the order
-# be computed, and what in it can change from one step to the next? The check runs your
-# policy on the simulated H100 with prefix caching (`100` requests at `30` per second behind six
-# system prompts, two of them popular; `150` KV blocks, `8` seats) with `max_wait` `1.0` and
-# `1.5` s, compares its steps with a reference in `labs/checks.py`, and reports the oldest
-# request's wait and the median TTFT next to first-come-first-served and to the engine's
-# `lpm` (no limit).
+# left, as with the engine's own `lpm` order. The rule the check holds you to: **every
+# prompt you admit is the first, in your `admission_order`, of the queue as it stands and
+# of the cache as it stands at the moment you admit it**; you stop at the first one that
+# does not fit. The cache is not the same all through a step: find out what in a step
+# changes it (`minilm/core/kv_cache.py`). The check runs your policy on the simulated H100
+# with prefix caching (`100` requests at `30` per second behind six system prompts, two of
+# them popular; `130` KV blocks, tight enough that decodes can preempt and evict, `8`
+# seats) with `max_wait` `1.0` and `1.5` s, compares its steps with a reference in
+# `labs/checks.py`, and reports the oldest request's wait and the median TTFT next to
+# first-come-first-served and to the engine's `lpm` (no limit).
 
 # %%
 from minilm.core.policies import Policy
@@ -132,14 +138,13 @@ class MyPrefixFirstPolicy(Policy):
     def schedule(self, s) -> None:
         # BEGIN SOLUTION
         for req in s.unscheduled_running():  # check: every running request decodes
-            s.schedule_running(req, 1)
-        # the order is computed every step: waits grow, and what is cached changes as requests
-        # run and blocks are evicted
-        queue = list(s.waiting)
-        order = admission_order([(r.arrival, self.cached_tokens(r)) for r in queue], s.now,
-                                self.max_wait)
-        s.reorder_waiting([queue[i] for i in order])
-        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):  # fill
+            s.schedule_running(req, 1)  # a decode's new block may evict a cached one
+        while s.waiting:  # the order again before each admission: an admitted prompt names
+            queue = list(s.waiting)  # its blocks in the cache, so a request that shares them
+            cached = [(r.arrival, self.cached_tokens(r)) for r in queue]  # now finds more
+            s.reorder_waiting([queue[i] for i in admission_order(cached, s.now, self.max_wait)])
+            if not s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+                break
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
         # END SOLUTION
 

@@ -65,9 +65,10 @@ checks.check_stop_checker(MyStopChecker)
 # character sent with the token that brought it has delay `0`.
 #
 # The check calls it with the server's fixed-window `StopChecker` and with a checker that
-# follows part 1's rule, on made-up streams (times included), and compares the two. Settle first:
-# of the text a checker has returned so far, which part of the tokens' text is it, and how do
-# you find the token that brought its `n`-th character? A token may have no text at all.
+# follows part 1's rule, on made-up streams (times included), and compares the two. Its
+# streams include tokens with no text, a stop string split across tokens, one that ends
+# inside a token (with `include_stop_str_in_output` both ways), and text still held back
+# when the final token comes.
 
 # %%
 def char_delays(pieces: list[str], times: list[float], checker) -> list[float]:
