@@ -337,3 +337,35 @@ def test_ctrl_c_drains_every_core_and_each_writes_its_timeline(tmp_path):
     where = {r.request_id: i for i, tl in enumerate(cores) for r in tl.requests}
     assert where == {"first": 0, "same-prompt": 0, "other-prompt": 1}
     assert all(r.finish_reason == "length" for tl in cores for r in tl.requests)
+
+
+def test_live_gantt_draws_a_lane_group_per_engine_core(dp_server):
+    import widgets
+
+    url, client = dp_server
+    wait_idle(client)
+
+    async def scenario():
+        live = widgets.live_gantt(url, interval=0.05)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            body = {"prompt": "Return the", "max_tokens": 20, "ignore_eos": True}
+            await asyncio.gather(*(complete(http, body, f"lane{i}") for i in range(4)))
+        await live.refresh()
+        live.stop()
+        return live
+
+    live = asyncio.run(scenario())
+    assert [f.engine for f in live.feeds] == [0, 1]
+    ids = [
+        {r.request_id for r in f.timeline.requests if r.request_id.startswith("lane")}
+        for f in live.feeds
+    ]
+    assert ids[0] | ids[1] == {f"lane{i}" for i in range(4)} and ids[0] and ids[1]
+    assert not ids[0] & ids[1]
+    titles = [a.text for a in live.gantt.layout.annotations]
+    assert any(t.startswith("engine 0:") for t in titles) and any(
+        t.startswith("engine 1:") for t in titles
+    )
+    drawn = {y for t in live.gantt.data if t.name == "decode" for y in t.y}
+    assert {f"lane{i}" for i in range(4)} <= drawn
+    assert "2 engine cores" in live.status.value
