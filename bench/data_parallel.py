@@ -99,6 +99,7 @@ def measured(args, tmp: Path, n: int, k: int) -> dict:
         "cpu_window": cpu,
         # the engine cores' CPU seconds, and the machine's taken by processes not of this run
         "engine_cores_cpu_s": core_cpu,
+        "engine_cores_busy": core_cpu / cpu["seconds"],  # cores' worth of CPU they got
         "tok_per_core_cpu_s": result["total_output_tokens"] / core_cpu,
         "other_cpu_share": cpu["other_processes"] / ((os.cpu_count() or 1) * cpu["seconds"]),
         "loadavg_before": load_before,
@@ -193,7 +194,7 @@ def main() -> None:
     for n in SIZES:
         rows.append(
             {"kind": "simulated", "repeat": None, "load_1min": None}
-            | {"tok_per_core_cpu_s": None, "other_cpu_share": None}
+            | {"tok_per_core_cpu_s": None, "engine_cores_busy": None, "other_cpu_share": None}
             | simulated(args, n, meta)
         )
     conditions["loadavg_after"] = os.getloadavg()
@@ -233,6 +234,16 @@ def checks(rows: list[dict]) -> list[dict]:
         report.check(
             "measured ratio / simulated ratio (1: the simulator predicts it)",
             measured_ratio / simulated_ratio,
+        )
+    )
+    _, busy1 = median_row(rows, "measured", 1, "engine_cores_busy")
+    _, busy2 = median_row(rows, "measured", 2, "engine_cores_busy")
+    got = [b / a for a, b in zip(busy1, busy2)]
+    out.append(
+        report.check(
+            "CPU the engine cores got, N=2 / N=1 (the simulator assumes 2: a core each)",
+            float(np.median(got)),
+            repeats=got,
         )
     )
     for key in ("ttft_p50_ms", "ttft_p99_ms"):
@@ -277,6 +288,7 @@ COLUMNS = [
     report.Column("TTFT p99 (ms)", "ttft_p99_ms", ".0f"),
     report.Column("requests per core", "requests_per_core"),
     report.Column("tok per core CPU-s (tok/s)", "tok_per_core_cpu_s", ".0f"),
+    report.Column("engine cores got (CPUs)", "engine_cores_busy", ".2f"),
     report.Column("others' CPU (share)", "other_cpu_share", ".0%"),
     report.Column("load avg 1 min (procs)", "load_1min", ".2f"),
 ]

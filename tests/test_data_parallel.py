@@ -212,6 +212,30 @@ def test_no_request_lost_or_finished_twice_and_ids_unique_across_cores(dp_server
     assert again.status_code == 400 and "'twin'" in again.json()["error"]["message"]
 
 
+def test_seeds_stop_strings_and_logprobs_are_the_same_on_either_core(dp_server):
+    """Sent together, twins go to different cores (least_outstanding) and still agree."""
+    url, client = dp_server
+    wait_idle(client)
+    routed = len(client.routes)
+    sampled = {"prompt": PROMPTS[2], "max_tokens": 16, "temperature": 1.0, "seed": 7}
+    greedy = {"prompt": PROMPTS[2], "max_tokens": 16, "temperature": 0, "logprobs": 2}
+
+    async def twins(body: dict):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            rs = await asyncio.gather(*(http.post("/v1/completions", json=body) for _ in range(2)))
+        return [r.json()["choices"][0] for r in rs]
+
+    a, b = asyncio.run(twins(sampled))
+    assert a["text"] == b["text"]
+    full = offline(PROMPTS[2:3], 16)[0]
+    a, b = asyncio.run(twins(greedy))
+    assert a["logprobs"] == b["logprobs"] and a["text"] == b["text"] == full
+    stop = full[4:8]
+    a, b = asyncio.run(twins({**greedy, "stop": [stop]}))
+    assert a["text"] == b["text"] == full[: full.index(stop)] and a["finish_reason"] == "stop"
+    assert [d.replica for d in list(client.routes)[routed:]] == [0, 1] * 3
+
+
 def test_bad_engine_index_for_the_timeline_is_a_400(dp_server):
     url, _ = dp_server
     r = httpx.get(f"{url}/timeline", params={"engine": 2})
@@ -316,7 +340,9 @@ def test_ctrl_c_drains_every_core_and_each_writes_its_timeline(tmp_path):
 
         async def run():
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-                body = {"prompt": PROMPTS[1], "max_tokens": 40, "ignore_eos": True, "stream": True}
+                # a prompt of several full KV blocks (16 tokens each): what the router remembers
+                body = {"prompt": "\n".join(PROMPTS * 2), "max_tokens": 40, "ignore_eos": True}
+                body["stream"] = True
                 first = asyncio.create_task(complete(http, body, "first"))
                 await asyncio.sleep(0.5)  # first is in flight on core 0 (the least loaded)
                 twin = asyncio.create_task(complete(http, body, "same-prompt"))

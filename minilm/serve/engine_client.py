@@ -88,6 +88,10 @@ class Core:
     error: str | None = None  # why it stopped, if it did
 
 
+def load(core: Core) -> ReplicaLoad:
+    return ReplicaLoad(core.outstanding, core.kv_blocks_used, core.kv_blocks_total)
+
+
 class EngineClient(ABC):
     def __init__(
         self,
@@ -124,8 +128,7 @@ class EngineClient(ABC):
     def ready(self, info: EngineInfo) -> None:
         """The cores are up (alike: the first one's info stands for all)."""
         self.info = info
-        block_size = int(info.meta.get("block_size", 16))
-        self.prefixes = [RoutedPrefixes(block_size) for _ in self.cores]
+        self.prefixes = [RoutedPrefixes(info.meta["block_size"]) for _ in self.cores]
 
     # ---- what the HTTP side calls ---------------------------------------------------------
     @property
@@ -154,17 +157,13 @@ class EngineClient(ABC):
             request_ids[0],
             time.perf_counter(),
             prompt_ids,
-            [ReplicaLoad(self.cores[i].outstanding, *self.kv_load(i)) for i in live],
-            lambda j, prompt: self.prefixes[live[j]].match(prompt) if self.prefixes else 0,
+            [load(self.cores[i]) for i in live],
+            lambda j, prompt: self.prefixes[live[j]].match(prompt),
             [f"engine {i}" for i in live],
         )
         core = live[decision.replica]
         self.routes.append(replace(decision, replica=core))
         return core
-
-    def kv_load(self, core: int) -> tuple[int, int]:
-        c = self.cores[core]
-        return c.kv_blocks_used, c.kv_blocks_total
 
     def add(
         self,
@@ -191,8 +190,7 @@ class EngineClient(ABC):
         self.cores[core].outstanding += 1
         placed = self.placed.get(request_id, (core, 0))
         self.placed[request_id] = (placed[0], placed[1] + 1)
-        if self.prefixes:
-            self.prefixes[core].add(req.prompt_ids)
+        self.prefixes[core].add(req.prompt_ids)
         self.send(
             Add(stream.key, request_id, req.prompt_ids, req.max_tokens, req.sampling, arrival),
             core,
