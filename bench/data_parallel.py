@@ -246,6 +246,16 @@ def checks(rows: list[dict]) -> list[dict]:
             repeats=got,
         )
     )
+    # the simulator's replicas each have a CPU; given the CPU the cores did get, it predicts that
+    # ratio instead (each core's tokens per CPU second are alike): 1 when that holds
+    per_cpu = [r / g for r, g in zip(ratios, got)]
+    out.append(
+        report.check(
+            "measured ratio / CPU-got ratio (1: throughput follows the CPU each core got)",
+            float(np.median(per_cpu)),
+            repeats=per_cpu,
+        )
+    )
     for key in ("ttft_p50_ms", "ttft_p99_ms"):
         m1, r1 = median_row(rows, "measured", 1, key)
         m2, r2 = median_row(rows, "measured", 2, key)

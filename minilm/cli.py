@@ -3,7 +3,7 @@
     run          one policy on a workload: completions, a metrics table, a timeline
     compare      one workload under several policies: one table (--replicas N --router R, or
                  --disaggregate P:D --link L: a simulated fleet a row, sim/cluster.py)
-    serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
+    serve        an OpenAI-compatible HTTP server over one engine, or N (--data-parallel-size N)
     bench-serve  load any OpenAI-compatible server from the client side (client/bench_serve.py)
     capacity     the cheapest simulated deployment that serves a load within SLOs (sim/search.py)
 
@@ -601,7 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_args(p_cmp)
     p_cmp.set_defaults(func=compare)
     p_serve = sub.add_parser(
-        "serve", help="an OpenAI-compatible HTTP server over one engine (minilm/serve/server.py)"
+        "serve",
+        help="an OpenAI-compatible HTTP server over one engine core or several "
+        "(--data-parallel-size; minilm/serve/server.py)",
     )
     add_serve_args(p_serve)
     p_serve.set_defaults(func=cmd_serve)

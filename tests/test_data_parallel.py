@@ -236,6 +236,15 @@ def test_seeds_stop_strings_and_logprobs_are_the_same_on_either_core(dp_server):
     assert [d.replica for d in list(client.routes)[routed:]] == [0, 1] * 3
 
 
+def test_both_cores_count_time_from_one_origin(dp_server):
+    """The lane groups share one time axis: each core's clock starts at the moment the server
+    started them all, not when each finished loading its model."""
+    url, _ = dp_server
+    t = time.perf_counter()
+    nows = [httpx.get(f"{url}/timeline", params={"engine": e}).json()["now"] for e in (0, 1)]
+    assert abs(nows[1] - nows[0]) <= time.perf_counter() - t
+
+
 def test_bad_engine_index_for_the_timeline_is_a_400(dp_server):
     url, _ = dp_server
     r = httpx.get(f"{url}/timeline", params={"engine": 2})
@@ -395,3 +404,15 @@ def test_live_gantt_draws_a_lane_group_per_engine_core(dp_server):
     drawn = {y for t in live.gantt.data if t.name == "decode" for y in t.y}
     assert {f"lane{i}" for i in range(4)} <= drawn
     assert "2 engine cores" in live.status.value
+
+
+def test_bad_data_parallel_flags_are_refused_before_any_server_starts(capsys):
+    from minilm.cli import main
+
+    assert main(["serve", "--data-parallel-size", "0"]) == 2
+    assert "--data-parallel-size=0: must be >= 1" in capsys.readouterr().err
+    assert main(["serve", "--data-parallel-size", "2", "--engine-core", "thread"]) == 2
+    assert "several need --engine-core process" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--router", "random"])
+    assert "invalid choice: 'random'" in capsys.readouterr().err

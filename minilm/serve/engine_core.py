@@ -54,8 +54,10 @@ def run_engine_core(
     stream_interval: int,
     timeline_path: str | None,
     window: int | None,
+    origin: float,
 ) -> None:
-    """The engine-core process's main: build the engine, then serve commands until Stop."""
+    """The engine-core process's main: build the engine, then serve commands until Stop.
+    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis)."""
     # a terminal's Ctrl-C reaches every process of its group: the HTTP side drains this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..core.clock import WallClock
@@ -67,7 +69,9 @@ def run_engine_core(
     commands.connect(commands_addr)
     events.connect(events_addr)
     try:
-        engine = Engine(model, config, clock=WallClock(config.device))
+        clock = WallClock(config.device)
+        clock.origin = origin
+        engine = Engine(model, config, clock=clock)
         loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
@@ -172,6 +176,7 @@ class ProcessEngineClient(EngineClient):
     async def start(self, timeout: float = 300.0) -> None:
         model, config, max_waiting, stream_interval, timeline_path, window = self.args
         n, loop = len(self.procs), asyncio.get_running_loop()
+        origin = time.perf_counter()  # the same on every process of the machine (Linux)
         for i, proc in enumerate(self.procs):
             proc.process = multiprocessing.get_context("spawn").Process(
                 target=run_engine_core,
@@ -185,6 +190,7 @@ class ProcessEngineClient(EngineClient):
                     stream_interval,
                     core_timeline_path(timeline_path, i, n),
                     window,
+                    origin,
                 ),
             )
             proc.process.start()
