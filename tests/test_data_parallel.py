@@ -416,3 +416,15 @@ def test_bad_data_parallel_flags_are_refused_before_any_server_starts(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--router", "random"])
     assert "invalid choice: 'random'" in capsys.readouterr().err
+
+
+def test_the_router_flag_picks_the_policy():
+    """round_robin alternates even one request at a time, where least_outstanding keeps core 0."""
+    with serving_process(data_parallel_size=2, router="round_robin") as (url, client):
+        for _ in range(4):
+            r = httpx.post(
+                f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60
+            )
+            assert r.status_code == 200
+        assert [d.replica for d in client.routes] == [0, 1, 0, 1]
+        assert client.routes[0].reason.startswith("its turn")
