@@ -3,7 +3,7 @@
     run          one policy on a workload: completions, a metrics table, a timeline
     compare      one workload under several policies: one table (--replicas N --router R, or
                  --disaggregate P:D --link L: a simulated fleet a row, sim/cluster.py)
-    serve        an OpenAI-compatible HTTP server over one engine (serve/server.py)
+    serve        an OpenAI-compatible HTTP server over one engine, or N (--data-parallel-size N)
     bench-serve  load any OpenAI-compatible server from the client side (client/bench_serve.py)
     capacity     the cheapest simulated deployment that serves a load within SLOs (sim/search.py)
 
@@ -363,6 +363,20 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="the engine in a process of its own (vLLM V1's split) or in a thread of the server's",
     )
     p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N engine-core processes, each its own model copy, scheduler and KV cache, behind this "
+        "one server (vLLM's data parallelism; with --engine-core process)",
+    )
+    p.add_argument(
+        "--router",
+        default="least_outstanding",
+        choices=list(ROUTERS),
+        help="which engine core takes each request, from the load each reports (minilm/router.py)",
+    )
+    p.add_argument(
         "--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in"
     )
     p.add_argument("--port", type=int, default=8000)
@@ -440,6 +454,16 @@ def cmd_serve(args) -> None:
             args.max_inflight_per_client,
             "must be >= 1 (leave it out for no limit)",
         )
+    if args.data_parallel_size < 1:
+        raise InvalidValue(
+            "--data-parallel-size", args.data_parallel_size, "must be >= 1 (engine cores)"
+        )
+    if args.data_parallel_size > 1 and args.engine_core != "process":
+        raise InvalidValue(
+            "--data-parallel-size",
+            args.data_parallel_size,
+            "the thread design runs one engine; several need --engine-core process",
+        )
     from .serve.auth import check_api_key
     from .serve.server import serve  # FastAPI and uvicorn only when serving
 
@@ -460,6 +484,8 @@ def cmd_serve(args) -> None:
         timeline_path=args.timeline,
         timeline_window=args.timeline_window,
         engine_core=args.engine_core,
+        data_parallel_size=args.data_parallel_size,
+        router=args.router,
         log_level=args.log_level,
         access_log=args.access_log,
         api_key=args.api_key,
@@ -485,7 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_args(p_cmp)
     p_cmp.set_defaults(func=compare)
     p_serve = sub.add_parser(
-        "serve", help="an OpenAI-compatible HTTP server over one engine (minilm/serve/server.py)"
+        "serve",
+        help="an OpenAI-compatible HTTP server over one engine core or several "
+        "(--data-parallel-size; minilm/serve/server.py)",
     )
     add_serve_args(p_serve)
     p_serve.set_defaults(func=cmd_serve)

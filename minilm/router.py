@@ -4,7 +4,10 @@ It sees plain values, what a router in front of real engines can know: each repl
 it was when the request arrived (`ReplicaLoad`: requests routed to it and not finished, KV
 blocks in use) and `prefix_match(replica, prompt_ids)`, how many of the prompt's first tokens
 that replica's prefix cache holds. The simulator (sim/cluster.py) calls `route` with the
-loads it reconstructs for the arrival time; a server over several engines can call it too.
+loads it reconstructs for the arrival time; the server over several engine cores
+(`serve --data-parallel-size N`, serve/engine_client.py) calls it with the loads the cores
+report with their outputs, and `RoutedPrefixes` as its prefix match: it cannot read a core's
+cache, only remember what it sent there.
 
 round_robin        each replica in turn
 least_outstanding  the fewest outstanding requests (Vidur's LOR global scheduler)
@@ -19,6 +22,7 @@ that returns a `Choice`: the replica and a sentence saying why (exercise 11).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,6 +50,44 @@ PrefixMatch = Callable[[int, Sequence[int]], int]  # (replica, prompt ids) -> ca
 
 def no_prefix_match(replica: int, prompt_ids: Sequence[int]) -> int:
     return 0  # replicas without a prefix cache
+
+
+class RoutedPrefixes:
+    """A router's guess at one engine's prefix cache, from the prompts it routed there (SGLang's
+    router keeps such an approximate tree per worker): each full block of a prompt is named by
+    a hash chained through its parent's, as the engine's own cache names it
+    (core/prefix_cache.py), and the `capacity` most recently routed names are kept. A guess: the
+    engine evicts on its own and never says so."""
+
+    def __init__(self, block_size: int, capacity: int = 4096):
+        check_int("block_size", block_size, 1, "must be an integer >= 1 (tokens per block)")
+        check_int("capacity", capacity, 1, "must be an integer >= 1 (block names kept)")
+        self.block_size, self.capacity = block_size, capacity
+        self.names: OrderedDict[int, None] = OrderedDict()
+
+    def chain(self, prompt_ids: Sequence[int]) -> list[int]:
+        """The names of the prompt's full blocks, first to last."""
+        names, parent, b = [], 0, self.block_size
+        for start in range(0, len(prompt_ids) - b + 1, b):
+            parent = hash((parent, tuple(prompt_ids[start : start + b])))
+            names.append(parent)
+        return names
+
+    def add(self, prompt_ids: Sequence[int]) -> None:
+        for name in self.chain(prompt_ids):
+            self.names[name] = None
+            self.names.move_to_end(name)
+        while len(self.names) > self.capacity:
+            self.names.popitem(last=False)
+
+    def match(self, prompt_ids: Sequence[int]) -> int:
+        """Prompt tokens in the longest run of leading blocks routed here before."""
+        n = 0
+        for name in self.chain(prompt_ids):
+            if name not in self.names:
+                break
+            n += 1
+        return n * self.block_size
 
 
 class RouterPolicy(Protocol):

@@ -49,18 +49,24 @@ def serving(
 
 
 @contextmanager
-def serving_process(**knobs):
-    """Yields (base_url, client), the engine in a process of its own; `knobs`: EngineConfig's."""
+def serving_process(data_parallel_size: int = 1, router: str = "least_outstanding", **knobs):
+    """Yields (base_url, client), the engine in a process of its own (`data_parallel_size` engine
+    cores, each in its own, behind `router`); `knobs`: EngineConfig's."""
     config = EngineConfig(**{"max_num_seqs": 16, "enable_prefix_caching": True, **knobs})
     client = ProcessEngineClient(
-        "docstrings", config, ServerMetrics("docstrings", config.speculative_config)
+        "docstrings",
+        config,
+        ServerMetrics("docstrings", config.speculative_config, data_parallel_size),
+        data_parallel_size=data_parallel_size,
+        router=router,
     )
     with running(
         create_app(client, "docstrings", load_tokenizer(resolve_model_path("docstrings")))
     ) as url:
         yield url, client
-    folder = os.path.dirname(client.addrs[0].removeprefix("ipc://"))
-    assert not os.path.exists(folder), "the server stopped without removing its sockets' folder"
+    assert not os.path.exists(client.folder), (
+        "the server stopped without removing its sockets' folder"
+    )
 
 
 @contextmanager

@@ -807,11 +807,14 @@ NGRAM = {
 REPEATS = 'def add(a, b):\n    """'  # the docstrings model soon repeats itself here: n-gram drafts get accepted
 
 
+LABELS = ("model_name", "engine")
+
+
 def metric_values(url: str) -> dict[tuple[str, tuple], float]:
-    """Every sample of /metrics by (sample name, its labels but model_name)."""
+    """Every sample of /metrics by (sample name, its labels but model_name and engine: one core)."""
     text = httpx.get(f"{url}/metrics").text
     return {
-        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))): s.value
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in LABELS))): s.value
         for f in text_string_to_metric_families(text)
         for s in f.samples
     }

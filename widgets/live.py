@@ -15,6 +15,11 @@ does not).
 
 Given an `Engine` instead of a URL, it draws that engine's timeline as it grows (an
 engine stepped elsewhere, e.g. in a thread); requests show once they run, from the steps.
+
+A server with several engine cores (`serve --data-parallel-size N`) says so in its first
+answer; from then on each poll asks every core (`/timeline?engine=I`, each core with its
+own cursors: a `Feed` each) and the Gantt draws a lane group per core, the simulated
+fleet's figure (widgets/fleet.py `fleet_figure`). The step view shows core 0's steps.
 """
 
 from __future__ import annotations
@@ -25,59 +30,28 @@ import dataclasses
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from minilm.sim.cluster import FleetRun
 from minilm.timeline import RequestRecord, Timeline
 
+from .fleet import fleet_figure
 from .gantt import gantt_figure
 from .inplace import fill_width, update_figure
 from .steps import steps_figure
 
 
-class LiveGantt:
-    def __init__(self, source, interval: float = 0.5, steps: bool = True):
-        """`source`: a server's base URL or an Engine. `interval`: seconds between polls."""
-        if interval <= 0:
-            raise ValueError(f"interval={interval}: must be > 0 seconds")
-        self.source, self.interval = source, interval
-        self.url = source.rstrip("/") if isinstance(source, str) else None
-        self.engine = None if self.url else source
-        if self.engine is not None and not hasattr(self.engine, "timeline"):
-            raise ValueError(
-                f"live_gantt({source!r}): give a server URL ('http://host:port') or an Engine"
-            )
+class Feed:
+    """One engine core's records as the chart holds them, read from its cursors on."""
+
+    def __init__(self, engine: int = 0):
+        self.engine = engine
         self.finished: list[RequestRecord] = []  # finished requests, in the order they finished
-        self.unfinished: list[
-            RequestRecord
-        ] = []  # the server's unfinished requests at the last poll
+        self.unfinished: list[RequestRecord] = []  # the core's unfinished requests at the last poll
         self.timeline = Timeline()  # what is drawn: steps + finished + unfinished
         self.cursor = {"since": 0, "since_request": 0}  # the server's numbers of what comes next
         self.now = 0.0
-        self.polls = self.errors = 0
-        self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
-        self.status = W.HTML("starting…")
-        self.gantt = fill_width(
-            go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
-        )
-        self.steps = fill_width(go.FigureWidget(steps_figure(self.timeline))) if steps else None
-        self.widget = W.VBox([self.status, self.gantt] + ([self.steps] if steps else []))
-        self.task = asyncio.ensure_future(self.run())
 
-    # ---- reading the source ----------------------------------------------------------
-    async def poll(self) -> bool:
-        """Fetch what is new; True when something changed."""
-        async with self.lock:
-            return await self.fetch()
-
-    async def fetch(self) -> bool:
-        if self.engine is not None:
-            return self.read_engine()
-        import httpx
-
-        async with httpx.AsyncClient(timeout=10) as client:
-            data = (
-                (await client.get(f"{self.url}/timeline", params=self.cursor))
-                .raise_for_status()
-                .json()
-            )
+    def take(self, data: dict) -> bool:
+        """One /timeline answer; True when something changed."""
         # the timeline's own parsing, finished and unfinished requests together (every field survives)
         new = Timeline.from_dict({**data, "requests": data["requests"] + data["unfinished"]})
         steps, n = new.steps, len(data["requests"])
@@ -93,35 +67,105 @@ class LiveGantt:
         self.unfinished = unfinished
         return changed or bool(unfinished)  # waiting rows grow with time
 
-    def read_engine(self) -> bool:
-        tl = self.engine.timeline
-        steps, finished = tl.steps[len(self.timeline.steps) :], tl.requests[len(self.finished) :]
-        self.timeline.meta = tl.meta
-        self.timeline.steps += steps
-        self.finished += finished
-        self.now = self.timeline.steps[-1].t_end if self.timeline.steps else 0.0
-        return bool(steps or finished)
-
-    # ---- drawing ------------------------------------------------------------------------
-    def shown_requests(self) -> list[RequestRecord]:
-        """Finished requests, then unfinished ones; one still in the queue is drawn queued until now."""
+    def shown_requests(self, now: float) -> list[RequestRecord]:
+        """Finished requests, then unfinished ones; one still in the queue is drawn queued until `now`
+        (the core's clock)."""
         waiting = [
-            dataclasses.replace(r, t_scheduled=self.now) if r.t_scheduled is None else r
+            dataclasses.replace(r, t_scheduled=now) if r.t_scheduled is None else r
             for r in self.unfinished
         ]
         return self.finished + waiting
 
+
+class LiveGantt:
+    def __init__(self, source, interval: float = 0.5, steps: bool = True):
+        """`source`: a server's base URL or an Engine. `interval`: seconds between polls."""
+        if interval <= 0:
+            raise ValueError(f"interval={interval}: must be > 0 seconds")
+        self.source, self.interval = source, interval
+        self.url = source.rstrip("/") if isinstance(source, str) else None
+        self.engine = None if self.url else source
+        if self.engine is not None and not hasattr(self.engine, "timeline"):
+            raise ValueError(
+                f"live_gantt({source!r}): give a server URL ('http://host:port') or an Engine"
+            )
+        self.feeds = [Feed(0)]  # one per engine core of the server (one for an Engine)
+        self.polls = self.errors = 0
+        self.lock = asyncio.Lock()  # one poll at a time: `refresh` and the task share the cursors
+        self.status = W.HTML("starting…")
+        self.gantt = fill_width(
+            go.FigureWidget(gantt_figure(self.timeline, title="waiting for requests"))
+        )
+        self.steps = fill_width(go.FigureWidget(steps_figure(self.timeline))) if steps else None
+        self.widget = W.VBox([self.status, self.gantt] + ([self.steps] if steps else []))
+        self.task = asyncio.ensure_future(self.run())
+
+    # core 0's records (the only core's, unless the server has several)
+    timeline = property(lambda self: self.feeds[0].timeline)
+    finished = property(lambda self: self.feeds[0].finished)
+    unfinished = property(lambda self: self.feeds[0].unfinished)
+    cursor = property(lambda self: self.feeds[0].cursor)
+    now = property(lambda self: max(f.now for f in self.feeds))
+
+    # ---- reading the source ----------------------------------------------------------
+    async def poll(self) -> bool:
+        """Fetch what is new; True when something changed."""
+        async with self.lock:
+            return await self.fetch()
+
+    async def fetch(self) -> bool:
+        if self.engine is not None:
+            return self.read_engine()
+        import httpx
+
+        changed = False
+        async with httpx.AsyncClient(timeout=10) as client:
+            i = 0
+            while i < len(self.feeds):  # the first answer says how many cores there are
+                feed = self.feeds[i]
+                params = feed.cursor | {"engine": feed.engine}
+                data = (
+                    (await client.get(f"{self.url}/timeline", params=params))
+                    .raise_for_status()
+                    .json()
+                )
+                changed |= feed.take(data)
+                for k in range(len(self.feeds), data.get("data_parallel_size", 1)):
+                    self.feeds.append(Feed(k))
+                i += 1
+        return changed
+
+    def read_engine(self) -> bool:
+        feed, tl = self.feeds[0], self.engine.timeline
+        steps, finished = tl.steps[len(feed.timeline.steps) :], tl.requests[len(feed.finished) :]
+        feed.timeline.meta = tl.meta
+        feed.timeline.steps += steps
+        feed.finished += finished
+        feed.now = feed.timeline.steps[-1].t_end if feed.timeline.steps else 0.0
+        return bool(steps or finished)
+
+    # ---- drawing ------------------------------------------------------------------------
     def redraw(self) -> None:
-        self.timeline.requests = self.shown_requests()
+        for feed in self.feeds:
+            feed.timeline.requests = feed.shown_requests(feed.now)
         tl = self.timeline
-        update_figure(self.gantt, gantt_figure(tl), keep_view=True)
+        if len(self.feeds) == 1:
+            update_figure(self.gantt, gantt_figure(tl), keep_view=True)
+        else:  # a lane group per engine core: the simulated fleet's figure
+            cores = [f.timeline for f in self.feeds]
+            meta = tl.meta | {"policy": f"{tl.meta.get('policy', '?')} x{len(cores)} engine cores"}
+            run = FleetRun(cores, [], [r for c in cores for r in c.requests], meta)
+            update_figure(self.gantt, fleet_figure(run), keep_view=True)
         if self.steps is not None:
             update_figure(self.steps, steps_figure(tl), keep_view=True)
-        running = sum(r.t_scheduled is not None for r in self.unfinished)
+        unfinished = [r for f in self.feeds for r in f.unfinished]
+        running = sum(r.t_scheduled is not None for r in unfinished)
+        cores = f" · {len(self.feeds)} engine cores" if len(self.feeds) > 1 else ""
         self.status.value = (
-            f"<b>{self.url or 'engine'}</b> · {tl.meta.get('policy', '?')} · "
-            f"{len(self.finished)} finished, {len(self.unfinished)} in flight "
-            f"({len(self.unfinished) - running} queued) · {len(tl.steps)} steps · "
+            f"<b>{self.url or 'engine'}</b> · {tl.meta.get('policy', '?')}{cores} · "
+            f"{sum(len(f.finished) for f in self.feeds)} finished, {len(unfinished)} in flight "
+            f"({len(unfinished) - running} queued) · "
+            f"{sum(len(f.timeline.steps) for f in self.feeds)} steps · "
             f"server time {self.now:.1f} s"
         )
 

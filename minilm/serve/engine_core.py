@@ -2,6 +2,7 @@
 
     client = ProcessEngineClient("docstrings", config, metrics)   # the HTTP side's handle
     await client.start()                                          # spawns the engine-core process
+    ProcessEngineClient(..., data_parallel_size=2, router="least_outstanding")   # two of them
 
 The HTTP server (its event loop, SSE, tokenizing and detokenizing) runs in one process,
 the engine in another, so the two no longer take turns on one interpreter lock: on a
@@ -10,8 +11,15 @@ commands one way, each step's events the other. The engine-core process is a bus
 (`run_engine_core`): it takes whatever commands have come, applies them between steps
 (engine_loop.py), runs a step when there is work and otherwise waits on its socket.
 
-If the engine-core process dies, the HTTP side sees its exit at once (the process's
-sentinel): every stream still open ends with an error event, and new requests get 503.
+With `data_parallel_size` N there are N engine-core processes, each its own engine (model
+copy, scheduler, KV cache) with its own pair of sockets; nothing passes between them. The
+HTTP side routes each request to one of them (engine_client.py `place`) and reads each one's
+events in a task of its own. Core i's `--timeline FILE` is FILE with `.engine<i>` before the
+suffix (N > 1).
+
+If an engine-core process dies, the HTTP side sees its exit at once (the process's
+sentinel): every stream still open on it ends with an error event and the router stops
+sending it requests; once no core is left, new requests get 503.
 """
 
 from __future__ import annotations
@@ -19,14 +27,18 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 import zmq.asyncio
 
 from ..config import EngineConfig
+from ..router import RouterPolicy
 from .engine_client import EngineClient, EngineInfo
 from .history import DEFAULT_WINDOW
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
@@ -42,8 +54,12 @@ def run_engine_core(
     stream_interval: int,
     timeline_path: str | None,
     window: int | None,
+    origin: float,
 ) -> None:
-    """The engine-core process's main: build the engine, then serve commands until Stop."""
+    """The engine-core process's main: build the engine, then serve commands until Stop.
+    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis)."""
+    # a terminal's Ctrl-C reaches every process of its group: the HTTP side drains this one
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..core.clock import WallClock
     from ..core.engine import Engine
     from .engine_loop import EngineLoop
@@ -53,7 +69,9 @@ def run_engine_core(
     commands.connect(commands_addr)
     events.connect(events_addr)
     try:
-        engine = Engine(model, config, clock=WallClock(config.device))
+        clock = WallClock(config.device)
+        clock.origin = origin
+        engine = Engine(model, config, clock=clock)
         loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
@@ -99,6 +117,25 @@ def receive(sock: zmq.Socket, block: bool, until: float | None) -> list[Command]
     return commands
 
 
+def core_timeline_path(path: str | None, core: int, data_parallel_size: int) -> str | None:
+    """Core `core`'s `--timeline FILE`: FILE itself for one core, else run.engine1.json for run.json."""
+    if path is None or data_parallel_size == 1:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.engine{core}{p.suffix}"))
+
+
+@dataclass
+class CoreProcess:
+    """One engine-core process and this side's two sockets to it."""
+
+    addrs: tuple[str, str]  # commands, events
+    commands: zmq.Socket
+    events: zmq.asyncio.Socket
+    process: multiprocessing.Process | None = None
+    receiver: asyncio.Task | None = None
+
+
 class ProcessEngineClient(EngineClient):
     def __init__(
         self,
@@ -109,71 +146,105 @@ class ProcessEngineClient(EngineClient):
         stream_interval: int = 1,
         timeline_path: str | None = None,
         window: int | None = DEFAULT_WINDOW,
+        data_parallel_size: int = 1,
+        router: str | RouterPolicy = "least_outstanding",
     ):
-        super().__init__(metrics)
+        super().__init__(metrics, data_parallel_size, router)
         self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
         # socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
-        folder = tempfile.mkdtemp(prefix="minilm-engine-")
-        self.addrs = (f"ipc://{folder}/commands", f"ipc://{folder}/events")
-        self.commands, self.events = self.sync_ctx.socket(zmq.PUSH), self.ctx.socket(zmq.PULL)
-        self.commands.bind(self.addrs[0])
-        self.events.bind(self.addrs[1])
-        self.process: multiprocessing.Process | None = None
-        self.receiver: asyncio.Task | None = None
+        self.folder = tempfile.mkdtemp(prefix="minilm-engine-")
+        self.procs = [self.sockets(i) for i in range(data_parallel_size)]
+
+    def sockets(self, core: int) -> CoreProcess:
+        addrs = (f"ipc://{self.folder}/commands{core}", f"ipc://{self.folder}/events{core}")
+        commands, events = self.sync_ctx.socket(zmq.PUSH), self.ctx.socket(zmq.PULL)
+        commands.bind(addrs[0])
+        events.bind(addrs[1])
+        return CoreProcess(addrs, commands, events)
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+        """The first engine core's process id."""
+        return self.pids[0]
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [p.process.pid if p.process is not None else None for p in self.procs]
 
     async def start(self, timeout: float = 300.0) -> None:
-        model, config, *options = self.args
-        self.process = multiprocessing.get_context("spawn").Process(
-            target=run_engine_core,
-            name="minilm-engine-core",
-            daemon=True,
-            args=(model, config, *self.addrs, *options),
+        model, config, max_waiting, stream_interval, timeline_path, window = self.args
+        n, loop = len(self.procs), asyncio.get_running_loop()
+        origin = time.perf_counter()  # the same on every process of the machine (Linux)
+        for i, proc in enumerate(self.procs):
+            proc.process = multiprocessing.get_context("spawn").Process(
+                target=run_engine_core,
+                name=f"minilm-engine-core-{i}",
+                daemon=True,
+                args=(
+                    model,
+                    config,
+                    *proc.addrs,
+                    max_waiting,
+                    stream_interval,
+                    core_timeline_path(timeline_path, i, n),
+                    window,
+                    origin,
+                ),
+            )
+            proc.process.start()
+            # readable once the process has ended
+            loop.add_reader(proc.process.sentinel, self.exited, i)
+        firsts = await asyncio.gather(
+            *(asyncio.wait_for(p.events.recv(), timeout) for p in self.procs)
         )
-        self.process.start()
-        loop = asyncio.get_running_loop()
-        loop.add_reader(self.process.sentinel, self.exited)  # readable once the process has ended
-        first = decode_events(await asyncio.wait_for(self.events.recv(), timeout))[0]
-        if isinstance(first, EngineError):
-            raise RuntimeError(f"the engine-core process failed to start: {first.message}")
-        self.info = EngineInfo(first.meta, first.max_model_len)
-        self.receiver = asyncio.create_task(self.receive())
+        for first in (decode_events(f)[0] for f in firsts):
+            if isinstance(first, EngineError):
+                raise RuntimeError(f"the engine-core process failed to start: {first.message}")
+        ready = decode_events(firsts[0])[0]
+        self.ready(EngineInfo(ready.meta, ready.max_model_len))
+        for i, proc in enumerate(self.procs):
+            proc.receiver = asyncio.create_task(self.receive(i))
 
-    async def receive(self) -> None:
+    async def receive(self, core: int) -> None:
         while True:
-            events = decode_events(await self.events.recv())
+            events = decode_events(await self.procs[core].events.recv())
             errors = [e.message for e in events if isinstance(e, EngineError)]
-            self.dispatch([e for e in events if not isinstance(e, EngineError)])
+            self.dispatch([e for e in events if not isinstance(e, EngineError)], core)
             if errors:
-                self.fail_all(errors[0].splitlines()[0])
+                self.fail(core, errors[0].splitlines()[0])
 
-    def exited(self) -> None:
-        asyncio.get_running_loop().remove_reader(self.process.sentinel)
-        if self.error is None:  # after a Stop too: nothing may be sent to it any more
-            self.fail_all(f"the engine-core process exited with code {self.process.exitcode}")
+    def exited(self, core: int) -> None:
+        process = self.procs[core].process
+        asyncio.get_running_loop().remove_reader(process.sentinel)
+        process.join(1)  # its pipes close just before it can be reaped: wait for its exit code
+        # after a Stop too: nothing may be sent to it any more
+        name = "the engine-core process" + (f" {core}" if len(self.procs) > 1 else "")
+        self.fail(core, f"{name} (pid {process.pid}) exited with code {process.exitcode}")
 
-    def send(self, command: Command) -> None:
-        self.commands.send(encode([command]))
+    def send(self, command: Command, core: int = 0) -> None:
+        self.procs[core].commands.send(encode([command]))
 
     async def stop(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.send(Stop())
-            await asyncio.to_thread(self.process.join, 30)
-            if self.process.is_alive():
-                self.process.kill()
-        if self.receiver is not None:
-            self.receiver.cancel()
-        self.commands.close(linger=0)
-        self.events.close(linger=0)
+        """Stop every core at once (each drains its own requests), then wait for all of them."""
+        running = [p.process for p in self.procs if p.process is not None and p.process.is_alive()]
+        for i, p in enumerate(self.procs):
+            if p.process in running:
+                self.send(Stop(), i)
+        for process in running:
+            await asyncio.to_thread(process.join, 30)
+            if process.is_alive():
+                process.kill()
+        for p in self.procs:
+            if p.receiver is not None:
+                p.receiver.cancel()
+            p.commands.close(linger=0)
+            p.events.close(linger=0)
+            for addr in p.addrs:
+                path = addr.removeprefix("ipc://")
+                if os.path.exists(path):
+                    os.unlink(path)
         self.sync_ctx.term()
         self.ctx.term()
-        paths = [addr.removeprefix("ipc://") for addr in self.addrs]
-        for path in paths:
-            if os.path.exists(path):
-                os.unlink(path)
-        os.rmdir(os.path.dirname(paths[0]))
+        os.rmdir(self.folder)

@@ -196,6 +196,8 @@ class EngineLoop:
             engine.num_running,
             engine.num_waiting,
             engine.kv_usage,
+            engine.kv_manager.num_used_blocks,
+            engine.kv_manager.num_blocks,
             drafts,
         )
 

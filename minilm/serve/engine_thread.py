@@ -49,8 +49,7 @@ class ThreadEngineClient(EngineClient):
 
     async def start(self) -> None:
         self.event_loop = asyncio.get_running_loop()
-        self.info = EngineInfo(self.engine.timeline.meta, self.engine.config.max_model_len)
-        self.metrics.observe(self.loop.stats(None, []))  # the gauges, before the first step
+        self.ready(EngineInfo(self.engine.timeline.meta, self.engine.config.max_model_len))
         self.thread.start()
 
     async def stop(self) -> None:
@@ -58,7 +57,7 @@ class ThreadEngineClient(EngineClient):
         await asyncio.to_thread(self.thread.join, 30)
         self.loop.history.close()
 
-    def send(self, command: Command) -> None:
+    def send(self, command: Command, core: int = 0) -> None:  # one core: the thread's
         with self.cond:
             self.commands.append(command)
             self.cond.notify()
@@ -83,7 +82,7 @@ class ThreadEngineClient(EngineClient):
                 if stopping:
                     return
         except BaseException as e:  # the engine broke: every waiting handler must hear of it
-            self.event_loop.call_soon_threadsafe(self.fail_all, repr(e))
+            self.event_loop.call_soon_threadsafe(self.fail, 0, repr(e))
             raise
 
     def wait_timeout(self) -> float | None:

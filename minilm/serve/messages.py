@@ -87,6 +87,8 @@ class StepStats(Message):
     running: int
     waiting: int
     kv_usage: float
+    kv_blocks_used: int  # the router's load (engine_client.py `place`)
+    kv_blocks_total: int
     drafts: list[
         tuple[int, int]
     ] = []  # speculative decoding: (drafts, accepted) of each request that verified some

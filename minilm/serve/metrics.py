@@ -27,7 +27,9 @@ Every value comes from the engine's own records: where the engine runs, each ste
 numbers are measured (engine_loop.py: `StepStats`) and sent to the HTTP side with the
 step's tokens, which observes them here. Once every request has finished, the counters
 equal sums over the timeline (tests/test_server.py checks). Each is labelled
-`model_name`, like vLLM's. The histogram buckets are vLLM's.
+`model_name` and `engine` (the engine core's index, "0" to "N-1" under
+`--data-parallel-size N`), like vLLM V1's; every core's series exist from the start, at 0.
+The histogram buckets are vLLM's.
 """
 
 from __future__ import annotations
@@ -108,12 +110,13 @@ LATENCY_BUCKETS = (
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, speculative_config=None):
-        """`speculative_config`: the engine's (EngineConfig's value); None: no spec-decode counters."""
+    def __init__(self, model_name: str, speculative_config=None, engines: int = 1):
+        """`speculative_config`: the engine's (EngineConfig's value); None: no spec-decode counters.
+        `engines`: the engine cores (--data-parallel-size)."""
         self.registry = CollectorRegistry()  # one per server: tests run several in one process
         self.model_name = model_name
         speculative = SpeculativeConfig.of(speculative_config)
-        label, r = ["model_name"], self.registry
+        label, r = ["model_name", "engine"], self.registry
         self.running = Gauge(
             "vllm:num_requests_running", "Requests in the running batch.", label, registry=r
         )
@@ -166,28 +169,44 @@ class ServerMetrics:
             if speculative
             else None
         )
+        for engine in map(str, range(engines)):  # every core's series, at 0 before its first step
+            for metric in (
+                self.running,
+                self.waiting,
+                self.kv_usage,
+                self.prompt_tokens,
+                self.generation_tokens,
+                self.preemptions,
+                self.ttft,
+                self.itl,
+                self.e2e,
+                self.queue_time,
+            ):
+                metric.labels(model_name, engine)
+            if self.spec_decode is not None:
+                self.spec_decode.observe([], engine)
 
-    def observe(self, stats: StepStats) -> None:
-        """One step's numbers (or an abort's: a finish and the gauges)."""
-        m = self.model_name
-        self.generation_tokens.labels(m).inc(stats.generation_tokens)
-        self.prompt_tokens.labels(m).inc(stats.prompt_tokens)
+    def observe(self, stats: StepStats, engine: str = "0") -> None:
+        """One step's numbers (or an abort's: a finish and the gauges) from engine core `engine`."""
+        m = self.model_name, engine
+        self.generation_tokens.labels(*m).inc(stats.generation_tokens)
+        self.prompt_tokens.labels(*m).inc(stats.prompt_tokens)
         for name, values in (
             (self.ttft, stats.ttfts),
             (self.queue_time, stats.queue_times),
             (self.itl, stats.itls),
         ):
             for v in values:
-                name.labels(m).observe(v)
+                name.labels(*m).observe(v)
         for reason, e2e in stats.finished:
-            self.success.labels(m, reason).inc()
-            self.e2e.labels(m).observe(e2e)
-        self.preemptions.labels(m).inc(stats.preemptions)
-        self.running.labels(m).set(stats.running)
-        self.waiting.labels(m).set(stats.waiting)
-        self.kv_usage.labels(m).set(stats.kv_usage)
+            self.success.labels(*m, reason).inc()
+            self.e2e.labels(*m).observe(e2e)
+        self.preemptions.labels(*m).inc(stats.preemptions)
+        self.running.labels(*m).set(stats.running)
+        self.waiting.labels(*m).set(stats.waiting)
+        self.kv_usage.labels(*m).set(stats.kv_usage)
         if self.spec_decode is not None:
-            self.spec_decode.observe(stats.drafts)
+            self.spec_decode.observe(stats.drafts, engine)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -197,36 +216,40 @@ class SpecDecodeMetrics:
     """vLLM V1's speculative-decoding counters; every position's counter exists from the start (at 0)."""
 
     def __init__(self, model_name: str, num_speculative_tokens: int, registry: CollectorRegistry):
-        label = ["model_name"]
+        label = ["model_name", "engine"]
+        self.model_name, self.num_speculative_tokens = model_name, num_speculative_tokens
         self.drafts = Counter(
             "vllm:spec_decode_num_drafts",
             "Number of spec decoding drafts.",
             label,
             registry=registry,
-        ).labels(model_name)
+        )
         self.draft_tokens = Counter(
             "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", label, registry=registry
-        ).labels(model_name)
+        )
         self.accepted_tokens = Counter(
             "vllm:spec_decode_num_accepted_tokens",
             "Number of accepted tokens.",
             label,
             registry=registry,
-        ).labels(model_name)
-        per_pos = Counter(
+        )
+        self.per_pos = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted tokens per draft position.",
             label + ["position"],
             registry=registry,
         )
-        self.per_pos = [per_pos.labels(model_name, str(i)) for i in range(num_speculative_tokens)]
 
-    def observe(self, drafts: list[tuple[int, int]]) -> None:
+    def observe(self, drafts: list[tuple[int, int]], engine: str = "0") -> None:
         """One step's verifications: (draft tokens, accepted) of each request that had drafts.
         Acceptance stops at the first rejection, so `accepted` drafts means positions 0..accepted-1."""
+        m = self.model_name, engine
+        per_pos = [self.per_pos.labels(*m, str(i)) for i in range(self.num_speculative_tokens)]
+        for counter in (self.drafts, self.draft_tokens, self.accepted_tokens):
+            counter.labels(*m)  # the series exist before the first verification
         for num_draft, num_accepted in drafts:
-            self.drafts.inc()
-            self.draft_tokens.inc(num_draft)
-            self.accepted_tokens.inc(num_accepted)
-            for counter in self.per_pos[:num_accepted]:
+            self.drafts.labels(*m).inc()
+            self.draft_tokens.labels(*m).inc(num_draft)
+            self.accepted_tokens.labels(*m).inc(num_accepted)
+            for counter in per_pos[:num_accepted]:
                 counter.inc()

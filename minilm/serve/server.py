@@ -1,12 +1,16 @@
-"""An OpenAI-compatible HTTP server in front of one engine (lesson 9).
+"""An OpenAI-compatible HTTP server in front of one engine, or of several (lesson 9).
 
     python -m minilm serve --model docstrings --policy continuous --port 8000
+    python -m minilm serve --data-parallel-size 2 --router least_outstanding   # two engine cores
 
 A thin layer: an HTTP request becomes an `Add` command for the engine, and the engine's
 tokens become Server-Sent Events. The engine runs the same loop as offline, on the wall
 clock, in a process of its own (engine_core.py, vLLM V1's split; `--engine-core thread`
 keeps it in a thread of this process: engine_thread.py). This side parses and tokenizes,
-detokenizes, cuts stop strings and formats; it never touches the engine itself.
+detokenizes, cuts stop strings and formats; it never touches the engine itself. With
+`--data-parallel-size N`, N engine-core processes (each its own model, scheduler and KV
+cache) serve behind this one process, and `--router` picks the core for each request
+(engine_client.py `place`, minilm/router.py), as vLLM's data parallelism.
 
     POST /v1/completions        OpenAI completions, streaming (SSE) or not, `usage`, n choices
     POST /v1/chat/completions   the same behind a chat template (openai_api.chat_prompt)
@@ -15,7 +19,8 @@ detokenizes, cuts stop strings and formats; it never touches the engine itself.
     GET  /metrics               Prometheus text under vLLM's names (metrics.py)
     GET  /timeline?since=STEP&since_request=N   new timeline records as JSON (the live Gantt), of the
                                 last `--timeline-window` steps and requests (history.py): their public
-                                view only, lengths and times, no token ids (public.py `public_view`)
+                                view only, lengths and times, no token ids (public.py `public_view`);
+                                `&engine=I` for engine core I's (each core has its own cursors)
     GET  /                      a page with a prompt box that streams the answer
 
 A room shares one server, and nobody reads another's text: /timeline shows each request
@@ -171,9 +176,10 @@ class OpenAIServer:
         except APIError as e:
             return error_response(e)
         rid = self.request_id(http)
+        ids = [rid] if req.n == 1 else [f"{rid}.{i}" for i in range(req.n)]
+        core = self.client.place(ids, req.prompt_ids)  # one core for all n: they share the prompt
         streams = [
-            self.client.add(rid if req.n == 1 else f"{rid}.{i}", req.child(i), arrival, address)
-            for i in range(req.n)
+            self.client.add(ids[i], req.child(i), arrival, address, core) for i in range(req.n)
         ]
         try:
             firsts = [await s.queue.get() for s in streams]
@@ -400,16 +406,29 @@ class OpenAIServer:
             self.client.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
-    async def timeline(self, since: int = 0, since_request: int = 0):
-        """Timeline records from step `since` and finished request `since_request` on, plus the
-        unfinished requests as they are now; taken by the engine between two steps."""
+    async def timeline(self, since: int = 0, since_request: int = 0, engine: int = 0):
+        """Engine core `engine`'s timeline records from step `since` and finished request
+        `since_request` on, plus its unfinished requests as they are now; taken by that core
+        between two steps. `engine` and `data_parallel_size` say whose and of how many; the
+        meta's `replica` names the core, as the simulated fleet's timelines do (sim/cluster.py)."""
         if since < 0 or since_request < 0:
             return error_response(
                 BadRequest(f"since={since}, since_request={since_request}: must be >= 0")
             )
-        if self.client.error is not None:
-            return unavailable("the engine is not running")
-        return await self.client.snapshot(since, since_request)
+        n = len(self.client.cores)
+        if not 0 <= engine < n:
+            return error_response(
+                BadRequest(f"engine={engine}: this server has engine cores 0..{n - 1}", "engine")
+            )
+        if self.client.cores[engine].error is not None:
+            return unavailable(
+                "the engine is not running" if n == 1 else f"engine core {engine} is not running"
+            )
+        data = await self.client.snapshot(since, since_request, engine)
+        if not data:  # it stopped while answering
+            return unavailable(f"engine core {engine} is not running")
+        meta = data["meta"] | ({"replica": f"engine {engine}"} if n > 1 else {})
+        return {**data, "meta": meta, "engine": engine, "data_parallel_size": n}
 
     async def page(self):
         return PAGE.read_text()
@@ -518,18 +537,21 @@ def serve(
     timeline_path: str | None = None,
     timeline_window: int = DEFAULT_WINDOW,
     engine_core: str = "process",
+    data_parallel_size: int = 1,
+    router: str = "least_outstanding",
     log_level: str = "warning",
     access_log: bool = False,
     api_key: str | None = None,
     max_inflight_per_client: int | None = None,
 ) -> None:
-    """`python -m minilm serve ...` (its arguments: cli.py): one engine on the wall clock, until Ctrl-C."""
+    """`python -m minilm serve ...` (its arguments: cli.py): `data_parallel_size` engine cores on the
+    wall clock, until Ctrl-C."""
     from ..model.loader import resolve_model_path
     from ..model.tokenizer import load_tokenizer
     from .metrics import ServerMetrics
 
     name = name or Path(str(model)).name
-    metrics = ServerMetrics(name, config.speculative_config)
+    metrics = ServerMetrics(name, config.speculative_config, data_parallel_size)
     options = dict(
         max_waiting=max_waiting,
         stream_interval=stream_interval,
@@ -544,7 +566,14 @@ def serve(
         from .engine_core import ProcessEngineClient
 
         client, tokenizer = (
-            ProcessEngineClient(model, config, metrics, **options),
+            ProcessEngineClient(
+                model,
+                config,
+                metrics,
+                **options,
+                data_parallel_size=data_parallel_size,
+                router=router,
+            ),
             load_tokenizer(resolve_model_path(model)),
         )
     else:
@@ -556,7 +585,13 @@ def serve(
         client, tokenizer = ThreadEngineClient(engine, metrics, **options), engine.tokenizer
     app = create_app(client, name, tokenizer, api_key, max_inflight_per_client)
     print(
-        f"minilm serve: {name}, policy {config.policy}, engine core in a {engine_core}, max_num_seqs "
+        f"minilm serve: {name}, policy {config.policy}, "
+        + (
+            f"{data_parallel_size} engine cores in processes behind router {router}, "
+            if data_parallel_size > 1
+            else f"engine core in a {engine_core}, "
+        )
+        + f"max_num_seqs "
         f"{config.max_num_seqs}, prefix caching {'on' if config.enable_prefix_caching else 'off'}; chat template: "
         f"{CHAT_TEMPLATE_DOC}",
         file=sys.stderr,
