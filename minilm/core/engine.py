@@ -192,6 +192,11 @@ class Engine:
             )
         self.policy.check_request(req, c)
 
+    def add_running(self, req: Request) -> None:
+        """A checked request whose K/V came in (serve/kv_transfer.py)."""
+        self.requests[req.request_id] = req
+        self.scheduler.add(req, running=True)
+
     def abort(self, request_id: str, reason: str = "aborted") -> bool:
         """Stop an unfinished request now (between steps): its KV is freed and the timeline
         records it as finished with `reason`. False if it had already finished."""

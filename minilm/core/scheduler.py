@@ -32,9 +32,12 @@ class Scheduler:
         self.running: list[Request] = []  # in admission order: the last is the newest
         self.unfinished: dict[str, Request] = {}
 
-    def add(self, req: Request) -> None:
-        req.status = Status.PENDING
+    def add(self, req: Request, running: bool = False) -> None:
         self.unfinished[req.request_id] = req
+        if running:
+            req.status = Status.RUNNING
+            return self.running.append(req)
+        req.status = Status.PENDING
         self.pending.insert(
             bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req
         )

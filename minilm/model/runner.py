@@ -194,5 +194,8 @@ class ModelRunner:
                 out.logprobs[w.request_id] = lps
         return out
 
+    def receive(self, request_id: str, new: NewRequest, token_ids: list[int]) -> None:
+        self.requests[request_id] = CachedRequest(new, token_ids, None)
+
     def forget(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

@@ -22,6 +22,7 @@ import os
 import tempfile
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.asyncio
@@ -31,6 +32,9 @@ from .engine_client import EngineClient, EngineInfo
 from .history import DEFAULT_WINDOW
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
 from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from .kv_transfer import KVTransferConfig
 
 
 def run_engine_core(
@@ -42,8 +46,10 @@ def run_engine_core(
     stream_interval: int,
     timeline_path: str | None,
     window: int | None,
+    kv_transfer: KVTransferConfig | None = None,
 ) -> None:
-    """The engine-core process's main: build the engine, then serve commands until Stop."""
+    """The engine-core process's main: build the engine, then serve commands until Stop.
+    `kv_transfer`: one side of a disaggregated pair (kv_transfer.py)."""
     from ..core.clock import WallClock
     from ..core.engine import Engine
     from .engine_loop import EngineLoop
@@ -54,7 +60,13 @@ def run_engine_core(
     events.connect(events_addr)
     try:
         engine = Engine(model, config, clock=WallClock(config.device))
-        loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
+        options = (max_waiting, stream_interval, window, timeline_path)
+        if kv_transfer is None:
+            loop = EngineLoop(engine, *options)
+        else:
+            from .kv_transfer import make_loop
+
+            loop = make_loop(kv_transfer, ctx, commands, engine, *options)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
         while not stopping:
@@ -84,7 +96,7 @@ def run_engine_core(
     finally:
         events.close(linger=2000)
         commands.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=2000)  # and the KV link's socket, if there is one
 
 
 def receive(sock: zmq.Socket, block: bool, until: float | None) -> list[Command]:
@@ -109,9 +121,18 @@ class ProcessEngineClient(EngineClient):
         stream_interval: int = 1,
         timeline_path: str | None = None,
         window: int | None = DEFAULT_WINDOW,
+        kv_transfer: KVTransferConfig | None = None,
     ):
         super().__init__(metrics)
-        self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
+        self.args = (
+            model,
+            config,
+            max_waiting,
+            stream_interval,
+            timeline_path,
+            window,
+            kv_transfer,
+        )
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
         # socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
