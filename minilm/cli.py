@@ -431,6 +431,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="the engine in a process of its own (vLLM V1's split) or in a thread of the server's",
     )
     p.add_argument(
+        "--kv-transfer-config",
+        default=None,
+        metavar="JSON",
+        help="disaggregated prefill: a prefill and a decode engine core, the prompt's KV sent between "
+        'them (serve/kv_transfer.py), e.g. \'{"kv_connector": "ZmqConnector", "kv_port": 14579}\'',
+    )
+    p.add_argument(
         "--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in"
     )
     p.add_argument("--port", type=int, default=8000)
@@ -513,6 +520,11 @@ def cmd_serve(args) -> None:
 
     if args.api_key is not None:
         check_api_key(args.api_key)
+    kv_transfer = None
+    if args.kv_transfer_config is not None:
+        from .serve.kv_transfer import link_options
+
+        kv_transfer = link_options(args.kv_transfer_config)
 
     config = engine_config(args, args.policy, args.enable_prefix_caching)
     check_knobs(args.model, config)
@@ -532,6 +544,7 @@ def cmd_serve(args) -> None:
         access_log=args.access_log,
         api_key=args.api_key,
         max_inflight_per_client=args.max_inflight_per_client,
+        kv_transfer=kv_transfer,
     )
 
 

@@ -38,6 +38,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import zmq
@@ -85,27 +86,31 @@ class KVTransferConfig:
         if not isinstance(self.kv_port, int) or not 0 < self.kv_port < 65536:
             raise InvalidValue("kv_port", self.kv_port, "must be a TCP port in [1, 65535]")
 
-    @classmethod
-    def parse(cls, text: str) -> KVTransferConfig:
-        """From `--kv-transfer-config`'s JSON: unknown keys are refused, by name."""
-        try:
-            keys = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InvalidValue("--kv-transfer-config", text, f"not JSON ({e})") from None
-        known = {"kv_role", "kv_ip", "kv_port", "kv_connector"}
-        bad = sorted(set(keys) - known) if isinstance(keys, dict) else [text]
-        if bad:
-            raise InvalidValue(
-                "--kv-transfer-config", bad[0], f"unknown key; known: {', '.join(sorted(known))}"
-            )
-        connector = keys.pop("kv_connector", "ZmqConnector")
-        if connector != "ZmqConnector":
-            raise InvalidValue("kv_connector", connector, "only ZmqConnector is built in")
-        return cls(**keys)
-
     @property
     def address(self) -> str:
         return f"tcp://{self.kv_ip}:{self.kv_port}"
+
+
+def link_options(text: str) -> dict:
+    """`minilm serve --kv-transfer-config JSON`: the link's keys (kv_connector, kv_ip, kv_port);
+    the server starts one engine core of each role itself. A bad key or value is refused by name."""
+    try:
+        keys = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidValue("--kv-transfer-config", text, f"not JSON ({e})") from None
+    if not isinstance(keys, dict):
+        raise InvalidValue("--kv-transfer-config", text, "must be a JSON object")
+    known = {"kv_connector", "kv_ip", "kv_port"}
+    for key in keys:
+        if key not in known:
+            why = "the server runs one core of each role" if key == "kv_role" else "unknown key"
+            raise InvalidValue(key, keys[key], f"{why}; known: {', '.join(sorted(known))}")
+    connector = keys.pop("kv_connector", "ZmqConnector")
+    if connector != "ZmqConnector":
+        raise InvalidValue("kv_connector", connector, "only ZmqConnector is built in")
+    if "kv_port" in keys:
+        KVTransferConfig("kv_producer", kv_port=keys["kv_port"])  # its check
+    return keys
 
 
 def make_loop(
@@ -382,6 +387,7 @@ class DisaggEngineClient(EngineClient):
     ):
         super().__init__(metrics)
         port = kv_port or free_tcp_port(kv_ip)
+        path = options.pop("timeline_path", None)  # one file for each core: NAME.prefill.json, ...
         self.cores = {
             side: CoreHandle(
                 self,
@@ -390,6 +396,9 @@ class DisaggEngineClient(EngineClient):
                 config,
                 metrics,
                 kv_transfer=KVTransferConfig(role, kv_ip, port),
+                timeline_path=None
+                if path is None
+                else str(Path(path).with_suffix(f".{side}.json")),
                 **options,
             )
             for side, role, config in (
@@ -419,6 +428,15 @@ class DisaggEngineClient(EngineClient):
         for side in sides:
             if self.cores[side].error is None:
                 self.cores[side].send(command)
+
+    async def snapshot(self, since_step: int, since_request: int) -> dict:
+        """GET /timeline: the decode core's records, and the prefill core's under "prefill" (from
+        the same cursors: the live page follows the decode core's)."""
+        decode, prefill = await asyncio.gather(
+            self.snapshot_of("decode", since_step, since_request),
+            self.snapshot_of("prefill", since_step, since_request),
+        )
+        return {**decode, "prefill": prefill}
 
     async def snapshot_of(self, side: str, since_step: int = 0, since_request: int = 0) -> dict:
         """One core's snapshot (its timeline's records, KV free blocks, transfers)."""
