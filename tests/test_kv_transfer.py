@@ -33,6 +33,7 @@ from minilm.serve.kv_transfer import (
 from minilm.serve.messages import Abort, Add, Tokens, decode_commands, encode
 from minilm.serve.metrics import ServerMetrics
 from minilm.serve.server import create_app
+from widgets.gantt import gantt_segments
 
 torch.set_num_threads(1)
 
@@ -163,6 +164,9 @@ def test_in_process_transfer_matches_one_engine(reference, decode_knobs):
     assert {r.finish_reason for r in p.timeline.requests} == {"transferred"}
     transfers = [s for s in d.timeline.steps if s.items[0].kind == "transfer"]
     assert len(transfers) == len(PROMPTS) and all(s.t_end >= s.t_start for s in transfers)
+    for tl in (p.timeline, d.timeline):  # the Gantt draws the transfers on both sides
+        seg = gantt_segments(tl)
+        assert sorted(seg[seg.kind == "transfer"].request_id) == [str(i) for i in range(7)]
     # the shared prefix: both sides found it in their prefix cache
     assert [r.num_cached_tokens for r in p.timeline.requests if r.request_id == "6"] == [16]
     if not decode_knobs:
@@ -281,3 +285,11 @@ def test_server_abort_during_transfer_frees_both_sides():
         done = h.get("/timeline").json()
         assert done["kv_free_blocks"] == done["meta"]["num_blocks"]
         assert {r["finish_reason"] for r in done["prefill"]["requests"]} == {"transferred"}
+
+
+def test_serve_refuses_a_bad_kv_transfer_config(capsys):
+    """Before any process starts: a bad key is named, with the keys the server takes."""
+    from minilm.cli import main
+
+    assert main(["serve", "--kv-transfer-config", '{"kv_role": "kv_producer"}']) == 2
+    assert "kv_role='kv_producer': the server runs one core of each role" in capsys.readouterr().err
