@@ -192,15 +192,16 @@ def record_transfer(engine: Engine, rid: str, t_start: float, t_end: float, leng
 
 
 class KVStatus:
-    """What both loops add to a snapshot: the KV manager's free blocks and the transfers."""
+    """What both loops add to a snapshot: the KV manager's free blocks and the transfers (the
+    last `--timeline-window` of them: a server's memory stays flat)."""
 
     engine: Engine
-    transfers: list[dict]
+    transfers: deque[dict]
 
     def snapshot(self, since_step: int, since_request: int) -> dict:
         data = super().snapshot(since_step, since_request)
         data["kv_free_blocks"] = self.engine.kv_manager.num_free_blocks
-        data["transfers"] = self.transfers
+        data["transfers"] = list(self.transfers)
         data["held"] = len(getattr(self, "held", ()))
         return data
 
@@ -209,7 +210,7 @@ class KVStatus:
 class ProducerLoop(KVStatus, EngineLoop):
     def __init__(self, engine: Engine, link: zmq.Socket, *options):
         super().__init__(engine, *options)
-        self.link, self.transfers = link, []
+        self.link, self.transfers = link, deque(maxlen=self.history.window)
 
     def step(self) -> list[Event]:
         """A step, then the KV of every request it gave its first token goes down the link."""
@@ -255,7 +256,7 @@ class ConsumerLoop(KVStatus, EngineLoop):
     def __init__(self, engine: Engine, *options):
         super().__init__(engine, *options)
         self.held: deque[Held] = deque()
-        self.transfers = []
+        self.transfers = deque(maxlen=self.history.window)
 
     def apply(self, command: Command) -> list[Event]:
         if isinstance(command, KVBlocks):
