@@ -250,6 +250,7 @@ class Held:
     req: Request
     kv: torch.Tensor
     t_received: float  # perf_counter
+    row: dict  # its row of `transfers`
 
 
 class ConsumerLoop(KVStatus, EngineLoop):
@@ -284,7 +285,11 @@ class ConsumerLoop(KVStatus, EngineLoop):
         req.append_output(msg.first_token)
         if msg.first_logprobs is not None:
             req.output_logprobs.append(msg.first_logprobs)
-        self.held.append(Held(msg.key, msg, req, kv, t))
+        origin = engine.clock.origin
+        record_transfer(engine, req.request_id, msg.sent_at - origin, t - origin, req.prompt_len)
+        row = {"request_id": req.request_id, "bytes": len(msg.kv), "link_s": t - msg.sent_at}
+        self.transfers.append(row)
+        self.held.append(Held(msg.key, msg, req, kv, t, row))
         self.admit_held()
         logprobs = None if msg.first_logprobs is None else [msg.first_logprobs]
         return [Tokens(msg.key, [msg.first_token], logprobs)]
@@ -314,8 +319,9 @@ class ConsumerLoop(KVStatus, EngineLoop):
         engine.executor.kv_cache[:, :, table[n:]] = h.kv[:, :, n:]
         now = engine.clock.now
         req.num_computed_tokens, req.num_cached_tokens = req.prompt_len, n * kv.block_size
-        req.t_scheduled = req.t_first_token = now
-        req.token_times = [now]
+        req.t_scheduled = now
+        req.t_first_token = h.t_received - engine.clock.origin  # when it was streamed
+        req.token_times = [req.t_first_token]
         new = NewRequest(req.prompt_ids, req.params, req.eos_token_id)
         engine.executor.receive(req.request_id, new, [*req.prompt_ids, *req.output_ids])
         engine.add_running(req)
@@ -324,19 +330,8 @@ class ConsumerLoop(KVStatus, EngineLoop):
             h.key,
             1,
         )
-        origin = engine.clock.origin
-        record_transfer(engine, req.request_id, h.msg.sent_at - origin, now, req.prompt_len)
-        self.transfers.append(
-            {
-                "request_id": req.request_id,
-                "bytes": len(h.msg.kv),
-                "link_s": h.t_received - h.msg.sent_at,  # sent to received (decoded)
-                "held_s": now
-                + origin
-                - h.t_received,  # waiting for a seat and blocks, and the write
-                "cached_blocks": n,
-            }
-        )
+        h.row["held_s"] = now + engine.clock.origin - h.t_received  # a seat, blocks, the write
+        h.row["cached_blocks"] = n
         return True
 
     def abort(self, key: int, reason: str = "aborted") -> list[Event]:
