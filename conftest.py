@@ -1,9 +1,16 @@
 """For every test run, tests/ and labs/ alike (nbval's notebook cells are pytest items too)."""
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# Tests run tiny tensors: one torch thread avoids OpenMP barrier spinning on a shared 2-core
+# machine. Set before torch loads, for this process, the servers it starts and the notebook
+# kernels nbval starts (EngineConfig.cpu_threads's default is $OMP_NUM_THREADS, else the
+# machine's physical cores).
+os.environ["OMP_NUM_THREADS"] = "1"
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"  # what JupyterLab's plotly extension draws
 figure_page = (

@@ -120,6 +120,7 @@ def measure_once(run) -> list:
             max_num_batched_tokens=budget,
             max_model_len=MAX_MODEL_LEN,
             record_kv_blocks=False,
+            cpu_threads=THREADS,  # the engine sets torch's threads: the module docstring says why one
         ),
         clock=ThreadTimeClock(),
     )

@@ -176,7 +176,8 @@ def main() -> None:
     t_start = time.perf_counter()
     runs: dict[str, list[dict]] = {"bench-serve": [], "guidellm": []}
     folder = Path(tempfile.mkdtemp(prefix="guidellm-bench-"))
-    with ServerProcess(max_num_seqs=args.concurrency) as server:
+    # one torch thread: the server shares the machine's cores with both clients
+    with ServerProcess(max_num_seqs=args.concurrency, cpu_threads=1) as server:
         warm = argparse.Namespace(**{**vars(args), "num_requests": args.concurrency})
         run_bench_serve(server.url, warm)  # the first steps of a fresh server are slower
         for i in range(args.repeats):

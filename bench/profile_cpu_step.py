@@ -89,6 +89,7 @@ def main() -> None:
                     max_num_seqs=args.max_num_seqs,
                     max_model_len=args.max_model_len,
                     record_kv_blocks=False,
+                    cpu_threads=1,  # one thread, as the module docstring says
                 ),
             )
             e.add_workload(workload, ignore_eos=True)
@@ -190,6 +191,7 @@ def loop_row(running: int, model, steps: int, warm: int, repeats: int) -> dict:
                     max_num_seqs=running,
                     max_model_len=512,
                     record_kv_blocks=False,
+                    cpu_threads=1,  # one thread, as the module docstring says
                 ),
             )
         loop = EngineLoop(engine)

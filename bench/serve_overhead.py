@@ -119,7 +119,10 @@ def child_pids(pid: int) -> list[int]:
 def offline(prompts, max_num_seqs: int, policy: str) -> dict:
     engine = Engine(
         "docstrings",
-        EngineConfig(policy=policy, max_num_seqs=max_num_seqs, enable_prefix_caching=True),
+        # one torch thread, as the server below: on a shared 2-core machine more wait on each other
+        EngineConfig(
+            policy=policy, max_num_seqs=max_num_seqs, enable_prefix_caching=True, cpu_threads=1
+        ),
     )
     for i, r in enumerate(prompts):
         engine.add_request(f"o{i}", prompt=r.prompt, max_tokens=r.max_tokens, temperature=0.0)
@@ -189,6 +192,8 @@ def start_server(args, port: int, timeline: Path, design: str, policy: str) -> s
             str(port),
             "--max-num-seqs",
             str(args.max_num_seqs),
+            "--cpu-threads",
+            "1",  # as the offline run: the numbers compare one torch thread each
             "--stream-interval",
             str(args.stream_interval),
             "--engine-core",

@@ -80,6 +80,7 @@ def start_server(args, code: str, port: int, timeline: Path) -> subprocess.Popen
 
     cmd = [sys.executable, "-m", "minilm", "serve", "--model", "docstrings"]
     cmd += ["--port", str(port), "--max-num-seqs", str(args.concurrency)]
+    cmd += ["--cpu-threads", "1"]  # the old code's default: both runs alike, beside their clients
     cmd += ["--timeline", str(timeline)]
     if code == str(ROOT):
         cmd += ["--timeline-window", str(args.window)]

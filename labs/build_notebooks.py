@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import sys
 import time
@@ -190,6 +191,10 @@ def make_notebook(cells: list[tuple[str, str]], variant: str) -> nbformat.Notebo
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path) -> float:
+    # the kernel runs one torch thread (EngineConfig.cpu_threads's default is $OMP_NUM_THREADS):
+    # on the shared 2-core machine that builds the notebooks, more threads wait on each other
+    # and the lessons' measured times turn erratic
+    os.environ["OMP_NUM_THREADS"] = "1"
     t0 = time.perf_counter()
     NotebookClient(
         nb,

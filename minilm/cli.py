@@ -16,9 +16,11 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from .config import ATTENTION_BACKENDS, KV_MODES, SCHEDULING_POLICIES, EngineConfig, InvalidValue
+from .config import EngineConfig, InvalidValue
+from .core.builder import resolve
 from .core.engine import Engine
 from .core.policies import POLICIES
 from .metrics import metrics_text, summarize
@@ -33,75 +35,34 @@ from .workload import PRESETS, get_workload, recommended_knobs
 
 
 # ---- arguments ---------------------------------------------------------------------
-def add_engine_args(p: argparse.ArgumentParser, simulate: bool = True) -> None:
-    """The engine's knobs (EngineConfig), shared by run, compare and serve."""
-    p.add_argument(
-        "--model",
-        default="tiny",
-        help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir"
-        + ("; with --simulate a model spec (llama-3-8b, llama-3-70b, ...)" if simulate else ""),
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=None,
-        help="tokens per step (default: the policy's)",
-    )
-    p.add_argument(
-        "--long-prefill-token-threshold",
-        type=int,
-        default=0,
-        help="chunked: at most this many prompt tokens of one request per step (0: no cap)",
-    )
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-blocks", type=int, default=None)
-    p.add_argument(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help="default: the model's max_position_embeddings",
-    )
-    p.add_argument("--kv-mode", default="paged", choices=KV_MODES)
-    p.add_argument(
-        "--scheduling-policy",
-        default="fcfs",
-        choices=SCHEDULING_POLICIES,
-        help="waiting-queue order: first come first served, or longest cached prefix first (SGLang)",
-    )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="torch device"
-        + (
-            "; with --simulate a device spec (h100, h200, a100, l40s, l4, rtx4090, cpu)"
-            if simulate
-            else ""
-        ),
-    )
-    p.add_argument("--dtype", default="float32")
-    p.add_argument(
-        "--quantization",
-        default=None,
-        help="int8 or fp8 weights for the linear layers (vLLM's flag; "
-        "torchao, minilm/model/quantization.py)"
-        + ("; with --simulate priced by the cost model" if simulate else ""),
-    )
-    p.add_argument("--cpu-threads", type=int, default=1, help="torch intra-op threads on CPU")
-    p.add_argument(
-        "--speculative-config",
-        type=json_object,
-        default=None,
-        metavar="JSON",
-        help='speculative decoding with vLLM\'s keys, e.g. \'{"method": "ngram", "num_speculative_tokens": '
-        '4}\' or \'{"method": "draft_model", "model": "docstrings-draft"}\' (lesson 10)',
-    )
-    p.add_argument(
-        "--attention-backend",
-        default=None,
-        choices=ATTENTION_BACKENDS,
-        help="default: triton on CUDA, sdpa on CPU; reference is the readable ground truth",
-    )
+def add_engine_args(p: argparse.ArgumentParser, skip: tuple = (), **defaults) -> None:
+    """A flag for each EngineConfig field (max_num_seqs: --max-num-seqs) but `skip`, its help from
+    the field's; a flag left out is None, so the field's own default holds (engine_config), unless
+    the command has one of its own in `defaults` (serve's prefix caching)."""
+    for f in fields(EngineConfig):
+        if f.name in skip:
+            continue
+        default = defaults.get(f.name)  # None: left out, so EngineConfig's own
+        shown = f.default if default is None else default
+        shown = "" if shown is None else f" (default: {shown})"
+        kind = f.type.removesuffix(" | None")
+        # the allowed values shown, not checked here: EngineConfig.resolve says what is wrong
+        choices = list(POLICIES) if f.name == "policy" else [c for c in f.metadata["choices"] if c]
+        kwargs = (
+            {"action": argparse.BooleanOptionalAction}
+            if kind == "bool"
+            else {"type": {"int": int, "float": float}.get(kind, str)}
+        )
+        if choices:
+            kwargs["metavar"] = "|".join(choices)
+        if f.name == "speculative_config":
+            kwargs |= {"type": json_object, "metavar": "JSON"}
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            default=default,
+            help=f.metadata["help"] + shown,
+            **kwargs,
+        )
 
 
 def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
@@ -122,18 +83,16 @@ def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
         "--ignore-eos", action="store_true", help="always generate max_tokens (benchmarks)"
     )
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument(
-        "--max-num-seqs", type=int, default=None, help="default: 16, or the workload preset's"
-    )
-    p.add_argument(
-        "--enable-prefix-caching",
-        nargs="?",
-        const="on",
-        default="off",
-        choices=["off", "on", "both"] if compare else ["off", "on"],
-        help="share cached prompt prefixes (vLLM's flag)"
-        + ("; 'both' runs each policy off and on" if compare else ""),
-    )
+    if compare:  # a sweep: each policy with prefix caching off, on, or both
+        p.add_argument(
+            "--enable-prefix-caching",
+            dest="prefix_caching",
+            nargs="?",
+            const="on",
+            default="off",
+            choices=["off", "on", "both"],
+            help="share cached prompt prefixes (vLLM's flag); 'both' runs each policy off and on",
+        )
     p.add_argument(
         "--simulate",
         action="store_true",
@@ -141,12 +100,6 @@ def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
         "(minilm/sim/costmodel.py); --model then names a model spec (llama-3-8b, llama-3-70b, ...)",
     )
     p.add_argument("--tp", type=int, default=1, help="with --simulate: GPUs in tensor parallel")
-    p.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.9,
-        help="with --simulate: fraction of device memory for weights + KV cache (vLLM's knob)",
-    )
     p.add_argument(
         "--acceptance",
         type=acceptance_arg,
@@ -164,38 +117,21 @@ def add_offline_args(p: argparse.ArgumentParser, compare: bool) -> None:
     p.add_argument(
         "--json", action="store_true", help="print one JSON object per run instead of a table"
     )
-    add_engine_args(p)
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir; with --simulate "
+        "a model spec (llama-3-8b, llama-3-70b, ...)",
+    )
+    add_engine_args(p, ("policy", "enable_prefix_caching") if compare else ())
 
 
-def engine_config(
-    args, policy: str, prefix_caching: bool, preset: dict | None = None
-) -> EngineConfig:
-    """The knobs from the command line; `preset`: a workload's recommended knobs, used
-    where the command line gives none."""
-    knobs = {
-        "max_num_seqs": args.max_num_seqs,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
-    }
-    knobs |= {k: v for k, v in (preset or {}).items() if knobs[k] is None}
+def engine_config(args, preset: dict | None = None, **knobs) -> EngineConfig:
+    """The knobs the command line gives, over `preset` (a workload's recommended knobs), under
+    `knobs` (what compare varies); a knob given nowhere keeps EngineConfig's default."""
+    given = {f.name: getattr(args, f.name, None) for f in fields(EngineConfig)}
     return EngineConfig(
-        policy=policy,
-        max_num_seqs=knobs["max_num_seqs"] or 16,
-        max_num_batched_tokens=knobs["max_num_batched_tokens"],
-        enable_prefix_caching=prefix_caching,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-        scheduling_policy=args.scheduling_policy,
-        block_size=args.block_size,
-        num_blocks=args.num_blocks,
-        max_model_len=args.max_model_len,
-        kv_mode=args.kv_mode,
-        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
-        attention_backend=args.attention_backend,
-        device=args.device,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        cpu_threads=args.cpu_threads,
-        seed=args.seed,
-        speculative_config=args.speculative_config,
+        **(preset or {}) | {k: v for k, v in given.items() if v is not None} | knobs
     )
 
 
@@ -223,18 +159,17 @@ def json_object(text: str) -> dict:
 
 
 # ---- run and compare ----------------------------------------------------------------
-def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
+def build_engine(args, **knobs) -> Engine:
+    policy = engine_config(args, **knobs).policy
     config = engine_config(
-        args, policy, prefix_caching, recommended_knobs(args.workload, args.num_requests, policy)
+        args, recommended_knobs(args.workload, args.num_requests, policy), **knobs
     )
-    if args.simulate:
-        # float32 is the CPU engine's default; a simulated GPU serves in its own dtype (bf16)
-        dtype = None if args.dtype == "float32" else args.dtype
+    if args.simulate:  # --dtype left out: the simulated device's serving dtype (bfloat16 on GPUs)
         return simulated_engine(
             args.model,
-            args.device,
+            config.device,
             config=config,
-            dtype=dtype,
+            dtype=args.dtype,
             tp=args.tp,
             acceptance=args.acceptance,
             kv_cache_dtype=args.kv_cache_dtype,
@@ -254,12 +189,12 @@ def build_engine(args, policy: str, prefix_caching: bool) -> Engine:
     return Engine(args.model, config)
 
 
-def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
-    engine = build_engine(args, policy, prefix_caching)
+def run_one(args, **knobs) -> tuple[Engine, dict]:
+    engine = build_engine(args, **knobs)
     specs = get_workload(
         args.workload,
         num_requests=args.num_requests,
-        seed=args.seed,
+        seed=engine.config.seed,
         vocab_size=engine.model_config.vocab_size,
         rate=args.rate,
         max_model_len=engine.config.max_model_len,
@@ -267,12 +202,12 @@ def run_one(args, policy: str, prefix_caching: bool) -> tuple[Engine, dict]:
     sampling = {
         "ignore_eos": args.ignore_eos,
         "temperature": args.temperature,
-        "seed": args.seed if args.temperature > 0 else None,
+        "seed": engine.config.seed if args.temperature > 0 else None,
     }
     engine.add_workload(specs, **sampling)
     timeline = engine.run(progress=not args.json)
     m = summarize(timeline) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
-    if prefix_caching:
+    if engine.config.enable_prefix_caching:
         m["policy"] += " +prefix cache"
     return engine, m
 
@@ -303,10 +238,10 @@ def compare(args) -> dict[str, Timeline]:
     if args.replicas != 1 or args.disaggregate:
         return compare_fleets(args)
     rows, timelines = [], {}
-    caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
+    caching = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_caching]
     for policy in args.policies.split(","):
         for prefix_caching in caching:
-            engine, m = run_one(args, policy.strip(), prefix_caching)
+            engine, m = run_one(args, policy=policy.strip(), enable_prefix_caching=prefix_caching)
             rows.append(m)
             timelines[m["policy"]] = engine.timeline
             if args.json:
@@ -330,9 +265,9 @@ def pools_arg(text: str) -> tuple[int, int]:
     return p, d
 
 
-def build_fleet(args, policy: str, prefix_caching: bool):
+def build_fleet(args, **knobs):
     """`--replicas` engines behind `--router`, or (`--disaggregate P:D`) P prefill engines
-    running `policy` and D decode engines, joined by `--link`."""
+    running `knobs` (the policy) and D decode engines, joined by `--link`."""
     if not args.simulate:
         raise InvalidValue(
             "--replicas" if args.replicas != 1 else "--disaggregate",
@@ -341,23 +276,24 @@ def build_fleet(args, policy: str, prefix_caching: bool):
         )
     if args.disaggregate:
         p, d = args.disaggregate
-        prefill = [build_engine(args, policy, prefix_caching) for _ in range(p)]
+        prefill = [build_engine(args, **knobs) for _ in range(p)]
         # the decode side runs no prompts: --max-num-batched-tokens is the prefill side's
         decode_args = argparse.Namespace(**vars(args) | {"max_num_batched_tokens": None})
-        decode = [receive_kv(build_engine(decode_args, "continuous", False)) for _ in range(d)]
+        decode = [
+            receive_kv(build_engine(decode_args, policy="continuous", enable_prefix_caching=False))
+            for _ in range(d)
+        ]
         return Disaggregated(prefill, decode, args.link, args.router)
-    return Cluster(
-        [build_engine(args, policy, prefix_caching) for _ in range(args.replicas)], args.router
-    )
+    return Cluster([build_engine(args, **knobs) for _ in range(args.replicas)], args.router)
 
 
-def run_fleet(args, policy: str, prefix_caching: bool) -> tuple[FleetRun, dict]:
-    fleet = build_fleet(args, policy, prefix_caching)
+def run_fleet(args, **knobs) -> tuple[FleetRun, dict]:
+    fleet = build_fleet(args, **knobs)
     engine = fleet.replicas[0].engine
     specs = get_workload(
         args.workload,
         num_requests=args.num_requests,
-        seed=args.seed,
+        seed=engine.config.seed,
         vocab_size=engine.model_config.vocab_size,
         rate=args.rate,
         max_model_len=engine.config.max_model_len,
@@ -365,7 +301,7 @@ def run_fleet(args, policy: str, prefix_caching: bool) -> tuple[FleetRun, dict]:
     fleet.add_workload(specs, ignore_eos=args.ignore_eos, temperature=args.temperature)
     run = fleet.run()
     m = fleet_summary(run) | {"max_num_batched_tokens": engine.config.max_num_batched_tokens}
-    if prefix_caching:
+    if engine.config.enable_prefix_caching:
         m["policy"] += " +prefix cache"
     return run, m
 
@@ -374,10 +310,10 @@ def compare_fleets(args) -> dict[str, Timeline]:
     """compare's table with a row per fleet, then a row per replica of each; returns each
     replica's timeline by its row name (so `widgets.report` draws a lane group per replica)."""
     rows, per_replica, timelines = [], [], {}
-    caching = {"off": [False], "on": [True], "both": [False, True]}[args.enable_prefix_caching]
+    caching = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_caching]
     for policy in args.policies.split(","):
         for prefix_caching in caching:
-            run, m = run_fleet(args, policy.strip(), prefix_caching)
+            run, m = run_fleet(args, policy=policy.strip(), enable_prefix_caching=prefix_caching)
             rows.append(m)
             timelines |= {f"{m['policy']}: {n}": tl for n, tl in zip(run.names, run.timelines)}
             replicas = replica_summaries(run)
@@ -393,7 +329,7 @@ def compare_fleets(args) -> dict[str, Timeline]:
 
 
 def cmd_run(args) -> None:
-    engine, m = run_one(args, args.policy, args.enable_prefix_caching == "on")
+    engine, m = run_one(args)
     if args.timeline:
         engine.timeline.to_json(args.timeline)
     if args.trace:
@@ -413,17 +349,13 @@ def cmd_run(args) -> None:
 
 # ---- serve -------------------------------------------------------------------------
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    add_engine_args(p, simulate=False)
-    p.set_defaults(model="docstrings")
-    p.add_argument("--policy", default="continuous", choices=list(POLICIES))
-    p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="share cached prompt prefixes, as vLLM V1 does by default (n > 1 choices share their "
-        "prompt's KV through it)",
+        "--model",
+        default="docstrings",
+        help="preset (tiny, small), shipped checkpoint name, or HF checkpoint dir",
     )
+    # prefix caching on, as vLLM V1 serves (n > 1 choices share their prompt's KV through it)
+    add_engine_args(p, enable_prefix_caching=True)
     p.add_argument(
         "--engine-core",
         default="process",
@@ -526,8 +458,8 @@ def cmd_serve(args) -> None:
 
         kv_transfer = link_options(args.kv_transfer_config)
 
-    config = engine_config(args, args.policy, args.enable_prefix_caching)
-    check_knobs(args.model, config)
+    config = engine_config(args)
+    resolve(args.model, config)  # bad knobs refused before a server and an engine process start
     serve(
         args.model,
         config,
@@ -548,27 +480,6 @@ def cmd_serve(args) -> None:
     )
 
 
-def check_knobs(model: str, config: EngineConfig) -> None:
-    """Refuse bad knobs here, before a server and an engine process start: resolve them against
-    the model's config.json as the engine's builder will."""
-    from .config import MODEL_PRESETS, ModelConfig
-    from .core.builder import resolve
-    from .core.policies import make_policy
-    from .model.loader import resolve_model_path
-    from .spec_decode import SpeculativeConfig
-    from .spec_decode.executor import check_draft_model
-
-    config.validate()
-    speculative = SpeculativeConfig.of(config.speculative_config)
-    path = resolve_model_path(model)
-    model_config = (
-        MODEL_PRESETS[model] if path is None else ModelConfig.from_json(path / "config.json")
-    )
-    resolve(config, make_policy(config.policy), model_config)
-    if speculative is not None and speculative.model is not None:
-        check_draft_model(speculative.model, model_config)
-
-
 # ---- the parser ---------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -579,7 +490,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run one policy on a workload")
     add_offline_args(p_run, compare=False)
-    p_run.add_argument("--policy", default="continuous")
     p_run.add_argument("--timeline", help="write the timeline JSON here")
     p_run.add_argument("--trace", help="write a Chrome trace (open in ui.perfetto.dev) here")
     p_run.add_argument("--show", type=int, default=4, help="print this many completions")

@@ -5,9 +5,13 @@ names, so what a learner tunes here carries over), and the one way a bad value i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 ATTENTION_BACKENDS = ("reference", "sdpa", "triton")  # minilm/model/attention/
@@ -17,7 +21,7 @@ QUANTIZATIONS = (
     None,
     "int8",
     "fp8",
-)  # None: the weights as loaded; 8-bit weights (model/quantization.py)
+)  # None: the weights as loaded; else 8-bit (model/quantization.py)
 
 
 class InvalidValue(ValueError):
@@ -32,18 +36,11 @@ class InvalidValue(ValueError):
         request_id: str | None = None,
         code: str | None = None,
     ):
-        self.name, self.value, self.allowed, self.request_id, self.code = (
-            name,
-            value,
-            allowed,
-            request_id,
-            code,
-        )
+        self.name, self.value, self.allowed = name, value, allowed
+        self.request_id, self.code = request_id, code
         where = f"request {request_id!r}: " if request_id is not None else ""
-        text = repr(value)
-        super().__init__(
-            f"{where}{name}={text if len(text) <= 60 else text[:60] + '...'}: {allowed}"
-        )
+        text = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+        super().__init__(f"{where}{name}={text}: {allowed}")
 
 
 def check_int(
@@ -78,35 +75,21 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-        ):
+        sizes = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads"
+        for name in (*sizes.split(), "num_key_value_heads", "head_dim"):
             check_int(name, getattr(self, name), 1)
         if self.num_attention_heads % self.num_key_value_heads:
-            raise InvalidValue(
-                "num_attention_heads",
-                self.num_attention_heads,
-                f"must be a multiple of num_key_value_heads={self.num_key_value_heads}",
-            )
+            allowed = f"must be a multiple of num_key_value_heads={self.num_key_value_heads}"
+            raise InvalidValue("num_attention_heads", self.num_attention_heads, allowed)
         if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise InvalidValue(
-                "model_type", self.model_type, f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
+            allowed = f"allowed: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            raise InvalidValue("model_type", self.model_type, allowed)
 
     @property
     def num_params(self) -> int:
         """Parameters, counting a tied embedding once."""
-        d, q, kv = (
-            self.hidden_size,
-            self.num_attention_heads * self.head_dim,
-            self.num_key_value_heads * self.head_dim,
-        )
+        d, q = self.hidden_size, self.num_attention_heads * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
         attn = d * q + 2 * d * kv + q * d + (q + 2 * kv if self.attention_bias else 0)
         mlp = 3 * d * self.intermediate_size
         per_layer = attn + mlp + 2 * d
@@ -122,9 +105,7 @@ class ModelConfig:
         if d.get("hidden_act", "silu") != "silu":
             raise InvalidValue("hidden_act", d["hidden_act"], "only 'silu' (SwiGLU) is supported")
         if d.get("rope_scaling"):
-            raise InvalidValue(
-                "rope_scaling", d["rope_scaling"], "not supported by the minilm model"
-            )
+            raise InvalidValue("rope_scaling", d["rope_scaling"], "not supported by minilm's model")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         if d.get("model_type") == "qwen2" and "attention_bias" not in d:
@@ -154,94 +135,78 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def knob(default: Any, help: str, choices: tuple = (), low: int | None = None) -> Any:
+    """An EngineConfig field: its default, its help (cli.py makes a flag of each) and what
+    `resolve` allows: one of `choices`, or an int >= `low` (None too if that's the default)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "low": low})
+
+
+def default_cpu_threads() -> int:
+    """PyTorch's own default, as HF transformers keeps it: $OMP_NUM_THREADS, else physical cores."""
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else psutil.cpu_count(logical=False) or 1
+
+
 @dataclass
 class EngineConfig:
-    """The engine's knobs, as the user gives them; `None` is "the default", which the
-    builder resolves against the model and policy into `engine.config`."""
+    """The engine's knobs, as the user gives them; `None` is "the default", which `resolve`
+    fills in against the model and the policy into `engine.config`."""
 
-    policy: Any = (
-        "continuous"  # the batching policy: a name (static, continuous, chunked) or a Policy object
+    policy: Any = knob("continuous", "static, continuous, chunked (core/policies.py) or a Policy")
+    max_num_seqs: int = knob(16, "requests running at once", low=1)
+    max_num_batched_tokens: int | None = knob(None, "tokens a step (default: the policy's)", low=1)
+    long_prefill_token_threshold: int = knob(
+        0, "chunked: at most this many prompt tokens of a request a step (0: no cap)", low=0
     )
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int | None = None  # None: the policy's default (core/policies.py)
-    long_prefill_token_threshold: int = (
-        0  # chunked: at most this many prompt tokens per request a step (0: no cap)
+    block_size: int = knob(16, "tokens a KV block", low=1)
+    num_blocks: int | None = knob(
+        None, "default: what kv_cache_bytes or the device holds, else max_num_seqs sequences", low=1
     )
-    block_size: int = 16
-    num_blocks: int | None = (
-        None  # None: from kv_cache_bytes, the device's memory, or max_num_seqs full sequences
+    kv_cache_bytes: int | None = knob(None, "the KV cache's size, to count num_blocks by", low=1)
+    gpu_memory_utilization: float = knob(0.9, "simulated: the share of memory for weights + KV")
+    max_model_len: int | None = knob(None, "default: the model's max_position_embeddings", low=1)
+    kv_mode: str = knob("paged", "reserved: prompt + max_tokens allocated up front", KV_MODES)
+    enable_prefix_caching: bool = knob(False, "share cached prompt prefixes (lesson 8)")
+    scheduling_policy: str = knob(
+        "fcfs", "waiting queue's order: first come, or longest cached prefix", SCHEDULING_POLICIES
     )
-    kv_cache_bytes: int | None = None
-    gpu_memory_utilization: float = (
-        0.9  # simulated GPUs: the share of memory for weights + KV (vLLM's knob)
+    attention_backend: str | None = knob(
+        None, "default: triton on CUDA, sdpa on CPU", (None, *ATTENTION_BACKENDS)
     )
-    max_model_len: int | None = None  # None: the model's max_position_embeddings
-    kv_mode: str = "paged"  # "reserved": allocate prompt + max_tokens up front (pre-paging)
-    enable_prefix_caching: bool = (
-        False  # share cached prompt-prefix blocks (lesson 8; vLLM V1 turns it on)
-    )
-    scheduling_policy: str = (
-        "fcfs"  # order of the waiting queue: "fcfs", or "lpm" (SGLang's longest prefix match)
-    )
-    attention_backend: str | None = None  # None: "triton" on CUDA, "sdpa" on CPU (core/builder.py)
-    device: str = "cpu"
-    dtype: str = "float32"
-    quantization: str | None = (
-        None  # vLLM's knob: QUANTIZATIONS, through torchao (model/quantization.py)
-    )
-    seed: int = 0
-    cpu_threads: int = (
-        1  # torch intra-op threads on CPU: the tiny model's ops are too small to share (README)
-    )
-    record_kv_blocks: bool = True  # keep each step's block tables (the KV map widget draws them)
-    speculative_config: Any = (
-        None  # vLLM's keys as a dict, or a spec.SpeculativeConfig (lesson 10); None: off
-    )
+    device: str = knob("cpu", "torch device; simulated: h100, a100, l4, cpu, ...")
+    dtype: str = knob("float32", "of the weights and KV (simulated: the device's)")
+    quantization: str | None = knob(None, "8-bit linear weights (torchao)", QUANTIZATIONS)
+    seed: int = knob(0, "of random weights and sampling")
+    cpu_threads: int | None = knob(None, "torch threads on CPU (default: PyTorch's)", low=1)
+    record_kv_blocks: bool = knob(True, "keep each step's block tables (for the KV map)")
+    speculative_config: Any = knob(None, 'vLLM\'s keys, e.g. {"method": "ngram"} (lesson 10)')
 
-    def validate(self) -> None:
-        """Each knob on its own; checks against the model and policy happen in core/builder.py."""
-        for name in ("max_num_seqs", "block_size", "cpu_threads"):
-            check_int(name, getattr(self, name), 1)
-        check_int(
-            "long_prefill_token_threshold",
-            self.long_prefill_token_threshold,
-            0,
-            "must be an integer >= 0 (0: no cap)",
-        )
-        for name in ("num_blocks", "kv_cache_bytes", "max_num_batched_tokens", "max_model_len"):
-            if getattr(self, name) is not None:
-                check_int(
-                    name,
-                    getattr(self, name),
-                    1,
-                    "must be a positive integer (or None for the default)",
-                )
-        for name, allowed in (
-            ("scheduling_policy", SCHEDULING_POLICIES),
-            ("kv_mode", KV_MODES),
-            ("quantization", QUANTIZATIONS),
-        ):
-            if getattr(self, name) not in allowed:
-                raise InvalidValue(
-                    name, getattr(self, name), f"allowed: {', '.join(map(str, allowed))}"
-                )
-        if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
-            raise InvalidValue(
-                "attention_backend",
-                self.attention_backend,
-                f"allowed: {', '.join(ATTENTION_BACKENDS)}",
-            )
+    def resolve(self, model: ModelConfig, policy: Any, kv_num_blocks: Callable) -> EngineConfig:
+        """Each default filled in against the model, the policy (its token budget) and the
+        executor (`kv_num_blocks(config)`), each knob checked: the one place that does."""
+        for f in fields(self):
+            value, allowed, low = getattr(self, f.name), f.metadata["choices"], f.metadata["low"]
+            if allowed and value not in allowed:
+                raise InvalidValue(f.name, value, f"allowed: {', '.join(map(str, allowed))}")
+            if low is not None and (value is not None or f.default is not None):
+                check_int(f.name, value, low)
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise InvalidValue(
-                "gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]"
-            )
-        budget = self.max_num_batched_tokens
-        if budget is not None and budget < self.max_num_seqs:
-            # vLLM's rule too: with fewer tokens a step than running requests, some decodes
-            # would wait every step, the same ones each time.
-            raise InvalidValue(
-                "max_num_batched_tokens",
-                budget,
-                f"must be >= max_num_seqs={self.max_num_seqs}: a "
-                f"step must have room for one decode token of every running request",
-            )
+            allowed = "must be in (0, 1]"
+            raise InvalidValue("gpu_memory_utilization", self.gpu_memory_utilization, allowed)
+        limit = model.max_position_embeddings
+        if (self.max_model_len or 0) > limit:
+            allowed = f"must be <= the model's max_position_embeddings={limit}"
+            raise InvalidValue("max_model_len", self.max_model_len, allowed)
+        # the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
+        # (model/attention/sdpa.py: about twice the readable reference's speed, same results)
+        backend = self.attention_backend or ("triton" if str(self.device)[:4] == "cuda" else "sdpa")
+        c = replace(self, max_model_len=self.max_model_len or limit, attention_backend=backend)
+        c.cpu_threads = c.cpu_threads or default_cpu_threads()
+        budget = policy.default_token_budget(c)  # None: the policy has no budget
+        c.max_num_batched_tokens = budget and (c.max_num_batched_tokens or budget)
+        if (c.max_num_batched_tokens or c.max_num_seqs) < c.max_num_seqs:
+            # vLLM's rule too: else some decodes would wait every step, the same ones each time
+            allowed = f"must be >= max_num_seqs={c.max_num_seqs} (a decode token of each)"
+            raise InvalidValue("max_num_batched_tokens", c.max_num_batched_tokens, allowed)
+        c.num_blocks = c.num_blocks or kv_num_blocks(c)
+        return c

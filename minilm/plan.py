@@ -12,8 +12,7 @@ from .request import SamplingParams
 
 @dataclass(slots=True)
 class NewRequest:
-    """What an executor is told of a request when first scheduled (vLLM's
-    NewRequestData); it keeps its own copy (model/runner.py)."""
+    """What an executor is told of a request when first scheduled (vLLM's NewRequestData)."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -22,18 +21,17 @@ class NewRequest:
 
 @dataclass(slots=True)
 class SeqWork:
-    """One request's share of a step: the tokens at positions `start : end` of its
-    sequence: `token_ids` (known tokens), its drafts (verified, lesson 10), then
-    `num_padding` dummy tokens that static batching computes and throws away (lesson 2)."""
+    """One request's share of a step, positions `start : end` of its sequence: `token_ids`,
+    its drafts (lesson 10), then `num_padding` dummy tokens (lesson 2)."""
 
     request_id: str
-    token_ids: list[int]  # a prompt, a chunk, a recomputed sequence or the last token
+    token_ids: list[int]  # a prompt, a chunk, a recomputed sequence, the last token
     num_padding: int
     start: int  # position of the first new token
     block_table: list[int]  # the request's KV blocks for this step
     kind: str  # prefill | decode | padding
     samples: bool  # it computes the last known token, so it samples the next
-    num_cached: int = 0  # tokens before `start` the prefix cache held on admission
+    num_cached: int = 0  # tokens before `start` found in the prefix cache
     draft_token_ids: list[int] = field(default_factory=list)
     new: NewRequest | None = None  # the first time it is scheduled
 
@@ -49,7 +47,7 @@ class SeqWork:
 
 @dataclass
 class StepPlan:
-    """What the scheduler decided for one step, and the engine's state as it runs."""
+    """One step's work, and the engine's state as it runs."""
 
     work: list[SeqWork]
     preempted: list[str]  # request ids, back to the waiting queue
@@ -68,8 +66,8 @@ class StepPlan:
 
 @dataclass
 class ModelOutput:
-    """What the executor returns: the tokens each request that samples kept (its
-    accepted drafts, then one of the target's own), and drafts for the next step."""
+    """The tokens each request that samples kept (its accepted drafts, then one of the
+    target's own), and drafts for the next step."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list] = field(default_factory=dict)  # one a token
@@ -90,8 +88,8 @@ class RequestOutput:
 
 @runtime_checkable
 class Executor(Protocol):
-    """What the engine runs a step on: the model runner (model/runner.py), the
-    simulator (sim/executor.py), or yours."""
+    """What runs a step: the model runner, the simulator (sim/executor.py), or yours.
+    Optional: `kv_num_blocks(config) -> int` sizes its own KV cache (the simulator's)."""
 
     kind: str
     model_config: ModelConfig

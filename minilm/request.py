@@ -1,8 +1,8 @@
 """A request and its life: pending (not yet arrived) -> waiting -> running -> finished.
 
 Preemption sends a running request back to waiting (its KV freed and recomputed later,
-its output kept). It ends one way only, `Scheduler.finish`: a stop token, its length or
-an abort. The engine never forgets a request and finishes each one exactly once.
+its output kept). It ends in one place, `Scheduler.finish`: a stop token, its length or
+an abort.
 """
 
 from __future__ import annotations
@@ -70,15 +70,11 @@ class Request:
     t_finished: float | None = None
     token_times: list[float] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
-    block_keys: list[tuple] = field(
-        default_factory=list
-    )  # prefix-cache key of each full block (core/prefix_cache.py)
-    output_logprobs: list = field(
-        default_factory=list
-    )  # with params.logprobs: [logprob, [[id, logprob], ...]] a token
-    spec_token_ids: list[int] = field(
-        default_factory=list
-    )  # drafts to verify in its next decode (lesson 10)
+    # the prefix-cache key of each full block (core/prefix_cache.py)
+    block_keys: list[tuple] = field(default_factory=list)
+    # with params.logprobs, one a token: [logprob, [[id, logprob], ...]]
+    output_logprobs: list = field(default_factory=list)
+    spec_token_ids: list[int] = field(default_factory=list)  # drafts to verify next (lesson 10)
 
     @property
     def prompt_len(self) -> int:
@@ -86,7 +82,7 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        """Prompt plus output so far (vLLM's meaning): the sequence the model must have seen to sample next."""
+        """Prompt plus output so far (vLLM's meaning)."""
         return len(self.prompt_ids) + len(self.output_ids)
 
     @property
@@ -104,7 +100,7 @@ class Request:
         return self.status is Status.FINISHED
 
     def token_ids(self, start: int, n: int) -> list[int]:
-        """Tokens `start : start + n` of prompt + output (without building the whole sequence)."""
+        """Tokens `start : start + n` of prompt + output, without building the sequence."""
         p = len(self.prompt_ids)
         if start + n <= p:
             return self.prompt_ids[start : start + n]
@@ -113,8 +109,7 @@ class Request:
         return self.prompt_ids[start:] + self.output_ids[: start + n - p]
 
     def append_output(self, token: int) -> str | None:
-        """Add a sampled token; the reason to stop after it (the stop rules: EOS, stop ids,
-        max_tokens), or None."""
+        """Add a sampled token; the reason to stop after it (EOS, a stop id, max_tokens) or None."""
         self.output_ids.append(token)
         p = self.params
         if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:

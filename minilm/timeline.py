@@ -1,6 +1,5 @@
-"""The timeline: one record per engine step and per request. Metrics and widgets read only
-this, never the engine's insides; a measured run on a laptop and a simulated run of a 70B
-model on an H100 make the same kind of object.
+"""The timeline: one record per engine step and per request, all that metrics and widgets
+read, the same for a measured run on a laptop and a simulated 70B model on an H100.
 """
 
 from __future__ import annotations
@@ -11,15 +10,12 @@ from pathlib import Path
 from typing import Any
 
 ITEM_KINDS = ("prefill", "decode", "padding")  # tokens a step computes
-CACHED = "cached"  # prompt tokens a request found in the prefix cache when admitted: no compute
+CACHED = "cached"  # prompt tokens found in the prefix cache when admitted: no compute
 
-# Requests a benchmark client saw fail (a result file, lesson 9): every loader of a client's run marks
-# them the same way, by finish_reason, with RequestRecord.error saying why. The metrics leave them
-# out of every latency and count them; the Gantt marks them.
-ERROR = "error"  # no token came: refused, an HTTP error, a stream that broke before its first token
-INCOMPLETE = (
-    "incomplete"  # tokens came, then it stopped before it finished: a broken stream, a timeout
-)
+# Requests a benchmark client saw fail (lesson 9), marked by finish_reason (RequestRecord.error
+# says why): the metrics count them apart from every latency; the Gantt marks them.
+ERROR = "error"  # no token came: refused, an HTTP error, a stream broken before its first
+INCOMPLETE = "incomplete"  # it stopped after some tokens: a broken stream, a timeout
 FAILED = (ERROR, INCOMPLETE)
 
 
@@ -29,9 +25,7 @@ class StepItem:
     kind: str  # prefill | decode | padding | cached
     num_tokens: int
     context_len: int  # the sequence's context after this item (its verified tokens)
-    num_draft: int = (
-        0  # of num_tokens, draft tokens the step verified (speculative decoding, lesson 10)
-    )
+    num_draft: int = 0  # of num_tokens, drafts the step verified (lesson 10)
     num_accepted: int = 0  # of those, drafts the target agreed with
 
 
@@ -43,20 +37,14 @@ class StepRecord:
     items: list[StepItem]
     num_running: int
     num_waiting: int
-    kv_blocks_used: int  # blocks not free: held by some request, a block in several tables once
+    kv_blocks_used: int  # blocks held by some request (a block in several tables once)
     kv_blocks_total: int
     num_preempted: int
-    kv_tokens_stored: int = (
-        0  # of their slots, those holding a token after the step (metrics.py: KV figures)
-    )
+    kv_tokens_stored: int = 0  # of their slots, those holding a token after the step
     kv_blocks: dict[str, list[int]] | None = None  # block table of each request, when recorded
-    model_time: float = (
-        0.0  # seconds of the step spent in the model (and sampling); the rest is the engine's
-    )
-    kv_cached_free: list[int] | None = (
-        None  # blocks nobody holds that keep a cached prefix (prefix caching)
-    )
-    draft_time: float = 0.0  # of model_time, seconds spent proposing the next step's drafts
+    model_time: float = 0.0  # seconds in the model and sampling; the rest is the engine's
+    kv_cached_free: list[int] | None = None  # blocks nobody holds that keep a cached prefix
+    draft_time: float = 0.0  # of model_time, seconds proposing the next step's drafts
 
     @property
     def duration(self) -> float:
@@ -99,7 +87,7 @@ class Timeline:
     requests: list[RequestRecord] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # policy, model, clock, knobs
 
-    # ---- JSON ------------------------------------------------------------------
+    # ---- JSON ----
     def to_dict(self) -> dict[str, Any]:
         return {
             "meta": self.meta,

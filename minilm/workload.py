@@ -224,10 +224,15 @@ def system_prompt_workload(
     n: int = 200,
     seed: int = 0,
     vocab_size: int = 128256,
+    hot: int = 0,
 ) -> list[RequestSpec]:
     """n requests, each one of `num_system_prompts` random system prompts (1,024-2,047
-    tokens) plus a user turn (8-32 tokens), asking for 16-64 output tokens (lessons 8, 8b;
-    `vocab_size` defaults to Llama-3's)."""
+    tokens) plus a user turn (8-32 tokens), asking for 16-64 output tokens (lessons 8, 8b, 11;
+    `vocab_size` defaults to Llama-3's). `hot` > 0 makes the first system prompt `hot + 1`
+    times as popular as each other one (lesson 11: one prompt that a cache-only router
+    would pile onto one replica)."""
+    if isinstance(hot, bool) or not isinstance(hot, int) or hot < 0:
+        raise InvalidValue("hot", hot, "must be an integer >= 0 (extra copies of the first prompt)")
     rng = np.random.default_rng(seed)
 
     def text(k):
@@ -235,7 +240,33 @@ def system_prompt_workload(
 
     systems = [text(int(k)) for k in rng.integers(1024, 2048, num_system_prompts)]
     turns = [text(int(k)) for k in rng.integers(8, 33, n)]
-    return shared_prefix_workload(systems, turns, rng.integers(16, 65, n).tolist(), rng, rate)
+    picks = [systems[0]] * hot + systems  # picked from uniformly
+    return shared_prefix_workload(picks, turns, rng.integers(16, 65, n).tolist(), rng, rate)
+
+
+def skewed_workload(
+    n: int,
+    rate: float | None,
+    period: int = 4,
+    seed: int = 0,
+    vocab_size: int = 128256,
+) -> list[RequestSpec]:
+    """Poisson arrivals of 200-399-token prompts; every `period`-th request asks for 400-599
+    output tokens, the others for 16-47 (lesson 11: lengths in step with a round-robin
+    router's turn, its worst case)."""
+    for name, value in (("n", n), ("period", period)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidValue(name, value, "must be an integer >= 1")
+    if rate is not None and rate <= 0:
+        raise InvalidValue("rate", rate, "must be > 0 requests/s (or None for all at t=0)")
+    rng = np.random.default_rng(seed)
+    arrivals = poisson_arrivals(rng, rate, n)
+    specs = []
+    for i, t in enumerate(arrivals):
+        prompt = rng.integers(0, vocab_size, int(rng.integers(200, 400))).tolist()
+        out = int(rng.integers(400, 600)) if i % period == 0 else int(rng.integers(16, 48))
+        specs.append(RequestSpec(f"r{i}", prompt, out, float(t)))
+    return specs
 
 
 def multi_turn_workload(

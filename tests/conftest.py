@@ -7,6 +7,5 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Tests run tiny tensors: one thread avoids OpenMP barrier spinning on a shared 2-core machine.
-torch.set_num_threads(1)
+torch.set_num_threads(1)  # one thread: the root conftest.py says why
 sys.path.insert(0, os.path.dirname(__file__))

@@ -6,6 +6,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(
@@ -89,6 +90,21 @@ def from_the_requests(tl):
     }
 
 
+def prefill_context_len(
+    tl,
+):  # wrong: a prefill item's context_len taken for its tokens (issue 29.3: passed before)
+    totals = {"prefill": 0, "decode": 0, "padding": 0}
+    for step in tl.steps:
+        for item in step.items:
+            totals[item.kind] += item.context_len if item.kind == "prefill" else item.num_tokens
+    return totals
+
+
+def test_tokens_by_kind_names_context_len():
+    with pytest.raises(AssertionError, match="context_len"):
+        checks.check_tokens_by_kind(prefill_context_len)
+
+
 def tokens_from_steps_df(tl):  # right: the engine's own counters
     from minilm import steps_df
 
@@ -138,6 +154,7 @@ def test_tokens_by_kind_accepts(fn, capsys):
         as_list,
         from_the_requests,
         drops_absent_kinds,
+        prefill_context_len,
     ],
 )
 def test_tokens_by_kind_rejects(fn):
@@ -380,3 +397,135 @@ def test_a_prediction_cannot_run_the_engine(check, fn):
     assert run_workload(  # and the engine works again afterwards
         [checks.RequestSpec("r", [1, 2], 2)], policy="continuous"
     ).steps
+
+
+# ---- 4. predict_finish_times (issue 29.1) -----------------------------------------------------
+def finish_simulated(
+    specs, max_num_seqs, step_time, *, tokens=None, at_start=False, one_token_decodes=False
+):
+    """The solution's simulation, with a switch for each slip the tests try."""
+    queue, running, clock, done = list(specs), [], 0.0, {}
+    while queue or running:
+        new = []
+        while queue and len(running) + len(new) < max_num_seqs:
+            new.append(queue.pop(0))
+        n = (tokens or (lambda new, running: sum(len(s.prompt_ids) for s in new) + len(running)))(
+            new, running
+        )
+        start, clock = clock, clock + step_time(n)
+        left = [
+            [s, s.max_tokens + (1 if one_token_decodes and s.max_tokens == 1 else 0)] for s in new
+        ]
+        running = [[s, k - 1] for s, k in running] + [[s, k - 1] for s, k in left]
+        for s, k in running:
+            if k == 0:
+                done[s.id] = start if at_start else clock
+        running = [(s, k) for s, k in running if k > 0]
+    return done
+
+
+def finish_solution(specs, max_num_seqs, step_time):
+    return finish_simulated(specs, max_num_seqs, step_time)
+
+
+def finish_by_seat_events(
+    specs, max_num_seqs, step_time
+):  # right: a step index per request, priced after
+    seats = [0] * min(max_num_seqs, len(specs))
+    first, last = {}, {}
+    for s in specs:
+        seat = seats.index(min(seats))
+        first[s.id], last[s.id] = seats[seat], seats[seat] + s.max_tokens - 1
+        seats[seat] += s.max_tokens
+    tokens = [0] * max(seats)
+    for s in specs:
+        tokens[first[s.id]] += len(s.prompt_ids)
+        for k in range(first[s.id] + 1, last[s.id] + 1):
+            tokens[k] += 1
+    ends = np.cumsum([step_time(n) for n in tokens])
+    return {s.id: float(ends[last[s.id]]) for s in specs}
+
+
+def finish_counts_sequences(
+    specs, max_num_seqs, step_time
+):  # wrong: a step priced by its batch size
+    return finish_simulated(
+        specs, max_num_seqs, step_time, tokens=lambda new, running: len(new) + len(running)
+    )
+
+
+def finish_at_step_start(specs, max_num_seqs, step_time):  # wrong: the last step's start
+    return finish_simulated(specs, max_num_seqs, step_time, at_start=True)
+
+
+def finish_prefill_plus_decode(
+    specs, max_num_seqs, step_time
+):  # wrong: a prefill also counted as a decode
+    return finish_simulated(
+        specs,
+        max_num_seqs,
+        step_time,
+        tokens=lambda new, running: sum(len(s.prompt_ids) + 1 for s in new) + len(running),
+    )
+
+
+def finish_one_token_needs_a_decode(
+    specs, max_num_seqs, step_time
+):  # wrong: max_tokens=1 still decodes once
+    return finish_simulated(specs, max_num_seqs, step_time, one_token_decodes=True)
+
+
+def finish_prefill_steps_apart(specs, max_num_seqs, step_time):
+    # wrong: a step prefills the newcomers alone, and the running decodes wait for the next step
+    queue, running, clock, done = list(specs), [], 0.0, {}
+    while queue or running:
+        new = []
+        while queue and len(running) + len(new) < max_num_seqs:
+            new.append(queue.pop(0))
+        if new:
+            clock += step_time(sum(len(s.prompt_ids) for s in new))
+            for s in new:
+                if s.max_tokens == 1:
+                    done[s.id] = clock
+            running += [[s, s.max_tokens - 1] for s in new if s.max_tokens > 1]
+            continue
+        clock += step_time(len(running))
+        for entry in running:
+            entry[1] -= 1
+            if entry[1] == 0:
+                done[entry[0].id] = clock
+        running = [e for e in running if e[1] > 0]
+    return done
+
+
+def finish_per_request(
+    specs, max_num_seqs, step_time
+):  # wrong: each request priced alone, no batch shared
+    return {s.id: step_time(len(s.prompt_ids)) + (s.max_tokens - 1) * step_time(1) for s in specs}
+
+
+def finish_as_list(specs, max_num_seqs, step_time):  # wrong: not keyed by id
+    return list(finish_solution(specs, max_num_seqs, step_time).values())
+
+
+@pytest.mark.parametrize("fn", [finish_solution, finish_by_seat_events])
+def test_predict_finish_times_accepts(fn, capsys):
+    checks.check_predict_finish_times(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (finish_counts_sequences, "not on how many sequences"),
+        (finish_at_step_start, "when its step ends"),
+        (finish_prefill_plus_decode, "adds no decode token"),
+        (finish_one_token_needs_a_decode, "done at"),
+        (finish_prefill_steps_apart, "done at"),
+        (finish_per_request, "done at"),
+        (finish_as_list, "return a dict"),
+    ],
+)
+def test_predict_finish_times_rejects(fn, message):
+    with pytest.raises(AssertionError, match=message):
+        checks.check_predict_finish_times(fn)

@@ -295,3 +295,118 @@ def test_compute_bound_batch_rejects(fn):
 def test_compute_bound_batch_names_the_cause(fn, cause):
     with pytest.raises(AssertionError, match=cause):
         checks.check_compute_bound_batch(fn)
+
+
+# ---- 5. largest_chunk (issue 29.1) ------------------------------------------------------------
+def chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit):
+    budget = limit - overhead
+    by_compute = budget / (2 * P / peak) - len(ctx)
+    by_memory = (budget - (P * b + kv * sum(ctx)) / bw) * bw / kv
+    k = math.floor(min(by_compute, by_memory))
+    return k if k >= 0 else None
+
+
+def chunk_by_search(P, b, kv, ctx, peak, bw, overhead, limit):  # right: grow k while the step fits
+    def fits(k):
+        compute = 2 * P * (len(ctx) + k) / peak
+        memory = (P * b + kv * (sum(ctx) + k)) / bw
+        return overhead + max(compute, memory) <= limit
+
+    if not fits(0):
+        return None
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return np.int64(lo)
+
+
+def chunk_strict(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: a step exactly at the limit refused
+    k = chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
+    exact = (
+        k is not None
+        and overhead + max(2 * P * (len(ctx) + k) / peak, (P * b + kv * (sum(ctx) + k)) / bw)
+        == limit
+    )
+    return (k - 1 if k > 0 else None) if exact else k
+
+
+def chunk_no_overhead(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: forgets the fixed cost
+    return chunk_solution(P, b, kv, ctx, peak, bw, 0.0, limit)
+
+
+def chunk_added(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: compute + memory, not their max
+    budget = limit - overhead - 2 * P * len(ctx) / peak - (P * b + kv * sum(ctx)) / bw
+    k = math.floor(budget / (2 * P / peak + kv / bw))
+    return k if k >= 0 else None
+
+
+def chunk_no_decode_flops(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: only the chunk is computed
+    budget = limit - overhead
+    by_memory = (budget - (P * b + kv * sum(ctx)) / bw) * bw / kv
+    k = math.floor(min(budget / (2 * P / peak), by_memory))
+    return k if k >= 0 else None
+
+
+def chunk_no_chunk_kv(
+    P, b, kv, ctx, peak, bw, overhead, limit
+):  # wrong: the chunk's K/V write left out
+    budget = limit - overhead
+    if (P * b + kv * sum(ctx)) / bw > budget:
+        return None
+    return max(math.floor(budget / (2 * P / peak) - len(ctx)), 0)
+
+
+def chunk_zero_not_none(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: 0 when nothing fits
+    k = chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
+    return 0 if k is None else k
+
+
+def chunk_none_at_zero(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: "no chunk fits" as None
+    k = chunk_solution(P, b, kv, ctx, peak, bw, overhead, limit)
+    return None if k == 0 else k
+
+
+def chunk_ceil(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: rounds up
+    budget = limit - overhead
+    by_compute = budget / (2 * P / peak) - len(ctx)
+    by_memory = (budget - (P * b + kv * sum(ctx)) / bw) * bw / kv
+    k = math.ceil(min(by_compute, by_memory))
+    return k if k >= 0 else None
+
+
+def chunk_float(P, b, kv, ctx, peak, bw, overhead, limit):  # wrong: not a whole number of tokens
+    budget = limit - overhead
+    k = min(budget / (2 * P / peak) - len(ctx), (budget - (P * b + kv * sum(ctx)) / bw) * bw / kv)
+    return k if k >= 0 else None
+
+
+@pytest.mark.parametrize("fn", [chunk_solution, chunk_by_search])
+def test_largest_chunk_accepts(fn, capsys):
+    checks.check_largest_chunk(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "fn, cause",
+    [
+        (chunk_strict, "exactly the limit"),
+        (chunk_no_overhead, "fixed cost comes off"),
+        (chunk_added, "not their sum"),
+        (chunk_no_decode_flops, "decodes' own tokens"),
+        (chunk_no_chunk_kv, "writes its own K and V"),
+        (chunk_zero_not_none, "return None"),
+        (chunk_none_at_zero, "0 would mean"),
+        (chunk_ceil, "over the limit"),
+        (chunk_float, "whole number"),
+    ],
+)
+def test_largest_chunk_rejects(fn, cause):
+    with pytest.raises(AssertionError, match=cause):
+        checks.check_largest_chunk(fn)

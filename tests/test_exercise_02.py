@@ -115,9 +115,32 @@ def test_static_padding_accepts(fn, capsys):
     assert "passed:" in capsys.readouterr().out
 
 
+def pads_empty_seats(
+    p, o, b
+):  # wrong: a last, smaller batch padded to max_num_seqs rows (issue 29.3)
+    total = 0
+    for s in range(0, len(p), b):
+        ps, outs = p[s : s + b], o[s : s + b]
+        total += sum(max(ps) - x for x in ps) + sum(max(outs) - x for x in outs)
+        total += (b - len(ps)) * (max(ps) + max(outs) - 1)
+    return total
+
+
+def finished_row_one_step_longer(
+    p, o, b
+):  # wrong: a finished row pads from the step it finished in
+    total = 0
+    for s in range(0, len(p), b):
+        ps, outs = p[s : s + b], o[s : s + b]
+        total += sum(max(ps) - x for x in ps) + sum(max(outs) - x + (x < max(outs)) for x in outs)
+    return total
+
+
 @pytest.mark.parametrize(
     "fn",
     [
+        pads_empty_seats,
+        finished_row_one_step_longer,
         prompt_padding_only,
         bubbles_only,
         one_batch,

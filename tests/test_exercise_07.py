@@ -62,7 +62,15 @@ def meets_one_token_fails(r, ttft_slo, tpot_slo):  # wrong: a one-token request 
     return good(r.t_first_token - r.arrival, tpot, ttft_slo, tpot_slo)
 
 
+def meets_tpot_over_n(r, ttft_slo, tpot_slo):  # wrong: TPOT over all n tokens, not the n - 1 gaps
+    if r.t_first_token is None:
+        return False
+    tpot = (r.t_finished - r.t_first_token) / r.output_len
+    return good(r.t_first_token - r.arrival, tpot, ttft_slo, tpot_slo)
+
+
 WRONG_MEETS = {
+    "TPOT over n": meets_tpot_over_n,  # issue 29.3: now meets_slo's own check catches it, TPOT shown
     "strict": meets_strict,
     "aborted meets": meets_aborted,
     "crashes on an aborted request": meets_crashes,

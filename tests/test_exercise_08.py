@@ -371,13 +371,10 @@ class PrefixFirst(Policy):
         self.decodes(s)
         queue = list(s.waiting)
         order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
-        s.waiting.clear()
-        s.waiting.extend(queue[i] for i in order)
+        s.reorder_waiting([queue[i] for i in order])
         self.fill(s)
         if not self.keep_queue:
-            rest = sorted(s.waiting, key=lambda r: queue.index(r))
-            s.waiting.clear()
-            s.waiting.extend(rest)
+            s.reorder_waiting(sorted(s.waiting, key=queue.index))
 
 
 class PrefixFirstOneSort(Policy):
@@ -397,9 +394,7 @@ class PrefixFirstOneSort(Policy):
             late = s.now - r.arrival >= self.max_wait
             return (0, 0) if late else (1, -self.cached_tokens(r))
 
-        items = sorted(s.waiting, key=key)
-        s.waiting.clear()
-        s.waiting.extend(items)
+        s.reorder_waiting(sorted(s.waiting, key=key))
         while s.waiting:
             head = s.waiting[0]
             if not s.can_admit(head, head.num_remaining):
@@ -431,7 +426,10 @@ PREFIX_WRONG = [
     (prefix_variant("LateLast", order=staticmethod(order_late_last)), "goes first"),
     (prefix_variant("StaleCache", memo={}), "cached at the time|cached now"),
     (prefix_variant("RestoresArrivalOrder", keep_queue=False), "the order you chose"),
-    (AdmitsBeforeDecodes, "decode|refused|cached now"),
+    (
+        AdmitsBeforeDecodes,
+        "schedule every decode before you admit",
+    ),  # "is each prefix the one cached now?" before
 ]
 
 

@@ -3,6 +3,7 @@ ones written another way (and the server's own, whose fixed window it rejects as
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -183,3 +184,138 @@ def test_the_reference_agrees_with_the_server_where_the_server_sends_at_all():
                     break
             totals.append((sent, stopped))
         assert totals[0] == totals[1], (stops, pieces)
+
+
+# ---- 2. char_delays (issue 29.1) --------------------------------------------------------------
+def delays_solution(pieces, times, checker):
+    arrived = [t for piece, t in zip(pieces, times) for _ in piece]
+    delays = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        delays += [t - arrived[n] for n in range(len(delays), len(delays) + len(text))]
+        if stopped:
+            break
+    return delays
+
+
+def delays_by_bisect(
+    pieces, times, checker
+):  # right: token boundaries, found with bisect; numpy out
+    import bisect
+
+    import numpy as np
+
+    ends = list(
+        itertools.accumulate(len(p) for p in pieces)
+    )  # position just past each token's text
+    out, sent = [], 0
+    for i, piece in enumerate(pieces):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        for n in range(sent, sent + len(text)):
+            out.append(np.float64(times[i] - times[bisect.bisect_right(ends, n)]))
+        sent += len(text)
+        if stopped:
+            break
+    return out
+
+
+def delays_all_zero(
+    pieces, times, checker
+):  # wrong: every character charged to the token that sent it
+    return [0.0 for d in delays_solution(pieces, times, checker)]
+
+
+def delays_per_chunk(pieces, times, checker):  # wrong: one delay per chunk sent, not per character
+    out = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        if text:
+            out.append(0.0)
+        if stopped:
+            break
+    return out
+
+
+def delays_after_stop(pieces, times, checker):  # wrong: goes on after the checker said stopped
+    arrived = [t for piece, t in zip(pieces, times) for _ in piece]
+    delays = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, _ = checker.add(piece, i == len(pieces) - 1)
+        delays += [
+            t - arrived[min(n, len(arrived) - 1)]
+            for n in range(len(delays), len(delays) + len(text))
+        ]
+    return delays
+
+
+def delays_never_final(pieces, times, checker):  # wrong: the last token not marked final
+    arrived = [t for piece, t in zip(pieces, times) for _ in piece]
+    delays = []
+    for piece, t in zip(pieces, times):
+        text, stopped = checker.add(piece, False)
+        delays += [t - arrived[n] for n in range(len(delays), len(delays) + len(text))]
+        if stopped:
+            break
+    return delays
+
+
+def delays_token_index(pieces, times, checker):  # wrong: character n taken to come with token n
+    delays = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        delays += [
+            t - times[min(n, len(times) - 1)] for n in range(len(delays), len(delays) + len(text))
+        ]
+        if stopped:
+            break
+    return delays
+
+
+def delays_from_first_token(
+    pieces, times, checker
+):  # wrong: every delay measured from the stream's start
+    delays = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        delays += [t - times[0]] * len(text)
+        if stopped:
+            break
+    return delays
+
+
+def delays_off_by_one(pieces, times, checker):  # wrong: the token boundary found with bisect_left
+    import bisect
+
+    ends = list(itertools.accumulate(len(p) for p in pieces))
+    out, sent = [], 0
+    for i, piece in enumerate(pieces):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        for n in range(sent, sent + len(text)):
+            out.append(times[i] - times[min(bisect.bisect_left(ends, n), i)])
+        sent += len(text)
+        if stopped:
+            break
+    return out
+
+
+@pytest.mark.parametrize("fn", [delays_solution, delays_by_bisect])
+def test_char_delays_accepts(fn, capsys):
+    checks.check_char_delays(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "fn, cause",
+    [
+        (delays_all_zero, "runs from the token that brought it"),
+        (delays_per_chunk, "one delay per character"),
+        (delays_after_stop, "sends nothing more"),
+        (delays_never_final, "the last token is final"),
+        (delays_token_index, "which token brought it"),
+        (delays_from_first_token, "which token brought it"),
+        (delays_off_by_one, "which token brought it"),
+    ],
+)
+def test_char_delays_rejects(fn, cause):
+    with pytest.raises(AssertionError, match=cause):
+        checks.check_char_delays(fn)

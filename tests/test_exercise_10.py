@@ -62,14 +62,25 @@ WRONG_TOKENS = {
     "k drafts": (lambda a, k: closed_form(a, k - 1) + a**k * 0.5, "for each of the k + 1 places"),
     "integer": (lambda a, k: int(closed_form(a, k)), "for each of the k + 1 places"),
     "no end to the series": (lambda a, k: 1 / (1 - a) if a < 1 else k + 1, "the series has an end"),
+    "k times alpha": (
+        lambda a, k: k * a,
+        "judged on its own",
+    ),  # found with the infinite series' hint before
+    "one term too many": (lambda a, k: sum(a**i for i in range(k + 2)), "one term too far"),
 }
 
 
 def test_a_wrong_sum_gets_a_hint_not_the_answer():
     """Issue 29.4: 'you got 2.0, expected 1.9375' alone teaches nothing; the message says what the
     series counts, and never its formula."""
+    # the issue's 2.0 at alpha 0.5, k 4 is both 1 / (1 - alpha) and k * alpha: the first case, alpha 0.7,
+    # tells them apart, so neither gets the other's hint
     with pytest.raises(AssertionError, match="the series has an end"):
-        checks.check_expected_tokens(lambda a, k: 2.0)  # the issue's case: 1 / (1 - 0.5)
+        checks.check_expected_tokens(lambda a, k: 1 / (1 - a) if a < 1 else k + 1)
+    with pytest.raises(AssertionError, match="judged on its own"):
+        checks.check_expected_tokens(lambda a, k: k * a)
+    with pytest.raises(AssertionError, match="for each of the k \\+ 1 places"):
+        checks.check_expected_tokens(lambda a, k: 2.0)
     with pytest.raises(AssertionError) as err:
         checks.check_expected_tokens(lambda a, k: 2.5)
     assert "for each of the k + 1 places" in str(err.value)

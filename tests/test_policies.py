@@ -8,6 +8,7 @@ from helpers import MICRO, engine, micro_model
 from minilm import make_workload
 from minilm.core.policies import ChunkedPolicy, Policy, admit_prompts, schedule_decodes
 from minilm.metrics import summarize
+from minilm.request import Request, SamplingParams
 
 # mixed lengths, shortened so the whole file runs in seconds
 WORKLOAD = [
@@ -192,6 +193,34 @@ def test_a_policy_mistake_is_refused_with_its_name():
         RuntimeError, match="policy 'greedy': 'a' is already scheduled in this step"
     ):
         e.step()
+
+
+@pytest.mark.parametrize(
+    "order, words",
+    [
+        (lambda q: q[1:], "left out 'a'"),
+        (lambda q: q + q[:1], "got 'a' twice"),
+        (lambda q: q[1:] + [Request("a", [1], SamplingParams())], r"got 'a' \(not waiting\)"),
+    ],
+    ids=["missing", "twice", "stranger"],
+)
+def test_reorder_waiting_refuses_what_is_not_the_queue_and_changes_nothing(order, words):
+    class Reorders(Policy):
+        name = "reorders"
+
+        def schedule(self, s):
+            before = list(s.waiting)
+            with pytest.raises(RuntimeError, match="policy 'reorders': reorder_waiting.. " + words):
+                s.reorder_waiting(order(before))
+            assert list(s.waiting) == before
+            s.reorder_waiting(before[::-1])  # a permutation: the queue in that order
+            admit_prompts(s, chunked=False)
+
+    e = engine(Reorders(), model=micro_model(), max_model_len=64, max_num_seqs=1)
+    for rid in "abc":
+        e.add_request(rid, [1, 2, 3], max_tokens=1)
+    first = e.step()
+    assert [i.request_id for i in first.items] == ["c"]
 
 
 def test_long_prefill_token_threshold_caps_each_chunk():

@@ -53,3 +53,33 @@ def test_only_long_prompt_recommends_knobs():
     }
     assert recommended_knobs("long-prompt", 48, "continuous") == {"max_num_seqs": 48}
     assert recommended_knobs("mixed", 48, "chunked") == {}
+
+
+def test_skewed_workload_puts_a_long_request_at_every_periods_turn():
+    from minilm.workload import skewed_workload
+
+    specs = skewed_workload(40, rate=8.0, period=4, vocab_size=500)
+    assert specs == skewed_workload(40, rate=8.0, period=4, vocab_size=500)
+    assert [s.arrival for s in specs] == sorted(s.arrival for s in specs)
+    for i, s in enumerate(specs):
+        assert (400 <= s.max_tokens < 600) if i % 4 == 0 else (16 <= s.max_tokens < 48)
+        assert 200 <= len(s.prompt_ids) < 400
+    for bad in ({"n": 0}, {"period": 0}, {"rate": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            skewed_workload(**({"n": 8, "rate": 1.0} | bad))
+
+
+def test_a_hot_system_prompt_is_picked_more_often_and_hot_0_changes_nothing():
+    from minilm.workload import system_prompt_workload
+
+    even = system_prompt_workload(4, n=200, vocab_size=500)
+    assert system_prompt_workload(4, n=200, vocab_size=500, hot=0) == even
+
+    def share_of_most_common(specs):
+        firsts = [tuple(s.prompt_ids[:64]) for s in specs]
+        return max(firsts.count(f) for f in set(firsts)) / len(firsts)
+
+    hot = system_prompt_workload(4, n=200, vocab_size=500, hot=12)  # 13 of 16 picks: the first
+    assert share_of_most_common(even) < 0.4 < 0.7 < share_of_most_common(hot)
+    with pytest.raises(ValueError, match="hot"):
+        system_prompt_workload(4, n=8, hot=-1)

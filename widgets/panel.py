@@ -170,7 +170,9 @@ class ControlPanel:
 
     def build_engine(self) -> Engine:
         if self.engine_kind.value == MEASURED:
-            return Engine("tiny", seed=self.seed.value, **self.knobs())
+            # one thread: the tiny model's ops are too small to share, and a lesson's machine
+            # (a laptop, a shared server) runs the notebook beside it
+            return Engine("tiny", seed=self.seed.value, cpu_threads=1, **self.knobs())
         return simulated_engine(
             model=self.sim_model.value, device=self.sim_device.value, **self.knobs()
         )

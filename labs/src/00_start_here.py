@@ -28,8 +28,11 @@
 #
 # Every lesson but 7b and 7c has an exercise in `labs/exercises/`, named in the table
 # (8b shares lesson 8's; solutions, under the same names, in `labs/solutions/`). The first cell of every notebook (above)
-# only makes `import minilm` work; the engine itself runs PyTorch on one CPU thread unless
-# told otherwise (`EngineConfig.cpu_threads`).
+# only makes `import minilm` work; the engine itself runs PyTorch on as many CPU threads as
+# PyTorch would (`EngineConfig.cpu_threads`: `$OMP_NUM_THREADS` if set, else the machine's
+# physical cores). The tiny model's ops are too small to share well, and on a busy laptop extra
+# threads mostly wait on each other: if measured times jump around, pass `cpu_threads=1`
+# (`--cpu-threads 1`), as lesson 9's servers and the notebooks' build do.
 #
 # ## Glossary
 #

@@ -38,10 +38,13 @@ from labs.prose import say
 
 RUNS = Path(tempfile.mkdtemp(prefix="lesson09-"))  # result files and timelines of this lesson's runs
 # two servers, one per policy, started together (each waits for its model to load), and for
-# section 7 a third whose engine runs in a thread of the server's own process
-servers = {policy: ServerProcess(policy=policy, max_num_seqs=8, timeline=RUNS / f"serve_{policy}.json", timeout=None)
+# section 7 a third whose engine runs in a thread of the server's own process; one CPU thread
+# each (`cpu_threads=1`): the servers and their clients share this machine's cores, and threads
+# of one server would wait on the others'
+servers = {policy: ServerProcess(policy=policy, max_num_seqs=8, cpu_threads=1, timeline=RUNS / f"serve_{policy}.json",
+                                 timeout=None)
            for policy in ("continuous", "static")}
-servers["thread"] = ServerProcess(policy="continuous", max_num_seqs=8, engine_core="thread", timeout=None)
+servers["thread"] = ServerProcess(policy="continuous", max_num_seqs=8, cpu_threads=1, engine_core="thread", timeout=None)
 for s in servers.values():
     s.wait_ready()
 server = servers["continuous"]
@@ -371,7 +374,7 @@ from minilm.client.guidellm_result import guidellm_command
 from minilm.model.loader import resolve_model_path
 
 C, N, PROMPT, OUTPUT = 8, 32, 32, 32  # concurrency, requests, prompt and output tokens each
-with ServerProcess(policy="continuous", max_num_seqs=C) as fresh:
+with ServerProcess(policy="continuous", max_num_seqs=C, cpu_threads=1) as fresh:  # one thread, as above
     ours = await bench_serve.run(fresh.url, "random", N, max_concurrency=C, ignore_eos=True, quiet=True,
                                  endpoint="/v1/chat/completions", random_input_len=PROMPT, random_output_len=OUTPUT)
     theirs = guidellm_command(fresh.url, RUNS / "guidellm.json", concurrency=C, num_requests=N, prompt_tokens=PROMPT,

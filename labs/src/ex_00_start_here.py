@@ -38,7 +38,7 @@ checks.check_tokens_by_kind(tokens_by_kind)
 #
 # Write `predict_tokens(specs)`: the same dict as `tokens_by_kind` would return for
 # that run, from the workload alone, without running the engine (the check makes the
-# engine unavailable while your function runs, in this part and the next). Lesson 0, section 3
+# engine unavailable while your function runs, in this part and the next two). Lesson 0, section 3
 # shows one request: how many decode steps did `max_tokens=8` take, and where did its
 # first output token come from?
 
@@ -79,6 +79,39 @@ def predict_steps(specs, max_num_seqs: int) -> int:
 # %%
 # exercise check
 checks.check_predict_steps(predict_steps)
+
+# %% [markdown]
+# **Part 4: predict when each request is done.** The same kind of run. Now give each step a
+# cost: a step that computes `n` tokens in all (each prompt it prefills, whole, and one token
+# for each decode) takes `step_time(n)` seconds, and every request is waiting at time `0`.
+# Write `predict_finish_times(specs, max_num_seqs, step_time)`: a dict from each request's
+# `id` to the time its last token is ready, the end of the step that made it. The check
+# prices the engine's real steps with the same `step_time` (a fixed cost per step plus a cost
+# per token, like lesson 1's) and compares. No formula this time: decide what you must keep
+# track of from step to step, then which requests a step holds and what each brings to it.
+# A new request's prefill shares its step with the decodes of those already running.
+
+# %%
+def predict_finish_times(specs, max_num_seqs: int, step_time) -> dict[str, float]:
+    # BEGIN SOLUTION
+    queue, running, clock, done = list(specs), {}, 0.0, {}  # running: id -> output tokens still to make
+    while queue or running:
+        new = []
+        while queue and len(running) + len(new) < max_num_seqs:
+            new.append(queue.pop(0))             # a free seat is taken at the start of a step
+        clock += step_time(sum(len(s.prompt_ids) for s in new) + len(running))  # prompts + one per decode
+        running = {s.id: s.max_tokens for s in new} | {r: left for r, left in running.items()}
+        for r in list(running):
+            running[r] -= 1                      # each makes one token: the prefill its first
+            if running[r] == 0:
+                done[r] = clock
+                del running[r]                   # its seat is free for the next step
+    return done
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_predict_finish_times(predict_finish_times)
 
 # %% [markdown]
 # **Think further (no check).** Take a workload of your own and a KV cache too small for

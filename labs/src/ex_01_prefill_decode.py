@@ -94,6 +94,44 @@ def compute_bound_batch(num_params: float, bytes_per_param: float, kv_bytes_per_
 checks.check_compute_bound_batch(compute_bound_batch)
 
 # %% [markdown]
+# **Part 5: a token budget from a time limit.** Chunked prefill (lesson 1, section 5; lesson 6)
+# adds `k` prompt tokens to the running decodes' step. A server that promises its decodes a
+# gap of at most `time_limit` seconds between tokens must cap `k`. Write
+# `largest_chunk(num_params, bytes_per_param, kv_bytes_per_token, context_lens, peak_flops,
+# bandwidth, step_overhead, time_limit)`: the **largest** `k` (an integer, at least `0`) for which
+# the step takes at most `time_limit`, or `None` when even the decodes alone take longer. The
+# step: one token for each decode (`context_lens[i]` cached tokens behind sequence `i`, read as in
+# part 4; there may be no decodes at all) and the `k` tokens of a new prompt, which has nothing
+# cached but writes its own K and V (`kv_bytes_per_token` each); linear-layer FLOPs only, the
+# weights read once; the step takes a fixed `step_overhead` plus the larger of its compute and
+# memory times. Settle on paper first:
+#
+# * which of the step's two times grows with `k`, and by how much per token?
+# * can the memory time, not the compute time, be the one that stops `k`? When?
+# * "at most": if the limit is reached exactly at a whole `k`, is that `k` allowed?
+#
+# The check gives you a made-up chip whose numbers are powers of two, where such an exact
+# case can happen without float rounding.
+
+# %%
+def largest_chunk(num_params: float, bytes_per_param: float, kv_bytes_per_token: float, context_lens: list[int],
+                  peak_flops: float, bandwidth: float, step_overhead: float, time_limit: float) -> int | None:
+    """Most prompt tokens that can ride in the decodes' step and keep it within `time_limit`."""
+    # BEGIN SOLUTION
+    budget = time_limit - step_overhead                      # what compute and memory may each take
+    per_token = 2 * num_params / peak_flops                  # compute seconds per token in the step
+    by_compute = budget / per_token - len(context_lens)      # the decodes' tokens come first
+    memory = (num_params * bytes_per_param + kv_bytes_per_token * sum(context_lens)) / bandwidth
+    by_memory = (budget - memory) * bandwidth / kv_bytes_per_token  # each chunk token writes its K/V
+    k = math.floor(min(by_compute, by_memory))
+    return k if k >= 0 else None
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_largest_chunk(largest_chunk)
+
+# %% [markdown]
 # **Think further (no check).** Llama-3-8B keeps `128 KiB` of K/V per token because eight
 # KV heads serve its thirty-two query heads (grouped-query attention, lesson 5); with one
 # KV head per query head it would keep four times as much. Find the longest context at

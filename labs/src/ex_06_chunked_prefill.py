@@ -97,14 +97,15 @@ checks.check_split_budget_long(split_budget_long)
 #   part-way through its prefill, still running (`s.unscheduled_running()` gives both,
 #   oldest first; `s.schedule_running(req, n)` gives one `n` tokens);
 # * waiting prompts: `s.waiting`, `s.can_admit(req, n)` and `s.admit(req, n)`, which takes
-#   **only the head** of the queue.
+#   **only the head** of the queue, and `s.reorder_waiting(order)`, which puts the queue in
+#   `order` (every waiting request once, else an error).
 #
 # Decide first: in what order do the decodes, the part-done prompts and the queue get the
 # budget, and which of them count toward `max_long`? And how can a short prompt behind a
 # long one at the head of the queue get its tokens, when `admit` takes only the head? What
 # the check assumes: the KV cache has room for every request (nothing is preempted); you may
-# take requests off the head of `s.waiting` (`popleft`) if every one is back in its place,
-# in its order, when `schedule` returns. The check runs your policy on the simulated H100,
+# reorder the queue if every request left in it is back in its place, in its order, when
+# `schedule` returns. The check runs your policy on the simulated H100,
 # `40` requests of which every fourth has a `3000`-`4000`-token prompt (budget `512`, cap `128`),
 # with `max_long=None` against the engine's `chunked` policy and with `1`, `2`, `3` against a
 # reference in `labs/checks.py`, step by step, and reports the p99 ITL each limit buys and
@@ -134,17 +135,15 @@ class MyLongLimitPolicy(ChunkedPolicy):
         for req, n in zip(partial, chunks):
             if n:
                 s.schedule_running(req, n)
-        # a prompt that gets 0 steps off the head so the ones behind it can be admitted, and
-        # goes back to its place afterwards: the queue stays first come, first served
-        aside = []
-        for req, n in zip(waiting, chunks[len(partial):]):
-            if n == 0:
-                aside.append(s.waiting.popleft())
-                continue
-            if not s.can_admit(req, n):
+        # the prompts that get no tokens step behind the others so that those can be admitted,
+        # then go back to their places: the queue stays first come, first served
+        chunk = dict(zip(waiting, chunks[len(partial):]))
+        s.reorder_waiting(sorted(waiting, key=lambda r: chunk[r] == 0))
+        for req in [r for r in waiting if chunk[r]]:
+            if not s.can_admit(req, chunk[req]):
                 break
-            s.admit(req, n)
-        s.waiting.extendleft(reversed(aside))
+            s.admit(req, chunk[req])
+        s.reorder_waiting(sorted(s.waiting, key=waiting.index))
         # END SOLUTION
 
 # %%

@@ -108,9 +108,9 @@ checks.check_admission_order(admission_order)
 # prefix cache holds **now** (the check passes it in); `req.arrival` is its arrival time
 # and `s.now` the step's time.
 #
-# What the check assumes: `admit` takes only the head of `s.waiting`, so you reorder
-# `s.waiting` itself (`items = ...`, then `s.waiting.clear()` and `s.waiting.extend(items)`),
-# and the queue stays in your order: the next step's "order in the queue" is the one you
+# What the check assumes: `admit` takes only the head of `s.waiting`, so you put the queue in
+# your order with `s.reorder_waiting(order)` (`order`: every waiting request once, else an
+# error), and it stays in your order: the next step's "order in the queue" is the one you
 # left, as with the engine's own `lpm` order. Decide first: when in the step must the order
 # be computed, and what in it can change from one step to the next? The check runs your
 # policy on the simulated H100 with prefix caching (`100` requests at `30` per second behind six
@@ -138,8 +138,7 @@ class MyPrefixFirstPolicy(Policy):
         queue = list(s.waiting)
         order = admission_order([(r.arrival, self.cached_tokens(r)) for r in queue], s.now,
                                 self.max_wait)
-        s.waiting.clear()
-        s.waiting.extend(queue[i] for i in order)
+        s.reorder_waiting([queue[i] for i in order])
         while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):  # fill
             s.admit(s.waiting[0], s.waiting[0].num_remaining)
         # END SOLUTION

@@ -55,10 +55,44 @@ class MyStopChecker:
 checks.check_stop_checker(MyStopChecker)
 
 # %% [markdown]
+# ## Part 2: what holding back costs a client, character by character
+#
+# A recorded stream: `pieces[i]` is token `i`'s text and `times[i]` the time (in seconds) the
+# server had it. The server hands each piece to a stop checker (`checker.add(piece, final)`,
+# the last piece final) and sends what it returns at once; once the checker says stopped, it
+# sends nothing more. Write `char_delays(pieces, times, checker)`: for each character the client
+# receives, in order, how long after its token reached the server it was sent (seconds). A
+# character sent with the token that brought it has delay `0`.
+#
+# The check calls it with the server's fixed-window `StopChecker` and with a checker that
+# follows part 1's rule, on made-up streams (times included), and compares the two. Settle first:
+# of the text a checker has returned so far, which part of the tokens' text is it, and how do
+# you find the token that brought its `n`-th character? A token may have no text at all.
+
+# %%
+def char_delays(pieces: list[str], times: list[float], checker) -> list[float]:
+    # BEGIN SOLUTION
+    arrived = [t for piece, t in zip(pieces, times) for _ in piece]  # each character's token time
+    delays = []
+    for i, (piece, t) in enumerate(zip(pieces, times)):
+        text, stopped = checker.add(piece, i == len(pieces) - 1)
+        # what is sent is always the next stretch of the tokens' text (a stop only cuts it short)
+        delays += [t - arrived[n] for n in range(len(delays), len(delays) + len(text))]
+        if stopped:
+            break
+    return delays
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_char_delays(char_delays)
+
+# %% [markdown]
 # ## Think further
 #
-# - How much sooner does a client see text with your checker than with the server's fixed
-#   window, on the `docstrings` model with the stop string `"\n\n"`? With `"Returns"`?
+# - Part 2's check compared the two checkers on made-up times. Record a real stream (the
+#   `docstrings` model through the server, lesson 9) and measure the same with the stop string
+#   `"\n\n"` and with `"Returns"`.
 # - A token's text is not always final: a multi-byte character split across two tokens
 #   decodes to a replacement character until its second half arrives. How does the
 #   server's detokenizer (`minilm/serve/detokenizer.py`) deal with that, and what would

@@ -111,8 +111,9 @@ widgets.compare_figure(simulated)
 from minilm.serve.auth import room_key
 from minilm.client.process import ServerProcess
 
+# one CPU thread (`cpu_threads=1`): the server shares the lecturer's laptop with the notebook
 lecture_server = ServerProcess(policy="continuous", host="0.0.0.0", max_num_seqs=8, api_key=room_key(),
-                               max_inflight_per_client=2)
+                               max_inflight_per_client=2, cpu_threads=1)
 print(f"audience: open {lecture_server.public_url}  key: {lecture_server.api_key}")
 room = widgets.live_gantt(lecture_server.url, interval=0.5)
 room

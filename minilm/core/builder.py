@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import EngineConfig, InvalidValue, ModelConfig
+from ..config import MODEL_PRESETS, EngineConfig, InvalidValue, ModelConfig
 from ..model.llama import LlamaModel
 from ..model.loader import load_model, resolve_dtype, resolve_model_path
 from ..model.quantization import quantize
@@ -19,6 +19,7 @@ from ..model.runner import ModelRunner
 from ..model.tokenizer import ByteTokenizer, load_tokenizer
 from ..plan import Executor
 from ..spec_decode import SpeculativeConfig, make_speculative_executor
+from ..spec_decode.executor import check_draft_model
 from .clock import MeasuredClock
 from .kv_cache import KVCacheManager, cdiv
 from .policies import Policy, make_policy
@@ -26,32 +27,17 @@ from .policies import Policy, make_policy
 
 def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool=None) -> tuple:
     """(config resolved, policy, tokenizer, KV cache manager, executor, clock): everything an engine
-    needs. Bad knobs raise InvalidValue before the KV cache is allocated. `block_pool(num_blocks)`
+    needs. Bad knobs raise InvalidValue before any weights load. `block_pool(num_blocks)`
     replaces the KV cache's free list (exercise 4)."""
-    config.validate()
-    config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
-    policy = make_policy(config.policy)
+    config, policy = resolve(model, config)
+    if block_pool is not None and config.enable_prefix_caching:
+        allowed = "a pool of your own has no prefix cache; use enable_prefix_caching=False"
+        raise InvalidValue("block_pool", block_pool, allowed)
     name = "custom"
     if isinstance(model, (str, Path)):
         name = str(model)
         tokenizer = tokenizer or load_tokenizer(resolve_model_path(model))
         model = load_model(model, device=config.device, dtype=config.dtype, seed=config.seed)
-    if not isinstance(model, (LlamaModel, Executor)):
-        raise InvalidValue(
-            "model",
-            model,
-            "allowed: a preset or checkpoint name, a checkpoint directory, "
-            "a LlamaModel or an Executor",
-        )
-    config = resolve(
-        config, policy, model.config if isinstance(model, LlamaModel) else model.model_config
-    )
-    if block_pool is not None and config.enable_prefix_caching:
-        raise InvalidValue(
-            "block_pool",
-            block_pool,
-            "a pool of your own has no prefix cache; use enable_prefix_caching=False",
-        )
     kv_manager = KVCacheManager(
         config.num_blocks,
         config.block_size,
@@ -65,46 +51,30 @@ def build(model, config: EngineConfig, *, tokenizer=None, clock=None, block_pool
         model = ModelRunner(quantize(model, config.quantization), config, name)
         if config.speculative_config:
             model = make_speculative_executor(model, config)
-    elif config.speculative_config and not getattr(model, "speculates", False):
-        raise InvalidValue(
-            "speculative_config",
-            config.speculative_config,
-            f"executor {model.kind!r} cannot speculate; a model can, and so can the simulator",
-        )
-    return (
-        config,
-        policy,
-        tokenizer or ByteTokenizer(),
-        kv_manager,
-        model,
-        clock or MeasuredClock(config.device),
-    )
+    clock = clock or MeasuredClock(config.device)
+    return config, policy, tokenizer or ByteTokenizer(), kv_manager, model, clock
 
 
-def resolve(config: EngineConfig, policy: Policy, model: ModelConfig) -> EngineConfig:
-    """Fill in the defaults that depend on the model, the policy and the device."""
-    limit = model.max_position_embeddings
-    if config.max_model_len is not None and config.max_model_len > limit:
-        raise InvalidValue(
-            "max_model_len",
-            config.max_model_len,
-            f"must be <= the model's "
-            f"max_position_embeddings={limit} (the longest sequence it was trained for)",
-        )
-    # attention: the Triton kernel on a GPU; on a CPU PyTorch's fused SDPA over gathered KV
-    # (model/attention/sdpa.py: about twice the readable reference's speed, same results)
-    backend = config.attention_backend or (
-        "triton" if str(config.device).startswith("cuda") else "sdpa"
-    )
-    config = replace(config, max_model_len=config.max_model_len or limit, attention_backend=backend)
-    if policy.default_token_budget(config) is None:
-        config = replace(config, max_num_batched_tokens=None)  # the policy has no budget
-    elif config.max_num_batched_tokens is None:
-        config = replace(config, max_num_batched_tokens=policy.default_token_budget(config))
-    config.validate()
-    if config.num_blocks is None:
-        config = replace(config, num_blocks=default_num_blocks(config, model))
-    return config
+def resolve(model, config: EngineConfig) -> tuple[EngineConfig, Policy]:
+    """The knobs resolved (EngineConfig.resolve) and the policy, before anything loads: a model
+    by name is read from its config.json. An executor may size its KV cache (`kv_num_blocks`)."""
+    if isinstance(model, (str, Path)):
+        path = resolve_model_path(model)  # None: a preset
+        shape = ModelConfig.from_json(path / "config.json") if path else MODEL_PRESETS[str(model)]
+    elif isinstance(model, (LlamaModel, Executor)):
+        shape = model.config if isinstance(model, LlamaModel) else model.model_config
+    else:
+        allowed = "allowed: a preset or checkpoint name or directory, a LlamaModel or an Executor"
+        raise InvalidValue("model", model, allowed)
+    speculative = SpeculativeConfig.of(config.speculative_config)
+    if speculative and isinstance(model, Executor) and not model.speculates:
+        allowed = f"executor {model.kind!r} cannot speculate; a model can, and so can the simulator"
+        raise InvalidValue("speculative_config", speculative, allowed)
+    if speculative and speculative.model and not isinstance(model, Executor):
+        check_draft_model(speculative.model, shape)
+    sizing = getattr(model, "kv_num_blocks", lambda c: default_num_blocks(c, shape))
+    policy = make_policy(config.policy)
+    return replace(config, speculative_config=speculative).resolve(shape, policy, sizing), policy
 
 
 def default_num_blocks(config: EngineConfig, model: ModelConfig) -> int:

@@ -1,8 +1,8 @@
 """Clocks: a step's start, its duration and its model's share (docs/DESIGN.md, "Clocks").
 
-MeasuredClock  the step's wall time (CUDA synchronised): what this machine really took.
-SimulatedClock a cost model's prediction of the step on some other device (sim/costmodel.py);
-               bit-for-bit reproducible, so lessons can print it and nbval can check it.
+MeasuredClock  the step's wall time (CUDA synchronised): what this machine took.
+SimulatedClock a cost model's prediction for another device (sim/costmodel.py), bit-for-bit
+               reproducible, so lessons can print it and nbval can check it.
 WallClock      real time since the engine started, idle time included: a server's clock.
 
 The first two skip idle time: with nothing to run they jump to the next arrival.
@@ -40,12 +40,10 @@ class MeasuredClock(Clock):
         self.now, self._t0 = 0.0, 0.0
 
     def start_step(self) -> float:
-        """Start timing a step; returns its start time on the engine's clock."""
         self._t0 = self._sync()
         return self.now
 
     def end_step(self) -> float:
-        """Stop timing; returns the step's end time."""
         self.now += self._sync() - self._t0
         return self.now
 
@@ -62,7 +60,6 @@ class SimulatedClock(MeasuredClock):
         self._dt = 0.0
 
     def timed(self, execute: Callable, plan) -> tuple[object, float]:
-        """`execute(plan)`'s result, and the seconds the cost model says the step takes."""
         self._dt = float(self.step_time(plan))
         return execute(plan), self._dt
 
@@ -88,8 +85,7 @@ class WallClock(Clock):
     def start_step(self) -> float:
         return self._sync() - self.origin
 
-    def end_step(self) -> float:
-        return self._sync() - self.origin
+    end_step = start_step
 
     def wait_until(self, t: float) -> None:
         time.sleep(max(0.0, t - self.now))

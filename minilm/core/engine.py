@@ -1,10 +1,8 @@
 """The engine loop: schedule -> execute -> update -> record (docs/DESIGN.md, "One step").
 
-    engine = Engine("tiny", EngineConfig(policy="chunked"))
-    engine.add_request("a", prompt_ids=[1, 2, 3], max_tokens=8)
-    timeline = engine.run()
-
-Building the parts (model or simulator, KV cache, clock) happens in builder.py.
+engine = Engine("tiny", EngineConfig(policy="chunked"))
+engine.add_request("a", prompt_ids=[1, 2, 3], max_tokens=8)
+timeline = engine.run()
 """
 
 from __future__ import annotations
@@ -38,9 +36,7 @@ META_KNOBS = (
 
 class Engine:
     """An executor (the model or the simulator), a paged KV cache, a scheduler with its
-    policy, a clock and a timeline. `model`: a preset ("tiny"), a shipped checkpoint
-    ("docstrings"), a checkpoint directory, a LlamaModel or an Executor (builder.py).
-    Keyword knobs override fields of `config`."""
+    policy, a clock and a timeline, made by builder.py. Keyword knobs override `config`."""
 
     def __init__(
         self,
@@ -79,7 +75,7 @@ class Engine:
             **{k: getattr(c, k) for k in META_KNOBS},
         }
 
-    # ---- what a server asks -------------------------------------------------------
+    # ---- what a server asks ----
     @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
@@ -93,7 +89,7 @@ class Engine:
         """Share of KV blocks in use (vLLM's `kv_cache_usage_perc`, as a fraction)."""
         return self.kv_manager.num_used_blocks / self.kv_manager.num_blocks
 
-    # ---- requests --------------------------------------------------------------------
+    # ---- requests ----
     def add_request(
         self,
         request_id: str,
@@ -128,13 +124,11 @@ class Engine:
     def make_request(self, spec: RequestSpec, **sampling) -> Request:
         if spec.prompt_ids is None and spec.prompt is None:
             raise InvalidValue("prompt", None, "give prompt_ids or prompt", spec.id)
-        prompt_ids = (
-            spec.prompt_ids if spec.prompt_ids is not None else self.tokenizer.encode(spec.prompt)
-        )
+        ids = spec.prompt_ids
         eos = self.model_config.eos_token_id
         return Request(
             spec.id,
-            list(prompt_ids),
+            list(self.tokenizer.encode(spec.prompt) if ids is None else ids),
             SamplingParams(max_tokens=spec.max_tokens, **sampling),
             float(spec.arrival),
             eos_token_id=self.tokenizer.eos_token_id if eos is None else eos,
@@ -155,24 +149,17 @@ class Engine:
             ("prompt", req.prompt_ids),
             ("stop_token_ids", req.params.stop_token_ids),
         ):
-            bad = [
-                t
-                for t in ids
-                if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
-            ]
-            if bad:
-                raise InvalidValue(
-                    name, bad[0], f"a token id outside the vocabulary [0, {vocab})", rid
-                )
+            if set(map(type, ids)) <= {int} and (not ids or 0 <= min(ids) and max(ids) < vocab):
+                continue  # in C: a simulation checks millions
+            for t in ids:
+                if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+                    why = f"a token id outside the vocabulary [0, {vocab})"
+                    raise InvalidValue(name, t, why, rid)
         if req.max_len > c.max_model_len:  # OpenAI's words, which clients look for
-            name, value = (
-                ("prompt", req.prompt_len)
-                if req.prompt_len >= c.max_model_len
-                else ("max_tokens", req.params.max_tokens)
-            )
+            long_prompt = req.prompt_len >= c.max_model_len
             raise InvalidValue(
-                name,
-                value,
+                "prompt" if long_prompt else "max_tokens",
+                req.prompt_len if long_prompt else req.params.max_tokens,
                 f"prompt ({req.prompt_len}) + max_tokens ({req.params.max_tokens}) = "
                 f"{req.max_len} tokens > max_model_len={c.max_model_len}, this model's maximum "
                 f"context length",
@@ -192,14 +179,9 @@ class Engine:
             )
         self.policy.check_request(req, c)
 
-    def add_running(self, req: Request) -> None:
-        """A checked request whose K/V came in (serve/kv_transfer.py)."""
-        self.requests[req.request_id] = req
-        self.scheduler.add(req, running=True)
-
     def abort(self, request_id: str, reason: str = "aborted") -> bool:
-        """Stop an unfinished request now (between steps): its KV is freed and the timeline
-        records it as finished with `reason`. False if it had already finished."""
+        """Finish an unfinished request now, between steps, with `reason` (False if it had
+        already finished)."""
         req = self.requests.get(request_id)
         if req is None:
             raise InvalidValue("request_id", request_id, "unknown")
@@ -209,7 +191,7 @@ class Engine:
         self._retire([req], self.clock.now)
         return True
 
-    # ---- the loop --------------------------------------------------------------------
+    # ---- the loop ----
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -219,8 +201,8 @@ class Engine:
         return None if done is None else done[0]
 
     def step_outputs(self) -> tuple[StepRecord, list[RequestOutput]] | None:
-        """One engine step: its record, and what it changed of each request that sampled
-        (vLLM's EngineCoreOutputs); None when every request has finished."""
+        """One engine step: its record, and a RequestOutput for each request that sampled;
+        None when every request has finished."""
         s, clock = self.scheduler, self.clock
         if not s.has_unfinished():
             return None
@@ -273,8 +255,8 @@ class Engine:
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""
-        # The timeline grows by many small records that form no reference cycles; the cyclic
-        # GC re-scanned them all on every pass (half of a simulated 1,000-request run), so it pauses.
+        # The timeline's many small records form no cycles, but the cyclic GC re-scanned them
+        # all on every pass (half of a simulated 1,000-request run), so it pauses.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -286,14 +268,18 @@ class Engine:
                 disable=not progress,
             ) as bar:
                 while self.step() is not None:
+                    self.fast_forward()
                     bar.update(len(self.timeline.requests) - bar.n)
         finally:
             if gc_was_enabled:
                 gc.enable()
         return self.timeline
 
+    def fast_forward(self) -> None:
+        """A simulator's steps taken at once (sim/fastforward.py)."""
+
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
-        """Complete a few prompts (batched by the engine's policy) and return the texts."""
+        """Complete a few prompts (batched by the engine's policy); their texts."""
         base = len(self.requests)
         reqs = self.add_workload(
             [
@@ -310,7 +296,7 @@ class Engine:
         return self.tokenizer.decode(self.requests[request_id].output_ids)
 
 
-# ---- recording: functions of the plan and the step's times, after the clock stopped ----
+# ---- recording, after the clock stopped ----
 def record_step(
     *,
     index: int,

@@ -1,15 +1,12 @@
 """The paged KV cache's books: fixed-size blocks, a free list, a block table per request.
 
-vLLM's idea (PagedAttention, SOSP'23): instead of reserving one contiguous region of
-`max_len` slots per request, hand out `block_size`-token blocks as a sequence grows and
-give them back the moment it ends; only a sequence's last block can have unused slots.
-`reserved` mode does it the pre-paging way (a whole maximum length when admitted), so
-lesson 4 can measure what paging saves.
+vLLM's idea (PagedAttention, SOSP'23): instead of reserving `max_len` contiguous slots per
+request, hand out `block_size`-token blocks as a sequence grows and take them back when it
+ends. `reserved` mode does it the pre-paging way, so lesson 4 can measure what paging saves.
 
-Two parts, as in vLLM V1: a `BlockPool` hands out block ids and takes them back
-(exercise 4 writes one; prefix_cache.py has the caching one), and the `KVCacheManager`
-owns every request's block table. Only block ids live here: the K/V tensors they
-index are the model runner's (model/runner.py).
+As in vLLM V1, a pool hands out block ids (exercise 4 writes one; prefix_cache.py has the
+caching one) and the `KVCacheManager` owns the block tables. The K/V tensors the ids index
+are the model runner's.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ def cdiv(a: int, b: int) -> int:
 
 
 class BlockPool:
-    """A free list of block ids. Block 0 is handed out first, and a freed block is the
-    next one handed out again (a stack), which keeps the KV map readable."""
+    """A free list of block ids: block 0 goes first, and a freed block next (a stack), which
+    keeps the KV map readable."""
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
@@ -46,9 +43,7 @@ class BlockPool:
 
 class KVCacheManager:
     """Every request's block table, and the pool its blocks come from. A table is replaced,
-    never changed in place, when it grows: a plan that keeps one sees it as the step ran.
-    With prefix caching a new request shares the blocks of its longest cached prefix, and
-    every block that fills up with computed tokens is named for later ones."""
+    never changed in place, when it grows: a plan that keeps one sees it as the step ran."""
 
     def __init__(
         self,
@@ -60,19 +55,12 @@ class KVCacheManager:
     ):
         self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
         self.caching = enable_prefix_caching
-        if pool is None:
-            pool = (
-                PrefixCachingBlockPool(num_blocks)
-                if enable_prefix_caching
-                else BlockPool(num_blocks)
-            )
-        self.pool = pool
+        default_pool = PrefixCachingBlockPool if enable_prefix_caching else BlockPool
+        self.pool = default_pool(num_blocks) if pool is None else pool
         self.block_tables: dict[str, list[int]] = {}
-        self.num_cached_blocks: dict[
-            str, int
-        ] = {}  # blocks of each table already named in the cache
-        # free blocks that keep a cached prefix, kept as blocks come and go: the KV map asks
-        # every step, and a simulated GPU has tens of thousands of free blocks to scan
+        self.num_cached_blocks: dict[str, int] = {}  # of each table, blocks named in the cache
+        # free blocks that keep a cached prefix, kept up to date: the KV map asks every step,
+        # and a simulated GPU has tens of thousands of free blocks to scan
         self.cached_free: set[int] = set()
         self._cached_free_list: list[int] | None = []
 
@@ -85,8 +73,8 @@ class KVCacheManager:
         return self.num_blocks - self.pool.num_free_blocks
 
     def get_computed_blocks(self, request: Request) -> list[int]:
-        """The cached blocks of the longest cached prefix of a request that holds no blocks
-        yet; never all of its tokens: the last one is recomputed so that it can sample."""
+        """The longest cached prefix of a request that holds no blocks yet; never all of its
+        tokens: the last one is recomputed so that it can sample."""
         if not self.caching or request.request_id in self.block_tables:
             return []
         return self.pool.lookup(
@@ -100,9 +88,8 @@ class KVCacheManager:
         reserve_tokens: int = 0,
         computed: list[int] = (),
     ) -> int:
-        """Fresh blocks `request` must get so its table covers its computed tokens, the
-        `computed` cached blocks it is about to share and `num_new_tokens` (at least
-        `reserve_tokens` slots; all of `max_len` in reserved mode)."""
+        """Fresh blocks `request` needs to cover its computed tokens, the `computed` cached
+        blocks it will share and `num_new_tokens` (at least `reserve_tokens` slots)."""
         owned = len(self.block_tables.get(request.request_id, ())) + len(computed)
         slots = max(
             request.num_computed_tokens + len(computed) * self.block_size + num_new_tokens,
@@ -119,13 +106,9 @@ class KVCacheManager:
         reserve_tokens: int = 0,
         computed: list[int] = (),
     ) -> bool:
-        return self._fits(
-            self.blocks_needed(request, num_new_tokens, reserve_tokens, computed), computed
-        )
-
-    def _fits(self, need: int, computed: list[int]) -> bool:
-        """`need` fresh blocks are free, besides the cached ones a request is about to share
-        (which leave the free queue too)."""
+        """The fresh blocks are free, besides the cached ones to share (they leave the free
+        queue too)."""
+        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
         return need <= self.pool.num_free_blocks - (self.pool.num_free(computed) if computed else 0)
 
     def allocate_slots(
@@ -135,12 +118,11 @@ class KVCacheManager:
         reserve_tokens: int = 0,
         computed: list[int] = (),
     ) -> list[int] | None:
-        """Grow the request's table by the `computed` cached blocks it shares and fresh
-        blocks for `num_new_tokens` more tokens; its table, or None (and nothing changed)
-        when there are not enough free blocks."""
-        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
-        if not self._fits(need, computed):
+        """Grow the request's table by the `computed` cached blocks it shares and fresh blocks
+        for `num_new_tokens`; its table, or None (nothing changed) if too few are free."""
+        if not self.can_allocate(request, num_new_tokens, reserve_tokens, computed):
             return None
+        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
         table = self.block_tables.get(request.request_id, [])
         if need or computed:
             if computed:
@@ -161,8 +143,7 @@ class KVCacheManager:
         return table
 
     def cache_blocks(self, request: Request, table: list[int], num_full: int) -> None:
-        """Name the request's first `num_full` blocks in the cache: their tokens are known
-        and this step computes (or has computed) their K/V."""
+        """Name the request's first `num_full` blocks, whose K/V this step computes (or has)."""
         done = self.num_cached_blocks.get(request.request_id, 0)
         if num_full > done:
             keys = block_keys(request, self.block_size, num_full)
@@ -171,24 +152,22 @@ class KVCacheManager:
             self.num_cached_blocks[request.request_id] = num_full
 
     def free(self, request: Request) -> None:
-        """Return all of the request's blocks to the pool (a finished or preempted request),
-        tail first: with prefix caching a sequence's first blocks, the most shared, are
-        then the last evicted."""
+        """Return the request's blocks to the pool, tail first: with prefix caching its first
+        blocks, the most shared, are then the last evicted."""
         table = self.block_tables.pop(request.request_id, None)
         self.num_cached_blocks.pop(request.request_id, None)
         if table:
             self.pool.free_blocks(table[::-1])
             if self.caching:
-                kept = {
-                    b for b in table if self.pool.ref_cnt[b] == 0 and self.pool.key[b] is not None
-                }
+                pool = self.pool
+                kept = {b for b in table if pool.ref_cnt[b] == 0 and pool.key[b] is not None}
                 if kept:
                     self.cached_free |= kept
                     self._cached_free_list = None
 
     def snapshot(self) -> tuple[dict[str, list[int]], list[int] | None]:
         """Every block table, and the free blocks that keep a cached prefix (None without
-        prefix caching), for the timeline's KV map; unchanged lists are shared between steps."""
+        prefix caching), for the KV map; an unchanged list is shared between steps."""
         if self._cached_free_list is None:
             self._cached_free_list = sorted(self.cached_free)
         return dict(self.block_tables), self._cached_free_list if self.caching else None

@@ -1,6 +1,5 @@
-"""The three batching policies (docs/DESIGN.md, "Policies"). A policy is a small class:
-`schedule(step)` fills the step with the verbs of the StepBuilder it is given, and the
-class carries its own rules (`check_request`, `default_token_budget`, `on_finish`).
+"""The three batching policies (docs/DESIGN.md, "Policies"). A policy's `schedule(step)`
+fills the step with the StepBuilder's verbs; its class carries its own rules.
 
 static      a batch forms when the last has fully finished; prompts padded to the longest;
             finished rows compute padding until the longest row ends (lesson 2)
@@ -18,18 +17,18 @@ from .step import StepBuilder
 
 
 class Policy(ABC):
-    """Base class of batching policies: a subclass defines `schedule`. The defaults suit a
-    policy that runs each prompt whole in one step (as yours in exercise 3 does)."""
+    """A subclass defines `schedule`. The defaults suit a policy that runs each prompt whole
+    in one step (as yours in exercise 3 does)."""
 
     name = "policy"
-    whole_prompts = True  # a prompt (or a preempted sequence) runs in one step: it must fit one
+    whole_prompts = True  # a prompt (or a preempted sequence) must fit one step
 
     @abstractmethod
     def schedule(self, step: StepBuilder) -> None:
-        """Decide the step's work with `step`'s verbs: schedule_running, admit, schedule_padding."""
+        """Fill the step with its verbs (step.py)."""
 
     def default_token_budget(self, config: EngineConfig) -> int | None:
-        """max_num_batched_tokens when the user gives none (None: the policy has no budget)."""
+        """max_num_batched_tokens when none is given (None: no budget)."""
         return max(config.max_model_len, config.max_num_seqs)
 
     def check_request(self, req: Request, config: EngineConfig) -> None:
@@ -38,23 +37,26 @@ class Policy(ABC):
             raise InvalidValue(
                 "max_tokens",
                 req.params.max_tokens,
-                f"prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} tokens > max_num_batched_tokens="
-                f"{config.max_num_batched_tokens}; policy {self.name!r} runs a whole prompt (or a whole preempted "
-                f"sequence) in one step; raise the budget or use policy='chunked'",
+                f"prompt ({req.prompt_len}) + max_tokens - 1 = {req.max_len - 1} tokens > "
+                f"max_num_batched_tokens={config.max_num_batched_tokens}; policy {self.name!r} "
+                f"runs a whole prompt (or a whole preempted sequence) in one step; raise the "
+                f"budget or use policy='chunked'",
                 req.request_id,
             )
 
     def on_finish(self, req: Request) -> list[Request]:
-        return [req]  # whose KV blocks can be freed now that `req` has finished: its own
+        """Whose KV blocks can be freed now that `req` has finished."""
+        return [req]
 
     def kept_kv(self) -> dict[str, int]:
-        return {}  # finished requests whose KV blocks `on_finish` kept, and the tokens each has in them
+        """Finished requests whose KV `on_finish` kept, and their tokens in it."""
+        return {}
 
 
-# ---- the two loops the in-flight policies share ------------------------------------
+# ---- the two loops the in-flight policies share ----
 def schedule_decodes(step: StepBuilder) -> None:
-    """Check: a decode for every running request whose prompt is done, oldest first (the
-    budget always has room: max_num_batched_tokens >= max_num_seqs)."""
+    """A decode for every running request whose prompt is done, oldest first (the budget
+    has room: max_num_batched_tokens >= max_num_seqs)."""
     for req in step.unscheduled_running():
         if req.num_remaining == 1:
             step.schedule_running(req, 1)
@@ -68,8 +70,8 @@ def chunk_size(step: StepBuilder, req: Request) -> int:
 
 
 def admit_prompts(step: StepBuilder, chunked: bool) -> int:
-    """Fill: admit from the head of the queue while a seat, KV blocks and budget allow, each
-    with its whole prompt (or first chunk); how many were admitted."""
+    """Fill: admit from the head of the queue, each with its whole prompt (or first chunk),
+    while `can_admit`; how many were admitted."""
     admitted = 0
     while step.waiting:
         req = step.waiting[0]
@@ -82,11 +84,11 @@ def admit_prompts(step: StepBuilder, chunked: bool) -> int:
 
 
 class StaticPolicy(Policy):
-    """The policy owns its batch: which rows it holds, where each finished row's padding
-    has reached, and when the batch's KV can go (when its longest row ends)."""
+    """It owns its batch: its rows, how far each finished row's padding has reached, and when
+    the batch's KV goes (when its longest row ends)."""
 
     name = "static"
-    whole_prompts = False  # no budget; the engine checks that a request's KV fits alone
+    whole_prompts = False  # no budget (the engine checks that a request's KV fits alone)
 
     def __init__(self) -> None:
         self.batch: list[Request] = []
@@ -104,15 +106,14 @@ class StaticPolicy(Policy):
         end = padded_len(self.batch)
         for req in self.batch:  # dead rows: the padded tensor still computes them
             start = self.padded_end.get(req.request_id, req.num_computed_tokens)
-            if (
-                req.finished and start < end
-            ):  # (with speculation a row can reach its end steps early)
+            # (with speculation a row can reach its end steps early)
+            if req.finished and start < end:
                 step.schedule_padding(req, start, 1)
                 self.padded_end[req.request_id] = start + 1
 
     def start_batch(self, step: StepBuilder) -> list[Request]:
-        """The longest run of waiting requests whose padded rows fit the batch and the KV
-        cache together; every row gets a padded prefill and KV for the padded length."""
+        """Admit the longest run of waiting requests whose padded rows fit the batch and the
+        KV cache."""
         rows: list[Request] = []
         for req in step.waiting:
             grown = rows + [req]
@@ -148,8 +149,8 @@ def padded_len(rows: list[Request]) -> int:
 
 
 class ContinuousPolicy(Policy):
-    """Orca-style. `prefill_only_steps=True` gives vLLM v0's default instead: a step that
-    admits prompts runs only prompts, pausing every decode for that step."""
+    """Orca-style; `prefill_only_steps=True` is vLLM v0's default: a step that admits prompts
+    runs only prompts."""
 
     name = "continuous"
 
@@ -172,9 +173,7 @@ class ChunkedPolicy(Policy):
 
     def schedule(self, step: StepBuilder) -> None:
         schedule_decodes(step)
-        for (
-            req
-        ) in step.unscheduled_running():  # prompts part-way through their prefill, oldest first
+        for req in step.unscheduled_running():  # prompts part-way through, oldest first
             if step.budget == 0:
                 break
             step.schedule_running(req, chunk_size(step, req))

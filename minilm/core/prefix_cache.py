@@ -3,9 +3,8 @@
 vLLM's design (SGLang's RadixAttention finds the same hits with a radix tree):
 
 * Only *full* blocks are cached, each named by a key: its parent block's hash and its own
-  token ids. A key names the whole prefix up to the block's end: two prompts share a
-  cached block only if everything before it is the same too. The dict compares token ids
-  exactly, so a wrong hit needs two different parents whose 64-bit hashes collide.
+  token ids, so it names the whole prefix up to the block's end. The dict compares token
+  ids exactly: a wrong hit needs two parents whose 64-bit hashes collide.
 * Blocks carry reference counts: a cached block can sit in many block tables at once.
 * A freed block keeps its key and joins the free queue's tail; it loses its key only when
   it reaches the head and a fresh block is needed: least-recently-used eviction.
@@ -19,14 +18,12 @@ from ..request import Request
 
 
 def block_keys(request: Request, block_size: int, num_blocks: int) -> list[tuple]:
-    """The keys of the request's first `num_blocks` full blocks (kept on the request:
-    its tokens never change, so each key is computed once)."""
+    """The keys of the request's first `num_blocks` full blocks, each computed once."""
     keys = request.block_keys
     while len(keys) < num_blocks:
         i = len(keys)
-        parent = (
-            hash(keys[-1]) if keys else 0
-        )  # ints and tuples of ints hash the same in every process
+        # ints and tuples of ints hash the same in every process
+        parent = hash(keys[-1]) if keys else 0
         keys.append((parent, tuple(request.token_ids(i * block_size, block_size))))
     return keys[:num_blocks]
 
@@ -39,9 +36,7 @@ class PrefixCachingBlockPool:
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.key: list[tuple | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(
-            range(num_blocks)
-        )  # head: evicted first
+        self.free = OrderedDict.fromkeys(range(num_blocks))  # head: evicted first
         self.cached: dict[tuple, int] = {}  # key -> block
 
     @property
@@ -89,7 +84,7 @@ class PrefixCachingBlockPool:
         return blocks
 
     def cache(self, block: int, key: tuple) -> None:
-        """Name a block just filled with a full block of tokens (the first copy stays the cached one)."""
+        """Name a block just filled (the first copy of a key stays the cached one)."""
         if self.key[block] is None and key not in self.cached:
             self.key[block] = key
             self.cached[key] = block

@@ -4,10 +4,8 @@
     waiting  arrived, queued for a place in the batch (vLLM's `waiting`)
     running  in the batch: holds KV blocks, scheduled every step (oldest first)
 
-It lives as long as the engine; a step's own state lives on the `StepBuilder` (step.py)
-made for that step alone, so nothing of one step is left behind for the next. A request
-enters (`add`), arrives (`admit_arrivals`) and ends (`finish`) here; the StepBuilder, handed
-the queues, moves it between waiting and running.
+A step's own state lives on the `StepBuilder` (step.py) made for it alone, which moves a
+request between waiting and running; it enters, arrives and ends here.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ class Scheduler:
         self.policy = policy
         self.pending: list[Request] = []
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # in admission order: the last is the newest
+        self.running: list[Request] = []  # oldest first
         self.unfinished: dict[str, Request] = {}
 
     def add(self, req: Request, running: bool = False) -> None:
@@ -55,23 +53,23 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.pending or self.waiting or self.running)
 
-    # ---- one step ----------------------------------------------------------------
+    # ---- one step ----
     def schedule(self, now: float) -> StepPlan:
-        """The policy plans the step on a fresh StepBuilder; its plan is the step."""
+        """The policy fills a fresh StepBuilder; its plan is the step."""
         self.admit_arrivals(now)
+        queues = (self.waiting, self.running)
+        step = StepBuilder(self.config, self.policy, self.kv_manager, queues, now)
         if self.config.scheduling_policy == "lpm" and len(self.waiting) > 1:
             # SGLang's cache-aware order: the longest cached prefix first (stable: FCFS among equals)
             key = lambda r: -len(self.kv_manager.get_computed_blocks(r))  # noqa: E731
-            self.waiting = deque(sorted(self.waiting, key=key))
-        queues = (self.waiting, self.running)
-        step = StepBuilder(self.config, self.policy, self.kv_manager, queues, now)
+            step.reorder_waiting(sorted(self.waiting, key=key))
         self.policy.schedule(step)
         return step.plan()
 
     def update_from_output(self, plan: StepPlan, output: ModelOutput) -> list[RequestOutput]:
         """Advance each request's computed tokens, append what it sampled, finish those that
-        stop; what changed, per request that sampled. A rejected draft's K/V stays in its
-        slot until the next step overwrites it: only the accepted count as computed (lesson 10)."""
+        stop; what changed, per request that sampled. Only accepted drafts count as computed:
+        a rejected one's K/V stays until the next step overwrites it (lesson 10)."""
         outputs = []
         sampled, logprobs = output.sampled_token_ids, output.logprobs
         for w in plan.work:
@@ -85,23 +83,20 @@ class Scheduler:
             req.spec_token_ids = output.draft_token_ids.get(rid, [])
             if not kept:
                 continue  # a chunk: nothing sampled
-            out = RequestOutput(rid, [], None, [] if rid in logprobs else None, accepted)
-            for i, token in enumerate(kept):
-                out.new_token_ids.append(token)
-                if out.new_logprobs is not None:
-                    out.new_logprobs.append(logprobs[rid][i])
-                out.finish_reason = req.append_output(token)
-                if out.finish_reason is not None:
-                    self.finish(req, out.finish_reason)
+            for n, token in enumerate(kept, 1):
+                if (reason := req.append_output(token)) is not None:
+                    kept = kept[:n]  # the tokens after a stop are dropped
                     break
-            req.output_logprobs += out.new_logprobs or ()
-            outputs.append(out)
+            lps = logprobs[rid][: len(kept)] if rid in logprobs else None
+            outputs.append(RequestOutput(rid, list(kept), reason, lps, accepted))
+            req.output_logprobs += lps or ()
+            if reason is not None:
+                self.finish(req, reason)
         return outputs
 
     def finish(self, req: Request, reason: str) -> None:
-        """The one way a request ends (stop, length, aborted): out of its queue, and its KV
-        freed once the policy lets go of it (a static batch keeps its rows' KV until its
-        longest row ends: `Policy.on_finish`)."""
+        """The one way a request ends (stop, length, aborted): out of its queue, its KV freed
+        once the policy lets go of it (`Policy.on_finish`)."""
         {Status.PENDING: self.pending, Status.WAITING: self.waiting, Status.RUNNING: self.running}[
             req.status
         ].remove(req)

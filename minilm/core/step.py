@@ -1,12 +1,11 @@
-"""One step being planned: its token budget, what it has scheduled, and the verbs a
-policy calls to fill it. A StepBuilder lives for one step; `plan()` is its result.
+"""One step being planned: its token budget, its work, and the verbs a policy calls to
+fill it. A StepBuilder lives for one step; `plan()` is its result.
 
-A policy (policies.py) decides; the StepBuilder keeps the books. Each verb checks its
-request, asks the KV cache manager for slots, preempts when blocks run out and charges
-the budget, so a policy cannot schedule a request twice, overrun the budget or touch a
-block it does not own: the verb refuses with an error that names the mistake (exercise 3).
-It is handed the scheduler's queues and is the one place a request moves between
-waiting and running (`admit`, and back by a preemption); the scheduler does the rest.
+A policy (policies.py) decides; the StepBuilder keeps the books, so a policy cannot
+schedule a request twice, overrun the budget or touch a block it does not own: the verb
+refuses with an error that names the mistake (exercise 3). Handed the scheduler's queues,
+it is the one place a request moves between waiting and running, and the waiting queue
+is reordered.
 """
 
 from __future__ import annotations
@@ -29,12 +28,11 @@ class StepBuilder:
         queues: tuple[deque[Request], list[Request]],
         now: float,
     ):
-        """`queues`: the scheduler's (waiting, running), which `admit` and a preemption move."""
         self.config, self._policy, self._kv, self.now = config, policy, kv, now
-        self._who = f"policy {policy.name!r}"  # for the errors that name a mistake
+        self._who = f"policy {policy.name!r}"
         self._waiting, self._running = queues
-        budget = config.max_num_batched_tokens  # static: no budget
-        self.budget = 1 << 62 if budget is None else budget  # tokens left in this step
+        budget = config.max_num_batched_tokens  # None: static has no budget
+        self.budget = 1 << 62 if budget is None else budget  # tokens left
         self.work: list[SeqWork] = []
         self.preempted: list[Request] = []
         self.scheduled: set[str] = set()
@@ -43,10 +41,10 @@ class StepBuilder:
         speculative = config.speculative_config
         self.lookahead = speculative.num_lookahead_tokens if speculative else 0
 
-    # ---- what a policy reads ----------------------------------------------------------
+    # ---- what a policy reads ----
     @property
     def waiting(self):
-        """The waiting queue, head first (a deque: read it; `admit` takes its head)."""
+        """The waiting queue, head first, to read: `admit` and `reorder_waiting` move it."""
         return self._waiting
 
     @property
@@ -62,18 +60,16 @@ class StepBuilder:
         return self._kv.blocks_needed(req, 0, num_slots)
 
     def unscheduled_running(self) -> Iterator[Request]:
-        """Running requests not yet scheduled in this step, oldest first. A request that is
-        preempted while the policy walks this list is skipped."""
+        """Running requests not yet scheduled, oldest first (one preempted meanwhile: skipped)."""
         for req in list(self._running):
             if req.status is Status.RUNNING and req.request_id not in self.scheduled:
                 yield req
 
-    # ---- the verbs --------------------------------------------------------------------
+    # ---- the verbs ----
     def schedule_running(self, req: Request, num_tokens: int) -> bool:
-        """Schedule `num_tokens` more tokens of a running request. When KV blocks run out,
-        preempt the newest running request not yet scheduled in this step, until the blocks
-        fit; False when that was `req` itself (it went back to the queue). A decode also
-        verifies its draft tokens, as many as the budget allows (lesson 10)."""
+        """Schedule `num_tokens` more tokens of a running request (a decode: and its drafts, as
+        many as the budget allows). When KV blocks run out, preempt the newest running request
+        not yet scheduled, until they fit; False when that was `req` itself."""
         self._check(req, num_tokens, Status.RUNNING)
         if num_tokens > self.budget:
             raise RuntimeError(
@@ -100,16 +96,15 @@ class StepBuilder:
     def can_admit(
         self, req: Request, num_tokens: int, num_padding: int = 0, reserve_tokens: int = 0
     ) -> bool:
-        """Whether `admit` would succeed: a free seat (`max_num_seqs`), budget, KV blocks, and no
-        preemption in this step (vLLM's rule: admitting into a step that evicted would thrash)."""
+        """A free seat, budget, KV blocks, and no preemption in this step (vLLM's rule:
+        admitting into a step that evicted would thrash)."""
         return self._admission(req, num_tokens, num_padding, reserve_tokens) is not None
 
     def admit(
         self, req: Request, num_tokens: int, *, num_padding: int = 0, reserve_tokens: int = 0
     ) -> None:
-        """Move the head of the waiting queue into the batch and schedule its first `num_tokens`
-        (+ `num_padding` dummy tokens); a prefix found in the prefix cache needs no compute.
-        `reserve_tokens`: KV slots it holds from now on, used or not (static's padded row)."""
+        """Move the head of the waiting queue into the batch with its first `num_tokens` after
+        its cached prefix (+ `num_padding` dummies), holding at least `reserve_tokens` KV slots."""
         if not self.waiting or self.waiting[0] is not req:
             raise RuntimeError(
                 f"{self._who}: admit() takes the head of the waiting queue, not {req.request_id!r}"
@@ -132,12 +127,30 @@ class StepBuilder:
         self._running.append(req)
         self._add_work(req, num_tokens, num_padding, table, num_cached, new=new)
 
+    def reorder_waiting(self, order: list[Request]) -> None:
+        """Put the waiting queue in `order`, which holds every waiting request once."""
+        order, queued = list(order), {r.request_id: r for r in self._waiting}
+        seen: set[str] = set()
+        for req in order:
+            rid = req.request_id
+            if rid in seen or queued.get(rid) is not req:
+                why = "twice" if rid in seen else "(not waiting)"
+                raise RuntimeError(f"{self._who}: reorder_waiting() got {rid!r} {why}")
+            seen.add(rid)
+        if len(seen) < len(queued):
+            left_out = next(rid for rid in queued if rid not in seen)
+            raise RuntimeError(
+                f"{self._who}: reorder_waiting() left out {left_out!r}; "
+                f"the order must hold every waiting request once"
+            )
+        self._waiting.clear()
+        self._waiting.extend(order)
+
     def schedule_padding(self, req: Request, start: int, num_padding: int) -> None:
-        """Dummy tokens at positions `start : start + num_padding` of a finished request that
-        still holds its KV: the row of a dense padded batch still computes them until the
-        batch's longest row ends (lesson 2)."""
+        """Dummy tokens at `start : start + num_padding` of a finished request that still holds
+        its KV: a dense padded batch computes them until its longest row ends (lesson 2)."""
         rid, table = req.request_id, self._kv.block_tables.get(req.request_id)
-        # one test on the hot path (a simulated static run pads a few hundred thousand rows)
+        # one test: a simulated static run pads a few hundred thousand rows
         if (
             table is None
             or req.status is not Status.FINISHED
@@ -146,16 +159,15 @@ class StepBuilder:
             or num_padding > self.budget
         ):
             raise RuntimeError(
-                f"{self._who}: cannot pad {rid!r} by {num_padding} at {start}: "
-                f"padding is for finished requests that hold their KV, once a step, within their "
-                f"KV slots and the budget"
+                f"{self._who}: cannot pad {rid!r} by {num_padding} at {start}: only a finished "
+                f"request that holds its KV, once a step, within its slots and the budget"
             )
         self.scheduled.add(rid)
         self.budget -= num_padding
         self.work.append(SeqWork(rid, [], num_padding, start, table, "padding", False))
 
     def plan(self) -> StepPlan:
-        """The step as planned, with the state it leaves as it runs."""
+        """The step, with the state it leaves as it runs."""
         kv = self._kv
         tables, cached_free = kv.snapshot() if self.config.record_kv_blocks else (None, None)
         return StepPlan(
@@ -170,26 +182,22 @@ class StepBuilder:
         )
 
     def _stored_tokens(self) -> int:
-        """KV slots holding a token once the step has run: each block table's up to its request's end,
-        a block in several tables (always a full one: prefix caching, lesson 8) counted once."""
-        # finished requests a policy keeps (a static batch's dead rows), the running, and
-        # the step's requests at their new end
+        """KV slots holding a token once the step has run, a block shared by several tables once.
+        A request ends where the policy keeps it (dead rows), where it runs, or at its new end."""
         ends = self._policy.kept_kv()
         ends.update((r.request_id, r.num_computed_tokens) for r in self._running)
         ends.update((w.request_id, w.end) for w in self.work)
         kv, bs = self._kv, self._kv.block_size
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
-        return (
-            sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items())
-            - repeats * bs
-        )
+        stored = sum(ends.get(rid, len(table) * bs) for rid, table in kv.block_tables.items())
+        return stored - repeats * bs
 
-    # ---- bookkeeping ------------------------------------------------------------------
+    # ---- bookkeeping ----
     def _admission(
         self, req: Request, num_tokens: int, num_padding: int, reserve_tokens: int
     ) -> tuple[list[int], int, int] | None:
-        """(its cached prefix blocks, the tokens left to compute after them, the KV slots to hold)
-        if `req` can be admitted now."""
+        """(cached prefix blocks, tokens to compute after them, KV slots to hold), if `req`
+        can be admitted now."""
         computed = self._kv.get_computed_blocks(req)
         end = len(computed) * self._kv.block_size + num_tokens
         num_tokens -= max(0, end - req.num_tokens)
@@ -206,8 +214,8 @@ class StepBuilder:
         return None
 
     def _lookahead(self, req: Request, end: int, samples: bool) -> int:
-        """KV slots a step whose work ends at `end` must hold: a draft model proposes after the
-        step samples and writes the K/V of its drafts past `end` (lesson 10)."""
+        """KV slots a step ending at `end` must hold: a draft model writes its drafts' K/V past
+        `end` after the step samples (lesson 10)."""
         return min(end + self.lookahead, req.max_len) if samples and self.lookahead else 0
 
     def _check(self, req: Request, num_tokens: int, status: Status) -> None:

@@ -1,3 +1,2 @@
-"""The model and its execution: a Llama-family decoder over one ragged batch, the paged
-attention backends, the runner that turns a step plan into tensors and sampled tokens,
-checkpoints and tokenizers."""
+"""The model: a Llama-family decoder, the paged attention backends, the runner (a step
+plan in, sampled tokens out), checkpoints and tokenizers."""

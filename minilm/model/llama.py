@@ -1,12 +1,11 @@
 """A Llama-family decoder over one flat, ragged batch of tokens.
 
-There is no batch dimension: a step's tokens from every sequence are concatenated
-into `input_ids [T]`, and `AttentionMetadata` says which tokens belong to which
-sequence and where their keys and values live in the paged KV cache (lesson 5).
-Everything except attention (embeddings, norms, projections, MLP) is per-token,
-so it runs on the flat batch as if it were one long sequence.
+There is no batch dimension: a step's tokens from every sequence are concatenated into
+`input_ids [T]`, and `AttentionMetadata` says which sequence each belongs to and where
+its K/V live in the paged cache (lesson 5). Everything but attention is per-token, so
+it runs on the flat batch as on one long sequence.
 
-Parameter names match Hugging Face's `LlamaForCausalLM` / `Qwen2ForCausalLM`, so a
+Parameter names are Hugging Face's (`LlamaForCausalLM`, `Qwen2ForCausalLM`): a
 `state_dict` loads from and saves to an HF checkpoint unchanged.
 """
 
@@ -36,15 +35,14 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     block_tables: torch.Tensor
     slot_mapping: torch.Tensor
-    # The first two as lists, from the runner, for backends that plan on the host (reference.py,
-    # sdpa.py): reading a GPU tensor back would wait for every kernel queued before it.
+    # The first two as lists, for backends that plan on the host: reading a GPU tensor back
+    # would wait for every kernel queued before it.
     cu_seqlens_q_host: list[int] | None = None
     context_lens_host: list[int] | None = None
-    # what a backend derives from the above for one step, kept for its other layers (sdpa.py)
-    scratch: dict = field(default_factory=dict)
+    scratch: dict = field(default_factory=dict)  # a backend's layout, kept for its other layers
 
     def host_layout(self) -> tuple[list[int], list[int]]:
-        """(cu_seqlens_q, context_lens) as lists: the runner's, or read back once (metadata built by hand)."""
+        """The host lists: the runner's, or read back once (metadata built by hand)."""
         if self.cu_seqlens_q_host is not None and self.context_lens_host is not None:
             return self.cu_seqlens_q_host, self.context_lens_host
         if "host" not in self.scratch:
@@ -52,10 +50,17 @@ class AttentionMetadata:
         return self.scratch["host"]
 
 
-AttentionFn = Callable[
-    ..., torch.Tensor
-]  # attention(q, k_cache, v_cache, meta, scale): attention/__init__.py
-WriteKVFn = Callable[..., None]  # write_kv(k, v, k_cache, v_cache, slot_mapping)
+def cache_slots(
+    block_tables: torch.Tensor, rows: torch.Tensor | int, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Flat cache slot (block * block_size + offset) of each of `positions` of the sequences in
+    `rows` of `block_tables` (the runner's slot mapping, sdpa.py's gathers)."""
+    blocks = block_tables[rows, positions // block_size].long()
+    return blocks * block_size + positions % block_size
+
+
+AttentionFn = Callable[..., torch.Tensor]  # attention/__init__.py
+WriteKVFn = Callable[..., None]
 
 
 class RMSNorm(nn.Module):
@@ -73,15 +78,13 @@ def rope_cos_sin(
     positions: torch.Tensor, head_dim: int, theta: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding angles for each token's own position (not its index in the batch)."""
-    inv_freq = 1.0 / (
-        theta
-        ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    )
+    dims = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32)
+    inv_freq = 1.0 / theta ** (dims / head_dim)
     angles = positions.float()[:, None] * inv_freq[None, :]
-    # HF's non-interleaved ("rotate_half") layout; the sin of the first half carries rotate_half's minus sign
-    return torch.cat([angles, angles], dim=-1).cos()[:, None, :], torch.cat(
-        [-angles, angles], dim=-1
-    ).sin()[:, None, :]
+    # HF's "rotate_half" layout; the sin of the first half carries rotate_half's minus sign
+    cos = torch.cat([angles, angles], dim=-1).cos()
+    sin = torch.cat([-angles, angles], dim=-1).sin()
+    return cos[:, None, :], sin[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -94,12 +97,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-        )
-        bias = cfg.attention_bias
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim, bias = cfg.head_dim, cfg.attention_bias
         self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
@@ -121,8 +120,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        # New K/V go into the cache first, so attention reads every key (old and new)
-        # from one place: the paged cache, through the block tables.
+        # New K/V go into the cache first, so attention reads every key from one place
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         out = attention(q, k_cache, v_cache, meta, self.head_dim**-0.5)
         return self.o_proj(out.reshape(T, self.num_heads * self.head_dim))
@@ -180,7 +178,7 @@ class LlamaModel(nn.Module):
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
-                if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+                if name.endswith("norm.weight"):  # every RMSNorm's
                     p.fill_(1.0)
                 else:
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
@@ -195,7 +193,7 @@ class LlamaModel(nn.Module):
         attention: AttentionFn,
         write_kv: WriteKVFn,
     ) -> torch.Tensor:
-        """Hidden states [T, hidden] of a ragged batch; `kv_cache` is [layers, 2, blocks, block_size, Hkv, D]."""
+        """Hidden states [T, hidden]; `kv_cache` is [layers, 2, blocks, block_size, Hkv, D]."""
         cfg = self.config
         cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
         x = self.model.embed_tokens(input_ids)
@@ -204,5 +202,5 @@ class LlamaModel(nn.Module):
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits only for the rows given: the engine passes the last token of each sampled sequence."""
+        """Logits of the rows given: the runner's are the rows it samples."""
         return self.lm_head(hidden).float()

@@ -1,8 +1,6 @@
-"""HF-format checkpoints: `config.json` + `*.safetensors` with HF parameter names.
-
-`load_model("tiny")` builds a named config with seeded random weights;
-`load_model(path)` reads a checkpoint directory and checks every tensor's name and
-shape before using it, so a broken checkpoint fails with a message, not garbage.
+"""HF-format checkpoints (`config.json`, `*.safetensors`), or a preset's seeded random
+weights. Every tensor's name and shape is checked before use: a broken checkpoint fails
+with a message, not garbage.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ def expected_shapes(model: LlamaModel) -> dict[str, tuple[int, ...]]:
 
 
 def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's *.safetensors files, each checked against its expected shape."""
+    """Every tensor of the checkpoint, each checked against its expected shape."""
     tensors: dict[str, torch.Tensor] = {}
     for f in sorted(path.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
@@ -55,7 +53,7 @@ def read_tensors(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, 
 
 
 def resolve_model_path(name_or_path: str | Path) -> Path | None:
-    """A checkpoint directory for a path or a shipped checkpoint name; None for a random preset."""
+    """The checkpoint directory of a path or a shipped name; None for a preset."""
     if str(name_or_path) in MODEL_PRESETS:
         return None
     p = Path(name_or_path)
@@ -63,11 +61,7 @@ def resolve_model_path(name_or_path: str | Path) -> Path | None:
         return p
     if (CHECKPOINTS_DIR / str(name_or_path) / "config.json").exists():
         return CHECKPOINTS_DIR / str(name_or_path)
-    shipped = (
-        sorted(d.name for d in CHECKPOINTS_DIR.glob("*") if (d / "config.json").exists())
-        if CHECKPOINTS_DIR.exists()
-        else []
-    )
+    shipped = sorted(p.parent.name for p in CHECKPOINTS_DIR.glob("*/config.json"))
     raise InvalidValue(
         "model",
         str(name_or_path),
@@ -85,8 +79,9 @@ def load_model(
         model = LlamaModel(MODEL_PRESETS[str(name_or_path)]).init_random(seed)
     else:
         model = LlamaModel(ModelConfig.from_json(path / "config.json"))
-        tensors = read_tensors(path, expected_shapes(model))
-        model.load_state_dict({k: tensors[k] for k in expected_shapes(model)}, strict=False)
+        expected = expected_shapes(model)
+        tensors = read_tensors(path, expected)
+        model.load_state_dict({k: tensors[k] for k in expected}, strict=False)
         if model.config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
     return model.to(device=device, dtype=resolve_dtype(dtype)).eval()

@@ -1,14 +1,11 @@
 """8-bit weights through torchao: what `EngineConfig.quantization` (vLLM's knob) turns on.
 
-int8 / fp8: each row of a linear layer's weight stored in one byte a number (int8, or FP8
-e4m3) with one float scale; the activations keep the model's dtype and the weight is
-dequantized inside the matmul (weight-only: a CPU has no 8-bit float arithmetic, and
-torchao's int8 weight-only kernel multiplies in the activations' dtype). The q/k/v/o
-projections and the MLP are quantized: nearly all of a step's FLOPs and weight bytes. The
-LM head is not (vLLM's fp8 leaves it too): its rounding goes straight into the logits the
-next token is picked from, and here it is tied to the embedding, a lookup with no matmul.
-Fewer bytes read per step is the gain; whether it is faster depends on the kernels, and
-on this CPU it is not (bench/quantization.py measures speed and quality; lesson 10).
+int8 / fp8: each row of a linear layer's weight in one byte a number (int8, or FP8 e4m3)
+with one float scale, dequantized inside the matmul (weight-only: a CPU has no 8-bit float
+arithmetic). The q/k/v/o projections and the MLP are quantized: nearly all of a step's
+FLOPs and weight bytes. The LM head is not (nor in vLLM's fp8): its rounding goes straight
+into the logits, and here it is tied to the embedding, a lookup. Fewer bytes read per step
+is the gain; on this CPU it is not faster (bench/quantization.py; lesson 10).
 """
 
 from __future__ import annotations
@@ -24,17 +21,14 @@ def quantize(model: nn.Module, method: str | None) -> nn.Module:
     """A copy of `model` with its linear layers but lm_head quantized by `method` (None: `model`)."""
     if method is None:
         return model
-    logging.disable(
-        logging.WARNING
-    )  # a CPU torch can't load torchao's CUDA extensions: it says so, loudly
+    # a CPU torch can't load torchao's CUDA extensions: it says so, loudly
+    logging.disable(logging.WARNING)
     try:
         import torchao.quantization as ao  # noqa: PLC0415 (slow to import: only when asked for)
     finally:
         logging.disable(logging.NOTSET)
     config = {"int8": ao.Int8WeightOnlyConfig, "fp8": ao.Float8WeightOnlyConfig}[method]()
-    model = copy.deepcopy(
-        model
-    )  # the caller's model stays as it was (a lesson may build two engines from it)
+    model = copy.deepcopy(model)  # the caller's stays as it was (a lesson builds two engines)
     ao.quantize_(
         model, config, filter_fn=lambda m, name: isinstance(m, nn.Linear) and name != "lm_head"
     )
@@ -42,7 +36,7 @@ def quantize(model: nn.Module, method: str | None) -> nn.Module:
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the parameters as stored, a tied one once (a quantized weight: its 8-bit data and scales)."""
+    """Bytes of the parameters as stored, a tied one once (quantized: its data and scales)."""
 
     def nbytes(p: torch.Tensor) -> int:
         inner = p.__tensor_flatten__()[0] if hasattr(p, "__tensor_flatten__") else []

@@ -1,9 +1,7 @@
 """The model runner: from a step plan to tensors, through the model, to sampled tokens.
 
-It owns the KV cache tensor, whose blocks the KV cache manager (core/kv_cache.py) hands
-out. `build_step_inputs` flattens a plan into one ragged batch (docs/DESIGN.md, "One
-step"); static batching's padding tokens are real rows of it: they cost what a real
-token costs, and their results are thrown away.
+It owns the KV cache tensor, whose blocks core/kv_cache.py hands out. Static batching's
+padding tokens are real rows of the batch: they cost what a real token costs.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import torch
 from ..config import EngineConfig, ModelConfig
 from ..plan import ModelOutput, NewRequest, StepPlan
 from .attention import get_backend
-from .llama import AttentionMetadata, LlamaModel
+from .llama import AttentionMetadata, LlamaModel, cache_slots
 from .loader import resolve_dtype
 from .quantization import weight_bytes
 from .sampling import sample
@@ -44,20 +42,10 @@ def allocate_kv_cache(
 
 
 def device_time(device_type: str) -> float:
-    """time.perf_counter() once the device has done its queued work: a GPU runs ahead of
-    Python, and what it has not finished would not be counted."""
+    """time.perf_counter() once the device has done its queued work (a GPU runs ahead)."""
     if device_type in ("cuda", "mps"):
         getattr(torch, device_type).synchronize()
     return time.perf_counter()
-
-
-def slot_mapping(
-    block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Flat cache slot (block * block_size + offset) of token t, at `positions[t]` of the
-    sequence in row `rows[t]` of `block_tables [B, max_blocks]`."""
-    blocks = block_tables[rows, positions // block_size].long()
-    return blocks * block_size + positions % block_size
 
 
 @dataclass
@@ -65,8 +53,8 @@ class StepInputs:
     input_ids: torch.Tensor  # [T]
     positions: torch.Tensor  # [T]
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # [S] each token whose next token is sampled
-    sample_work: list  # each sampling SeqWork: 1 + its drafts rows, in order
+    sample_rows: torch.Tensor  # [S] the tokens after which a token is sampled
+    sample_work: list  # each sampling SeqWork, 1 + its drafts rows, in order
 
 
 def ragged_batch(
@@ -74,9 +62,8 @@ def ragged_batch(
     block_size: int,
     device: str | torch.device = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-    """(input_ids, positions, metadata) of one flat batch, from (token ids, position of the first,
-    block table) of each sequence; each attends to its cache up to its last new token. The
-    metadata keeps the layout's lists too, so no layer reads it back from the device."""
+    """(input_ids, positions, metadata) of one flat batch, from (token ids, position of the
+    first, block table) of each sequence; the metadata keeps its host lists too."""
     lens = [len(ids) for ids, _, _ in seqs]
     cu = [0, *accumulate(lens)]
     context_lens = [start + n for (_, start, _), n in zip(seqs, lens)]
@@ -92,7 +79,7 @@ def ragged_batch(
         cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
         context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
         block_tables=block_tables.to(device),
-        slot_mapping=slot_mapping(block_tables, rows, positions, block_size).to(device),
+        slot_mapping=cache_slots(block_tables, rows, positions, block_size).to(device),
         cu_seqlens_q_host=cu,
         context_lens_host=context_lens,
     )
@@ -103,8 +90,8 @@ def ragged_batch(
 def build_step_inputs(
     plan: StepPlan, block_size: int, pad_token_id: int, device: str | torch.device = "cpu"
 ) -> StepInputs:
-    """The plan's ragged batch. A sampling sequence is sampled after its last known token and
-    after each of its draft tokens, which are the last of its new tokens (lesson 10)."""
+    """The plan's ragged batch. A sampling sequence is sampled after its last known token
+    and after each of its drafts (lesson 10)."""
     seqs, sample_rows, sample_work = [], [], []
     num_tokens = 0
     for w in plan.work:
@@ -123,8 +110,7 @@ def build_step_inputs(
 
 @dataclass(slots=True)
 class CachedRequest:
-    """The runner's own copy of a request (vLLM's CachedRequestState): from the plan
-    that first scheduled it, then every token it sampled; `forget` drops it."""
+    """The runner's own copy of a request (vLLM's CachedRequestState)."""
 
     new: NewRequest
     token_ids: list[int]  # the sequence so far: prompt, then each token kept
@@ -141,7 +127,6 @@ class ModelRunner:
     kind, speculates = "model", False
 
     def __init__(self, model: LlamaModel, config: EngineConfig, name: str, pad_token_id: int = 0):
-        """`config`: resolved (num_blocks, attention_backend set: core/builder.py)."""
         self.model, self.model_config = model, model.config
         self.kv_cache = allocate_kv_cache(
             model.config,
@@ -168,8 +153,8 @@ class ModelRunner:
         }
 
     def execute(self, plan: StepPlan) -> ModelOutput:
-        """The tokens each sequence that samples in this step keeps: its accepted drafts, then
-        one of the target's own (without drafts: just that one)."""
+        """The tokens each sequence that samples keeps: its accepted drafts, then one of the
+        target's own."""
         for w in plan.work:
             if w.new is not None:
                 seed = w.new.params.seed
@@ -193,9 +178,6 @@ class ModelRunner:
             if lps is not None:
                 out.logprobs[w.request_id] = lps
         return out
-
-    def receive(self, request_id: str, new: NewRequest, token_ids: list[int]) -> None:
-        self.requests[request_id] = CachedRequest(new, token_ids, None)
 
     def forget(self, request_id: str) -> None:
         self.requests.pop(request_id, None)

@@ -1,6 +1,5 @@
-"""Turning logits into tokens: greedy, temperature, top-k, top-p, and the acceptance of draft
-tokens (speculative decoding). A request with a seed draws from its own generator, so what it
-samples does not depend on its batch-mates.
+"""Logits to tokens: greedy, temperature, top-k, top-p, and accepting drafts (lesson 10). A
+seeded request draws from its own generator: its samples do not depend on its batch-mates.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from ..request import SamplingParams
 
 
 def sample(logits: torch.Tensor, reqs: list, drafts: list[list[int]]) -> tuple[list, list]:
-    """Each sequence's kept tokens from its rows (1 + its drafts), and their logprobs
-    where asked. Every greedy row's token comes in one read from the device (nano-vllm's
-    way: a GPU waits at each); only temperature and logprobs read row by row."""
+    """Each sequence's kept tokens from its rows (1 + its drafts), and their logprobs where
+    asked. Greedy rows are read in one go (nano-vllm's way: a GPU waits at each read)."""
     counts = [1 + len(d) for d in drafts]
     rows = [(r, i) for r, n in zip(reqs, counts) for i in range(n)]  # i: its i-th new token
     # raw, as vLLM's: before any mask
@@ -43,7 +41,7 @@ def split_list(items: list, counts: list[int]) -> list[list]:
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) tokens outside the top-k and outside the top-p nucleus. logits: [V]."""
+    """Mask to -inf the tokens outside the top-k and the top-p nucleus. logits: [V]."""
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -63,14 +61,12 @@ def accept(
     generator: torch.Generator | None,
     best: list[int] | None = None,
 ) -> list[int]:
-    """The tokens one sequence keeps from a step: `logits [1 + d, V]` are the target's after its
-    last known token and after each of its `d` draft tokens (lesson 10). Greedy: keep drafts
-    while each is the target's argmax, then the target's own next token. Sampling: rejection
-    sampling (Leviathan et al. 2023; Chen et al. 2023) for drafts proposed deterministically
-    (q is one-hot, as for vLLM's n-gram and EAGLE drafts): keep draft x with probability p(x),
-    else draw from p with x removed; after d kept drafts, draw one more from p. Every kept token
-    is then distributed exactly as the target's own sample. With no drafts: one plain sample.
-    `best`: the rows' argmax, read with the whole step's (`sample`)."""
+    """The tokens one sequence keeps from the target's `logits [1 + d, V]` after its last known
+    token and each of its `d` drafts (lesson 10). Greedy: drafts while each is the argmax
+    (`best`, if read already), then the target's own. Sampling: rejection sampling (Leviathan
+    et al. 2023; Chen et al. 2023) for one-hot drafts (n-gram, EAGLE): keep draft x with
+    probability p(x), else draw from p without x; after d kept drafts, draw one more from p.
+    Every kept token is then distributed exactly as the target's own sample."""
     if params.temperature == 0:
         best = logits.argmax(-1).tolist() if best is None else best
         n = next((i for i, x in enumerate(draft) if x != best[i]), len(draft))
@@ -78,33 +74,23 @@ def accept(
     kept = []
     for i, x in enumerate(draft):
         p = target_probs(logits[i], params)
-        if torch.rand(1, generator=generator).item() < p[x]:
-            kept.append(x)
-            continue
-        p[x] = (
-            0.0  # rejected: the residual max(0, p - q) for a one-hot q, renormalised by multinomial
-        )
-        return kept + [int(torch.multinomial(p, 1, generator=generator).item())]
-    return kept + [
-        int(
-            torch.multinomial(
-                target_probs(logits[len(draft)], params), 1, generator=generator
-            ).item()
-        )
-    ]
+        if torch.rand(1, generator=generator).item() >= p[x]:
+            p[x] = 0.0  # the residual max(0, p - q) for a one-hot q, renormalised by multinomial
+            break
+        kept.append(x)
+    else:
+        p = target_probs(logits[len(draft)], params)
+    return kept + [int(torch.multinomial(p, 1, generator=generator).item())]
 
 
 def target_probs(row: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution a request samples from: softmax(logits / temperature), top-k and top-p applied."""
-    return (
-        filter_logits(row.float() / params.temperature, params.top_k, params.top_p)
-        .softmax(-1)
-        .cpu()
-    )
+    """softmax(logits / temperature), top-k and top-p applied: what a request samples from."""
+    logits = filter_logits(row.float() / params.temperature, params.top_k, params.top_p)
+    return logits.softmax(-1).cpu()
 
 
 def token_logprobs(logits: torch.Tensor, num_top: list[int | None]) -> list:
-    """Per row, None (no log-probabilities asked) or a function of the sampled token that gives
+    """Per row, None (none asked) or a function of the sampled token that gives
     [its logprob, [[id, logprob] of the `num_top` most likely tokens]]."""
     if all(n is None for n in num_top):
         return [None] * len(num_top)

@@ -17,10 +17,9 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         # ids past the bytes (a random model's vocabulary can be larger) show as U+FFFD
-        text = bytes(
-            i if i < 256 else 0xFF for i in ids if i not in (self.bos_token_id, self.eos_token_id)
-        )
-        return text.decode("utf-8", errors="replace")
+        special = (self.bos_token_id, self.eos_token_id)
+        ids = [i if i < 256 else 0xFF for i in ids if i not in special]
+        return bytes(ids).decode("utf-8", errors="replace")
 
 
 class HFTokenizer:

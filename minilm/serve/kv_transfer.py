@@ -12,7 +12,7 @@ ends the request on its side with the finish reason "transferred" (its blocks fr
 prefix caching their full blocks stay named for later prompts). The decode core
 (`kv_role="kv_consumer"`) checks the message, streams the first token, and, once it has a
 seat and the blocks, writes the K/V into its own blocks and runs the request from its second
-token as if it had computed the prompt itself. While it has neither, the request waits with
+token as if it had computed the prompt itself (`Scheduler.add` with `running`). While it has neither, the request waits with
 its KV held in the decode process's memory (`ConsumerLoop.held`), nothing lost; once admitted
 it is an ordinary running request: preempted, it is recomputed from its tokens.
 
@@ -47,6 +47,7 @@ from ..config import EngineConfig, InvalidValue
 from ..core.engine import Engine
 from ..core.kv_cache import cdiv
 from ..core.prefix_cache import block_keys
+from ..model.runner import CachedRequest
 from ..plan import NewRequest
 from ..request import Request
 from ..timeline import StepItem, StepRecord
@@ -323,8 +324,10 @@ class ConsumerLoop(KVStatus, EngineLoop):
         req.t_first_token = h.t_received - engine.clock.origin  # when it was streamed
         req.token_times = [req.t_first_token]
         new = NewRequest(req.prompt_ids, req.params, req.eos_token_id)
-        engine.executor.receive(req.request_id, new, [*req.prompt_ids, *req.output_ids])
-        engine.add_running(req)
+        tokens = [*req.prompt_ids, *req.output_ids]  # the runner's copy: prompt and first token
+        engine.executor.requests[req.request_id] = CachedRequest(new, tokens, None)
+        engine.requests[req.request_id] = req
+        engine.scheduler.add(req, running=True)  # its prompt computed: it decodes from here
         self.request_ids[h.key], self.keys[req.request_id], self.sent[h.key] = (
             req.request_id,
             h.key,

@@ -686,6 +686,13 @@ class CostModel:
         pairs = (
             context if num_tokens == B else sum(q * c - q * (q - 1) // 2 for q, c in shape)
         )  # all decodes: 1 * c
+        return self.cost_of_sums(B, num_tokens, context, pairs, num_drafts)
+
+    def cost_of_sums(
+        self, B: int, num_tokens: int, context: int, pairs: int, num_drafts: int = 0
+    ) -> StepCost:
+        """`cost` from the shape's sums: B sequences, their new tokens, their contexts and
+        (query, key) pairs; a decode-only step of B sequences is (B, B, context, context)."""
         linear = 2.0 * (num_tokens * self.linear_params + (B + num_drafts) * self.lm_head_params)
         at_16bit_rate = 2.0 * (
             num_tokens * self.linear_params / self.linear_speedup

@@ -23,6 +23,7 @@ from ..core.engine import Engine
 from ..plan import ModelOutput, StepPlan
 from ..spec_decode import SpeculativeConfig
 from .costmodel import CostModel, DeviceSpec, EngineKind, get_device
+from .fastforward import SimulatedEngine
 from .speculative import SimulatedSpeculation, kv_num_blocks, make_speculation
 
 
@@ -38,6 +39,13 @@ class SimulatedExecutor:
         self.token_id = 1 if eos == 0 else 0  # any id but EOS: lengths come from max_tokens
         self.speculation = speculation
         self.speculates = speculation is not None  # the builder lets it take a speculative_config
+
+    def kv_num_blocks(self, c: EngineConfig) -> int:
+        """The builder's num_blocks default: what fits beside the weights (and a draft's)."""
+        draft = self.speculation.draft if self.speculation else None
+        return kv_num_blocks(
+            self.cost, draft, c.block_size, c.gpu_memory_utilization, c.kv_cache_bytes
+        )
 
     def describe(self) -> dict:
         speculation = self.speculation.describe() if self.speculation else {}
@@ -90,6 +98,7 @@ def simulated_engine(
     engine: str | EngineKind | None = None,
     kv_cache_dtype: str = "auto",
     acceptance=None,
+    fast_forward: bool = True,
     **knobs,
 ) -> Engine:
     """An engine that simulates `model` (a name from costmodel.MODEL_SPECS or a config.json)
@@ -103,6 +112,7 @@ def simulated_engine(
     `kv_cache_dtype="fp8"` (vLLM's knob: one byte per K/V number, so twice the blocks fit).
     `acceptance` goes with a `speculative_config` knob: a per-token acceptance rate
     in [0, 1], or a Timeline of a measured run with speculation to replay (speculative.py).
+    `fast_forward=False` runs every step through the scheduler (fastforward.py: the same timeline).
     Other keyword arguments are EngineConfig knobs (max_num_seqs, ...).
     """
     if policy is not None:
@@ -117,17 +127,12 @@ def simulated_engine(
         quantization=config.quantization,
         kv_cache_dtype=kv_cache_dtype,
     )
-    config = replace(config, dtype=cost.dtype)
-    config.validate()
-    config = replace(config, speculative_config=SpeculativeConfig.of(config.speculative_config))
-    speculation = make_speculation(config.speculative_config, cost, acceptance, config.seed)
-    if config.num_blocks is None:
-        draft = speculation.draft if speculation else None
-        config = replace(
-            config,
-            num_blocks=kv_num_blocks(
-                cost, draft, config.block_size, config.gpu_memory_utilization, config.kv_cache_bytes
-            ),
-        )
+    # the speculation sizes the KV cache (a draft's weights and K/V), so it is made before
+    # the builder resolves the knobs; the builder checks the rest (EngineConfig.resolve)
+    speculative = SpeculativeConfig.of(config.speculative_config)
+    speculation = make_speculation(speculative, cost, acceptance, config.seed)
     executor = SimulatedExecutor(cost, speculation)
-    return Engine(executor, config, clock=SimulatedClock(executor.step_time))
+    config = replace(config, dtype=cost.dtype, speculative_config=speculative)
+    engine = SimulatedEngine(executor, config, clock=SimulatedClock(executor.step_time))
+    engine.fast = fast_forward
+    return engine

@@ -50,12 +50,11 @@ class SpeculativeExecutor:
 
 
 def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> SpeculativeExecutor:
-    """The runner with the proposer `config.speculative_config` names; a draft model must share
-    the target's vocabulary (its token ids are the target's)."""
+    """The runner with the proposer `config.speculative_config` names (a draft model's vocabulary
+    was checked against the target's by the builder: its token ids are the target's)."""
     speculative = config.speculative_config
     if speculative.method == "ngram":
         return SpeculativeExecutor(runner, NgramProposer(speculative), config)
-    check_draft_model(speculative.model, runner.model_config)
     draft = load_model(
         speculative.model, device=config.device, dtype=config.dtype, seed=config.seed
     )
@@ -67,7 +66,7 @@ def make_speculative_executor(runner: ModelRunner, config: EngineConfig) -> Spec
 
 def check_draft_model(name_or_path: str, target: ModelConfig) -> None:
     """A draft model must be a model (a preset, a shipped checkpoint, a directory) with the target's
-    vocabulary. Reads its config only, so the server's knob check can ask before anything loads."""
+    vocabulary. Reads its config only, so the builder asks before anything loads."""
     try:
         path = resolve_model_path(name_or_path)
     except InvalidValue as e:

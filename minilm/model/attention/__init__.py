@@ -3,9 +3,9 @@
     write_kv(k [T,Hkv,D], v, k_cache, v_cache, slot_mapping [T]) -> None
     attention(q [T,Hq,D], k_cache, v_cache, meta, scale) -> out [T,Hq,D]
 
-reference  readable pure torch, one sequence at a time: the ground truth, and the code lesson 5 reads
-sdpa       the same result on CPU, faster: PyTorch's fused scaled_dot_product_attention
-triton     the GPU kernel (runs on CPU only in Triton's interpreter, for tests)
+reference  readable pure torch, one sequence at a time: the ground truth (lesson 5)
+sdpa       the same on CPU, faster: PyTorch's fused scaled_dot_product_attention
+triton     the GPU kernel (on CPU only in Triton's interpreter, for tests)
 """
 
 from __future__ import annotations

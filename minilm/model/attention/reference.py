@@ -1,16 +1,14 @@
 """Readable pure-torch attention over the paged KV cache: the ground truth.
 
 A step's batch is ragged: sequence i has `n_i` new query tokens (a prompt chunk, or
-one decode token) and attends to `context_lens[i]` keys — every token cached before
+one decode token) and attends to `context_lens[i]` keys, every token cached before
 this step plus its own new ones. Its new tokens are the *last* `n_i` positions of
-that context, so query j (0-based within the chunk) sits at absolute position
-`context_len - n_i + j` and may see keys at positions `<=` that. This one rule covers
-a whole prompt (no earlier context), a chunk continuing an earlier prefill, and a
-decode token (n_i = 1 sees everything). Lesson 5 walks through it.
+that context, so query j sits at position `context_len - n_i + j` and may see keys at
+positions `<=` that. This one rule covers a whole prompt, a chunk continuing an earlier
+prefill, and a decode token (lesson 5).
 
-Each sequence is computed on its own, in fp32, with nothing but the rule: the simplest
-code that is right, which the faster backends (sdpa.py, triton_paged.py) are tested
-against.
+Each sequence is computed on its own, in fp32: the simplest code that is right, which
+the faster backends (sdpa.py, triton_paged.py) are tested against.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ def write_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Store each new token's K/V at its slot. Every slot must be a real one (>= 0), as the
-    runner's are: skipping slot -1, as Triton's write_kv can, would take a read of
-    `slot_mapping` on the host here, a GPU sync in every layer."""
+    """Store each new token's K/V at its slot, a real one (>= 0): skipping slot -1, as
+    Triton's write_kv can, would read `slot_mapping` on the host, a GPU sync a layer."""
     k_cache.view(-1, *k_cache.shape[2:])[slot_mapping] = k.to(k_cache.dtype)  # view: never a copy
     v_cache.view(-1, *v_cache.shape[2:])[slot_mapping] = v.to(v_cache.dtype)
 
@@ -69,9 +66,9 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """Causal attention for a ragged batch of prompt chunks and decode tokens, one sequence at a time."""
+    """Causal attention of a ragged batch, one sequence at a time."""
     out = torch.empty_like(q)
-    cu, ctx = meta.host_layout()  # Python ints: the loop and the slicing need no GPU sync
+    cu, ctx = meta.host_layout()  # Python ints: no GPU sync
     for i in range(len(ctx)):
         start, end = cu[i], cu[i + 1]
         out[start:end] = attend_sequence(

@@ -1,0 +1,83 @@
+# %% [markdown]
+# # Exercise 11 · A router of your own
+#
+# Lesson 11 put four replicas behind a router and showed two ways a router fails:
+# counting requests instead of work (round-robin, when every fourth request is long),
+# and ignoring where a prompt is cached (least-outstanding, when many system prompts
+# share small caches), and a third for the cure, routing by cache alone, when one prompt
+# is popular. Here you write the router. Do it before you read `minilm/router.py`: the
+# check refuses that module's own policies.
+#
+# A router is a class with a `name` and one method,
+# `choose(prompt_ids, loads, prefix_match) -> Choice(replica, reason)`, which the fleet
+# calls once for each request as it arrives:
+#
+# * `prompt_ids`: the request's prompt (a list of token ids);
+# * `loads`: one `ReplicaLoad` a replica, as it stood at that moment: `outstanding`
+#   (requests routed to it and not finished), `kv_blocks_used` and `kv_blocks_total`;
+# * `prefix_match(i, prompt_ids)`: how many of the prompt's first tokens replica `i`'s
+#   prefix cache holds now (`0` without caching);
+# * return `Choice(i, reason)`: the replica's index in `loads` and a short sentence saying
+#   why, which the fleet's log keeps (`widgets.routes_frame`).
+#
+# The check builds a fresh router from your class for every run (a router may keep state)
+# and runs it in simulated fleets of four H100s serving Llama-3-8B, on requests seeded
+# differently from the lesson's. Every number it reports is simulated.
+
+# %%
+from labs import checks
+from minilm.router import Choice
+
+# %% [markdown]
+# **Part 1: balance the work.** Write `MyLoadRouter`, a router that keeps every replica
+# about equally busy, whatever the lengths of the requests. The check runs it where
+# round-robin fails (every fourth request long, replicas of `4` seats) and asks that at
+# least `99%` of requests meet TTFT `500` ms and TPOT `50` ms.
+
+# %%
+class MyLoadRouter:
+    name = "my-load"
+
+    def choose(self, prompt_ids, loads, prefix_match) -> Choice:
+        # BEGIN SOLUTION
+        i = min(range(len(loads)), key=lambda i: loads[i].outstanding)  # the first among equals
+        return Choice(i, f"{loads[i].outstanding} outstanding, the fewest")
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_load_router(MyLoadRouter)
+
+# %% [markdown]
+# **Part 2: use the caches, and do not let them build a queue (design).** Write
+# `MyCacheRouter`, one router that passes three fleets, each with prefix caching on and
+# room in each replica's cache for only a few system prompts:
+#
+# * the skewed lengths of part 1 (no shared prompts at all): `99%` within the limits;
+# * sixteen equally popular system prompts at `20` req/s: `99%` within the limits and a
+#   prefix-cache hit rate of at least `80%`;
+# * one system prompt behind three quarters of the requests, at `100` req/s, more than one
+#   replica can serve: `95%` within the limits and a hit rate of at least `84%`.
+#
+# Least-outstanding fails the second on its hit rate; a router that always follows the
+# longest cached prefix fails the third on its queue. Decide before you code: when is a
+# cache hit worth sending a request to a busier replica, and how do you tell that from
+# `loads`? What should happen when no replica caches anything of the prompt? State your
+# rule in the `reason`.
+
+# %%
+class MyCacheRouter:
+    name = "my-cache"
+
+    def choose(self, prompt_ids, loads, prefix_match) -> Choice:
+        # BEGIN SOLUTION
+        slack = 2  # outstanding requests a cached replica may have above the least loaded one
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + slack]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding, -i))
+        return Choice(i, f"the longest cached prefix among replicas within {slack} of the least loaded")
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_cache_router(MyCacheRouter)

@@ -1,0 +1,198 @@
+"""Exercise 11's checks reject the known wrong routers and accept right ones written differently.
+
+Each wrong router is one a learner can plausibly write; each must fail with an AssertionError
+whose message points at what went wrong (the work of one replica, the cache, the queue of a
+hot prompt, a replica never used). Each right router balances load and cache by another rule
+and must pass. Every run is simulated (seeded), so the verdicts are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # `labs` is a folder of the repository
+from labs.checks import check_cache_router, check_load_router  # noqa: E402
+from minilm.router import Choice, LeastOutstanding, PrefixAware  # noqa: E402
+
+
+# ---- wrong ------------------------------------------------------------------------------------
+class RoundRobin:
+    """Wrong: fair in requests, blind to their length."""
+
+    name = "rr"
+
+    def __init__(self):
+        self.turn = 0
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        self.turn += 1
+        return Choice((self.turn - 1) % len(loads), "its turn")
+
+
+class Random:
+    """Wrong: leaves the balance to chance."""
+
+    name = "random"
+
+    def __init__(self):
+        self.rng = random.Random(0)
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        return Choice(self.rng.randrange(len(loads)), "at random")
+
+
+class AlwaysZero:
+    """Wrong: one replica serves everything."""
+
+    name = "zero"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        return Choice(0, "the first")
+
+
+class LeastLoaded:
+    """Right for part 1, wrong for part 2: balances load, loses the cache."""
+
+    name = "least-loaded"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        i = min(range(len(loads)), key=lambda i: loads[i].outstanding)
+        return Choice(i, "the fewest outstanding")
+
+
+class OffByOne:
+    """Wrong: `range(len(loads) - 1)` never considers the last replica."""
+
+    name = "off-by-one"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        i = min(range(len(loads) - 1), key=lambda i: loads[i].outstanding)
+        return Choice(i, "the fewest outstanding")
+
+
+class PurePrefix:
+    """Wrong: the longest cached prefix whatever the load (least loaded only without a match)."""
+
+    name = "pure-prefix"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        match = [prefix_match(i, prompt_ids) for i in range(len(loads))]
+        if max(match) == 0:
+            return Choice(min(range(len(loads)), key=lambda i: loads[i].outstanding), "no match")
+        return Choice(max(range(len(loads)), key=lambda i: match[i]), "the longest match")
+
+
+class BoundedOffByOne:
+    """Wrong: the right rule, but its candidates leave out the last replica."""
+
+    name = "bounded-off-by-one"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        least = min(r.outstanding for r in loads)
+        near = [i for i in range(len(loads) - 1) if loads[i].outstanding <= least + 2] or [0]
+        return Choice(max(near, key=lambda i: prefix_match(i, prompt_ids)), "near the least")
+
+
+# ---- right ------------------------------------------------------------------------------------
+class FewestBlocks:
+    """Right for part 1: the fewest KV blocks in use, then the fewest outstanding."""
+
+    name = "fewest-blocks"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        i = sorted(
+            range(len(loads)), key=lambda i: (loads[i].kv_blocks_used, loads[i].outstanding)
+        )[0]
+        return Choice(i, "the fewest KV blocks in use")
+
+
+class NearLeastLongestMatch:
+    """Right: among replicas within 2 outstanding of the least loaded, the longest match."""
+
+    name = "near-least"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + 2]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding))
+        return Choice(i, "the longest match near the least loaded")
+
+
+class CachedTokensMinusLoad:
+    """Right, written as a score: cached tokens less 100 tokens a request outstanding."""
+
+    name = "score"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        scores = [prefix_match(i, prompt_ids) - 100 * r.outstanding for i, r in enumerate(loads)]
+        best = max(scores)
+        return Choice(scores.index(best), f"the best score, {best}")
+
+
+@pytest.mark.parametrize(
+    ("router", "hint"),
+    [
+        (RoundRobin, "of the work"),
+        (Random, "of the work"),
+        (AlwaysZero, "no request at all"),
+        (OffByOne, "no request at all"),
+    ],
+    ids=lambda x: getattr(x, "name", ""),
+)
+def test_part_1_rejects(router, hint):
+    with pytest.raises(AssertionError, match=hint):
+        check_load_router(router)
+
+
+@pytest.mark.parametrize("router", [LeastLoaded, FewestBlocks], ids=lambda r: r.name)
+def test_part_1_accepts(router, capsys):
+    check_load_router(router)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("router", "hint"),
+    [
+        (RoundRobin, "skewed lengths"),
+        (Random, "skewed lengths"),
+        (AlwaysZero, "no request at all"),
+        (LeastLoaded, "prefix_match"),
+        (PurePrefix, "How much more loaded"),
+        (BoundedOffByOne, "no request at all"),
+    ],
+    ids=lambda x: getattr(x, "name", ""),
+)
+def test_part_2_rejects(router, hint):
+    with pytest.raises(AssertionError, match=hint):
+        check_cache_router(router)
+
+
+@pytest.mark.parametrize(
+    "router", [NearLeastLongestMatch, CachedTokensMinusLoad], ids=lambda r: r.name
+)
+def test_part_2_accepts(router, capsys):
+    check_cache_router(router)
+    assert "passed:" in capsys.readouterr().out
+
+
+def test_the_engines_own_policies_are_refused():
+    for own in (LeastOutstanding, PrefixAware):
+        with pytest.raises(AssertionError, match="write yours"):
+            check_load_router(own)
+
+
+def test_a_choice_outside_the_replicas_is_a_failed_check():
+    class Outside:
+        name = "outside"
+
+        def choose(self, prompt_ids, loads, prefix_match):
+            return Choice(len(loads), "one too far")
+
+    with pytest.raises(AssertionError, match="chose"):
+        check_load_router(Outside)

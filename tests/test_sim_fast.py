@@ -1,0 +1,80 @@
+"""The simulator's fast-forward (minilm/sim/fastforward.py) makes the timeline the step-by-step
+loop makes: the same steps (count, times, items, KV figures, block tables) and the same
+request records, on every policy, with prefix caching, speculation and preemption."""
+
+import pytest
+
+from minilm.sim import simulated_engine
+from minilm.workload import make_workload
+
+
+def run(
+    fast: bool, policy: str, workload: str = "mixed", n: int = 80, rate=40.0, sampling=None, **knobs
+):
+    engine = simulated_engine(
+        "llama-3-8b", "h100", policy, fast_forward=fast, max_model_len=1024, **knobs
+    )
+    specs = make_workload(
+        workload,
+        n,
+        seed=3,
+        vocab_size=engine.model_config.vocab_size,
+        rate=rate,
+        max_model_len=1024,
+    )
+    engine.add_workload(specs, **(sampling or {}))
+    return engine, engine.run()
+
+
+def same_run(policy: str, **kw) -> int:
+    """Both timelines, compared whole (floats with ==); the steps fast-forwarded."""
+    slow, a = run(False, policy, **kw)
+    fast, b = run(True, policy, **kw)
+    assert slow.fast_steps == slow.bulk_steps == 0  # the switch turns both off
+    assert len(b.steps) == len(a.steps)
+    for x, y in zip(a.steps, b.steps):
+        assert (x.t_start, x.t_end) == (y.t_start, y.t_end)
+        assert x == y
+    assert b.requests == a.requests
+    assert b.to_dict() == a.to_dict()
+    return fast.fast_steps
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+@pytest.mark.parametrize("caching", [False, True])
+def test_same_timeline(policy, caching):
+    workload = "shared-prefix" if caching else "mixed"
+    n = same_run(policy, workload=workload, enable_prefix_caching=caching, max_num_seqs=8)
+    assert n > 0  # the fast path ran, so the comparison tested it
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_same_timeline_full_seats_and_all_at_once(policy):
+    # every request at t=0 and few seats: runs with a waiting queue behind a full batch
+    assert same_run(policy, rate=None, max_num_seqs=4) > 0
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_same_timeline_with_preemption(policy):
+    slow, a = run(False, policy, num_blocks=80, max_num_seqs=16)
+    assert sum(s.num_preempted for s in a.steps) > 0  # the small cache preempts
+    assert same_run(policy, num_blocks=80, max_num_seqs=16) > 0
+
+
+def test_same_timeline_static_and_speculation():
+    # no fast path there (a static batch pads; speculation draws acceptances): unchanged
+    assert same_run("static", max_num_seqs=8) == 0
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    assert same_run("chunked", speculative_config=spec, acceptance=0.7, max_num_seqs=8) == 0
+
+
+def test_same_timeline_lpm_and_stop_tokens():
+    same_run("continuous", scheduling_policy="lpm", max_num_seqs=8)
+    # a stop id that never comes: every decode goes through the stop rules
+    assert same_run("chunked", sampling={"stop_token_ids": (5,)}, max_num_seqs=8) > 0
+
+
+def test_bulk_steps_run_beside_prompts():
+    fast, _ = run(True, "chunked", max_num_seqs=8)
+    assert fast.bulk_steps > 0 and fast.fast_steps > 0
+    assert fast.bulk_steps + fast.fast_steps < len(fast.timeline.steps)  # the rest: the scheduler's
