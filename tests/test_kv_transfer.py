@@ -293,3 +293,33 @@ def test_serve_refuses_a_bad_kv_transfer_config(capsys):
 
     assert main(["serve", "--kv-transfer-config", '{"kv_role": "kv_producer"}']) == 2
     assert "kv_role='kv_producer': the server runs one core of each role" in capsys.readouterr().err
+
+
+def test_server_decode_side_preempts_and_outputs_match():
+    """Two received requests that outgrow the decode side's 4 blocks together: one is preempted
+    there and recomputed from its tokens; both answers are one engine's."""
+    prompts, max_tokens = [list(range(5, 21)), list(range(30, 46))], 40  # 16 + 40: 4 blocks each
+    engine = Engine("docstrings", config())
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, max_tokens=max_tokens, ignore_eos=True)
+    expected = [engine.tokenizer.decode(r.output_ids) for r in engine.run().requests]
+    app, client, tokenizer = server({"num_blocks": 4, "max_num_seqs": 2})
+    with app as url, httpx.Client(base_url=url, timeout=300) as h:
+
+        def one(p: list[int]) -> str:
+            body = {
+                "model": "docstrings",
+                "prompt": p,
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+            return h.post("/v1/completions", json=body).json()["choices"][0]["text"]
+
+        async def both():
+            return await asyncio.gather(*(asyncio.to_thread(one, p) for p in prompts))
+
+        assert sorted(asyncio.run(both())) == sorted(expected)
+        data = h.get("/timeline").json()
+        assert sum(s["num_preempted"] for s in data["steps"]) > 0, "expected a preemption"
+        assert data["kv_free_blocks"] == 4
