@@ -237,7 +237,7 @@ def test_server_outputs_match_one_engine(reference):
         assert sum(t["bytes"] for t in prefill["transfers"]) == sum(
             t["bytes"] for t in data["transfers"]
         )
-        # (whether the decode side preempts depends on the timing here; the in-process test's does)
+        # (whether it preempts depends on the timing here: test_server_decode_side_preempts... does)
         assert [
             r["num_cached_tokens"] for r in prefill["requests"] if r["request_id"].endswith("6")
         ]
