@@ -132,6 +132,15 @@ class EngineClient(ABC):
 
     # ---- what the HTTP side calls ---------------------------------------------------------
     @property
+    def data_parallel_size(self) -> int:
+        """The engine cores /timeline and /metrics show apart."""
+        return len(self.cores)
+
+    def label(self, core: int) -> str:
+        """Core `core`'s `engine` label in /metrics."""
+        return str(core)
+
+    @property
     def error(self) -> str | None:
         """Why the engine stopped, once no core is left (None while one runs)."""
         if any(c.error is None for c in self.cores):
@@ -223,7 +232,7 @@ class EngineClient(ABC):
     def dispatch(self, events: list[Event], core: int = 0) -> None:
         for event in events:
             if isinstance(event, StepStats):
-                self.metrics.observe(event, str(core))
+                self.metrics.observe(event, self.label(core))
                 c = self.cores[core]
                 c.kv_blocks_used, c.kv_blocks_total = event.kv_blocks_used, event.kv_blocks_total
             elif isinstance(event, SnapshotData):

@@ -33,6 +33,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.asyncio
@@ -43,6 +44,9 @@ from .engine_client import EngineClient, EngineInfo
 from .history import DEFAULT_WINDOW
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
 from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from .kv_transfer import KVTransferConfig
 
 
 def run_engine_core(
@@ -55,9 +59,11 @@ def run_engine_core(
     timeline_path: str | None,
     window: int | None,
     origin: float,
+    kv_transfer: KVTransferConfig | None = None,
 ) -> None:
     """The engine-core process's main: build the engine, then serve commands until Stop.
-    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis)."""
+    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis);
+    `kv_transfer`: one side of a disaggregated pair (kv_transfer.py)."""
     # a terminal's Ctrl-C reaches every process of its group: the HTTP side drains this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..core.clock import WallClock
@@ -72,7 +78,13 @@ def run_engine_core(
         clock = WallClock(config.device)
         clock.origin = origin
         engine = Engine(model, config, clock=clock)
-        loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
+        options = (max_waiting, stream_interval, window, timeline_path)
+        if kv_transfer is None:
+            loop = EngineLoop(engine, *options)
+        else:
+            from .kv_transfer import make_loop
+
+            loop = make_loop(kv_transfer, ctx, commands, engine, *options)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
         while not stopping:
@@ -102,7 +114,7 @@ def run_engine_core(
     finally:
         events.close(linger=2000)
         commands.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=2000)  # and the KV link's socket, if there is one
 
 
 def receive(sock: zmq.Socket, block: bool, until: float | None) -> list[Command]:
@@ -174,10 +186,11 @@ class ProcessEngineClient(EngineClient):
         return [p.process.pid if p.process is not None else None for p in self.procs]
 
     async def start(self, timeout: float = 300.0) -> None:
-        model, config, max_waiting, stream_interval, timeline_path, window = self.args
-        n, loop = len(self.procs), asyncio.get_running_loop()
+        model, _, max_waiting, stream_interval, _, window = self.args
+        loop = asyncio.get_running_loop()
         origin = time.perf_counter()  # the same on every process of the machine (Linux)
         for i, proc in enumerate(self.procs):
+            config, timeline_path, kv_transfer = self.core_options(i)
             proc.process = multiprocessing.get_context("spawn").Process(
                 target=run_engine_core,
                 name=f"minilm-engine-core-{i}",
@@ -188,9 +201,10 @@ class ProcessEngineClient(EngineClient):
                     *proc.addrs,
                     max_waiting,
                     stream_interval,
-                    core_timeline_path(timeline_path, i, n),
+                    timeline_path,
                     window,
                     origin,
+                    kv_transfer,
                 ),
             )
             proc.process.start()
@@ -222,6 +236,11 @@ class ProcessEngineClient(EngineClient):
         # after a Stop too: nothing may be sent to it any more
         name = "the engine-core process" + (f" {core}" if len(self.procs) > 1 else "")
         self.fail(core, f"{name} (pid {process.pid}) exited with code {process.exitcode}")
+
+    def core_options(self, core: int) -> tuple[EngineConfig, str | None, KVTransferConfig | None]:
+        """Core `core`'s knobs, timeline file and side of a KV link: alike here but for the file;
+        kv_transfer.py's pair gives each side its own."""
+        return self.args[1], core_timeline_path(self.args[4], core, len(self.procs)), None
 
     def send(self, command: Command, core: int = 0) -> None:
         self.procs[core].commands.send(encode([command]))
