@@ -410,8 +410,7 @@ class AdmitsBeforeDecodes(PrefixFirst):
     def schedule(self, s) -> None:
         queue = list(s.waiting)
         order = self.order([(r.arrival, self.cached(r)) for r in queue], s.now, self.max_wait)
-        s.waiting.clear()
-        s.waiting.extend(queue[i] for i in order)
+        s.reorder_waiting([queue[i] for i in order])
         self.fill(s)
         self.decodes(s)
 
