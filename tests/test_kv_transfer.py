@@ -281,7 +281,10 @@ def test_server_abort_during_transfer_frees_both_sides():
             return snap, after, done
 
         snap, after, done = asyncio.run(run())
-        assert snap["held"] == 1, ("the second request did not wait with its KV held", {k: v for k, v in snap.items() if k not in ("steps", "meta")})
+        assert snap["held"] == 1, (
+            "the second request did not wait with its KV held",
+            {k: v for k, v in snap.items() if k not in ("steps", "meta")},
+        )
         assert after["held"] == 0  # aborted while held: its KV dropped
         assert after["prefill"]["kv_free_blocks"] == after["prefill"]["meta"]["num_blocks"]
         assert done["kv_free_blocks"] == done["meta"]["num_blocks"]

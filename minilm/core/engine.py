@@ -280,14 +280,11 @@ class Engine:
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
         """Complete a few prompts (batched by the engine's policy); their texts."""
-        base = len(self.requests)
-        reqs = self.add_workload(
-            [
-                RequestSpec(f"gen{base + i}", None, max_tokens, prompt=p)
-                for i, p in enumerate(prompts)
-            ],
-            **sampling,
-        )
+        n = len(self.requests)
+        specs = [
+            RequestSpec(f"gen{n + i}", None, max_tokens, prompt=p) for i, p in enumerate(prompts)
+        ]
+        reqs = self.add_workload(specs, **sampling)
         while not all(r.finished for r in reqs):
             self.step()
         return [self.tokenizer.decode(r.output_ids) for r in reqs]
@@ -314,18 +311,9 @@ def record_step(
         if w.num_cached:
             items.append(StepItem(rid, CACHED, w.num_cached, w.num_cached))
         if w.num_new_tokens:
-            drafts = len(w.draft_token_ids)
-            accepted = accepted_of.get(rid, 0)
-            items.append(
-                StepItem(
-                    rid,
-                    w.kind,
-                    w.num_new_tokens,
-                    w.start + w.num_new_tokens - drafts + accepted,
-                    drafts,
-                    accepted,
-                )
-            )
+            drafts, accepted = len(w.draft_token_ids), accepted_of.get(rid, 0)
+            end = w.start + w.num_new_tokens - drafts + accepted  # its verified tokens
+            items.append(StepItem(rid, w.kind, w.num_new_tokens, end, drafts, accepted))
         if w.num_padding:
             items.append(StepItem(rid, "padding", w.num_padding, w.end))
     return StepRecord(
