@@ -168,8 +168,10 @@ def summarize(
     computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
     for s in steps:
-        real = set()
-        for i in s.items:
+        # a simulated step's decodes (sim/fastforward.py: DecodeStep) counted without its items
+        n = getattr(s, "num_decodes", 0)
+        real, computed = set(), computed + n
+        for i in s.rest if n else s.items:
             if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
                 drafts, accepted, verifies = (
                     drafts + i.num_draft,
@@ -183,7 +185,7 @@ def summarize(
             else:
                 real.add(i.request_id)
             computed += i.num_tokens
-        batch_sizes.append(len(real))
+        batch_sizes.append(len(real) + n)
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),

@@ -21,11 +21,41 @@ every step through the scheduler.
 
 from __future__ import annotations
 
+from dataclasses import fields
+from functools import cached_property
+
 from ..core.engine import Engine, record_step
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
+
+
+class DecodeStep(StepRecord):
+    """A `StepRecord` whose decodes are kept as the batch's request ids and their contexts
+    before step 0 of a run (shared by the run's steps), and this step's offset in it: the
+    decodes' `StepItem`s, then `rest` (the policy's other work), are made when `items` is first
+    read: the list the scheduler's step makes. `summarize` counts `num_decodes` and reads only
+    `rest`. It equals the `StepRecord` with the same fields."""
+
+    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
+        self.__dict__.update(record)  # every StepRecord field but items
+        self.ids, self.starts, self.offset, self.rest = ids, starts, offset, rest
+        self.num_decodes = len(ids)
+
+    @cached_property
+    def items(self) -> list[StepItem]:
+        j = self.offset + 1
+        return [StepItem(rid, "decode", 1, p + j) for rid, p in zip(self.ids, self.starts)] + [
+            *self.rest
+        ]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepRecord):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(StepRecord))
+
+    __hash__ = None
 
 
 class SimulatedEngine(Engine):
@@ -116,7 +146,6 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         elif (reason := r.append_output(token)) is not None:
             s.finish(r, reason)
             finished.append(r)
-    items = [StepItem(rid, "decode", 1, p + 1) for rid, p in zip(ids, starts)]
     outputs = s.update_from_output(plan, output)
     for out in outputs:
         req = engine.requests[out.request_id]
@@ -133,7 +162,13 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         kv_blocks_total=c.num_blocks,
         draft_time=output.draft_time,
     )
-    record.items[:0] = items
+    record = DecodeStep(
+        ids,
+        starts,
+        0,
+        record.items,
+        **{f.name: getattr(record, f.name) for f in fields(StepRecord) if f.name != "items"},
+    )
     engine.timeline.steps.append(record)
     engine.num_steps += 1
     finished += [engine.requests[o.request_id] for o in outputs if o.finish_reason]
@@ -232,11 +267,14 @@ def fast_forward(engine: Engine) -> int:
         clock.now = t_end = t_start + dt
         t_ends.append(t_end)
         records.append(
-            StepRecord(
+            DecodeStep(
+                ids,
+                start,
+                j,
+                [],
                 step=step_index + j,
                 t_start=t_start,
                 t_end=t_end,
-                items=[StepItem(rid, "decode", 1, p + j + 1) for rid, p in zip(ids, start)],
                 num_running=B,
                 num_waiting=len(s.waiting),
                 kv_blocks_used=kv.num_used_blocks,
@@ -246,6 +284,7 @@ def fast_forward(engine: Engine) -> int:
                 kv_tokens_stored=context - repeats * bs,
                 model_time=dt,
                 kv_cached_free=cached_free,
+                draft_time=0.0,
             )
         )
     k = len(records)
