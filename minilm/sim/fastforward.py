@@ -220,16 +220,15 @@ def fast_forward(engine: Engine) -> int:
     tables = [kv.block_tables[r.request_id] for r in running]
     context0 = sum(start) + B
     # a step that needs a fresh block (position at a block's start) or names a full one
-    # (prefix caching) calls the KV cache manager as the scheduler would, in running order
+    # (prefix caching) calls the KV cache manager as the scheduler would, in running order;
+    # which requests depends on the step's place in a block: step j touches touch_at[j % bs]
     touch_at: dict[int, list[int]] = {}
     for i, p in enumerate(start):
-        first = -p % bs
-        for j in range(first, k_max, bs):
-            touch_at.setdefault(j, []).append(i)
+        touch_at.setdefault(-p % bs, []).append(i)
         if kv.caching:
-            for j in range(-(p + 1) % bs, k_max, bs):
-                touch_at.setdefault(j, []).append(i)
-    touch_at = {j: sorted(set(v)) for j, v in touch_at.items()}
+            touch_at.setdefault(-(p + 1) % bs, []).append(i)
+    if kv.caching:
+        touch_at = {q: sorted(set(v)) for q, v in touch_at.items()}
     repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
     ids = [r.request_id for r in running]
     done = [0] * B  # steps applied to each request's state so far
@@ -253,7 +252,7 @@ def fast_forward(engine: Engine) -> int:
             if not full:
                 break  # an arrival the policy may admit: the scheduler's step
             s.admit_arrivals(t_start)
-        touched = touch_at.get(j, ())
+        touched = touch_at.get(j % bs, ())
         if touched:
             need = sum(1 for i in touched if len(tables[i]) * bs <= start[i] + j)
             if need > kv.num_free_blocks:
