@@ -21,6 +21,7 @@ every step through the scheduler.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import fields
 from functools import cached_property
 
@@ -63,6 +64,17 @@ class SimulatedEngine(Engine):
     (`fast = False`: neither); `fast_steps` and `bulk_steps` count the steps taken each way."""
 
     fast, fast_steps, bulk_steps = True, 0, 0
+
+    def add_workload(self, specs, **sampling) -> list:
+        """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
+        workload's many token lists form no cycles, but every pass re-scanned them all."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return super().add_workload(specs, **sampling)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def step(self) -> StepRecord | None:
         record = bulk_step(self) if self.fast else None
