@@ -37,6 +37,7 @@ peak_kv_blocks       the most blocks used at once; kv_unused_slots_mean: unused 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -64,19 +65,26 @@ def ttfts(tl: Timeline) -> list[float]:
     ]
 
 
-def _gaps(tl: Timeline) -> list[np.ndarray]:
-    """Each completed request's gaps between consecutive tokens (numpy: a run has millions)."""
-    return [np.diff(r.token_times) for r in completed_requests(tl) if len(r.token_times) > 1]
+def _gaps(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between consecutive tokens of every completed request, in order, and where
+    each request's gaps begin; numpy, over all the run's token times at once (millions)."""
+    times = [r.token_times for r in completed_requests(tl) if len(r.token_times) > 1]
+    lens = np.fromiter(map(len, times), int, len(times))
+    gaps = np.diff(np.fromiter(chain.from_iterable(times), float, int(lens.sum())))
+    ends = np.cumsum(lens)  # past each request's last token
+    keep = np.ones(len(gaps), bool)
+    keep[ends[:-1] - 1] = False  # from one request's last token to the next one's first
+    return gaps[keep], ends - lens - np.arange(len(lens))
 
 
 def itls(tl: Timeline) -> list[float]:
-    gaps = _gaps(tl)
-    return np.concatenate(gaps).tolist() if gaps else []
+    return _gaps(tl)[0].tolist()
 
 
 def worst_itls(tl: Timeline) -> list[float]:
     """Each request's longest gap between two of its tokens."""
-    return [float(g.max()) for g in _gaps(tl)]
+    gaps, starts = _gaps(tl)
+    return np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []
 
 
 def tpot(r) -> float:
@@ -223,15 +231,16 @@ def summarize(
         "spec_acceptance_rate": accepted / drafts if drafts else None,
         "spec_mean_acceptance_length": 1 + accepted / verifies if verifies else None,
     }
+    gaps, starts = _gaps(tl)
     for name, values in (
         ("ttft", ttfts(tl)),
-        ("itl", itls(tl)),
+        ("itl", gaps),
         ("tpot", tpots(tl)),
         ("e2e", e2e_latencies(tl)),
     ):
         for q in (50, 90, 99):
             m[f"{name}_p{q}"] = percentile(values, q)
-    worst = worst_itls(tl)
+    worst = np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []  # worst_itls
     m["itl_max"] = max(worst, default=float("nan"))
     m["itl_worst_p99"] = percentile(worst, 99)
     if ttft_slo is not None or tpot_slo is not None:
