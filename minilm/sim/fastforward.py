@@ -108,8 +108,8 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         or c.scheduling_policy == "lpm"
     ):
         return None
-    bs, tables = kv.block_size, kv.block_tables
-    decodes, starts, ids, touch, grow = [], [], [], [], 0
+    bs, tables, caching = kv.block_size, kv.block_tables, kv.caching
+    decodes, starts, touch, grow = [], [], [], 0
     for r in s.running:
         p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
         if p == num_prompt + len(r.output_ids) - 1:
@@ -117,10 +117,10 @@ def bulk_step(engine: Engine) -> StepRecord | None:
                 return None  # a prompt's last token: schedule_decodes takes it, as a prefill
             decodes.append(r)
             starts.append(p)
-            ids.append(r.request_id)
-            if p % bs == 0 or (kv.caching and (p + 1) % bs == 0):
+            if p % bs == 0 or (caching and (p + 1) % bs == 0):
                 touch.append(r)
                 grow += len(tables[r.request_id]) * bs <= p
+    ids = [r.request_id for r in decodes]
     if not decodes or grow > kv.num_free_blocks:
         return None
     t_start = clock.start_step()
