@@ -131,7 +131,11 @@ def fingerprint(timeline) -> tuple:
 
 def row(case: Case, policy: str, fast: bool, repeats: int, num_requests: int) -> tuple[dict, tuple]:
     load = os.getloadavg()[0]
-    runs = [simulate(case, policy, fast, num_requests) for _ in range(repeats)]
+    runs = []
+    for _ in range(repeats):  # each timeline let go before the next build: the GC scans what lives
+        times, facts, timeline = simulate(case, policy, fast, num_requests)
+        runs.append((times, facts, fingerprint(timeline)))
+        del timeline
     out = {
         "case": case.name,
         "policy": policy,
@@ -144,7 +148,7 @@ def row(case: Case, policy: str, fast: bool, repeats: int, num_requests: int) ->
         out[key] = statistics.median(values)
         if key in ("wall_s", "cpu_s"):
             out[f"{key}_min"], out[f"{key}_max"] = min(values), max(values)
-    return out | runs[0][1], fingerprint(runs[-1][2])
+    return out | runs[0][1], runs[-1][2]
 
 
 COLUMNS = [

@@ -37,6 +37,7 @@ peak_kv_blocks       the most blocks used at once; kv_unused_slots_mean: unused 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -64,17 +65,26 @@ def ttfts(tl: Timeline) -> list[float]:
     ]
 
 
+def _gaps(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between consecutive tokens of every completed request, in order, and where
+    each request's gaps begin; numpy, over all the run's token times at once (millions)."""
+    times = [r.token_times for r in completed_requests(tl) if len(r.token_times) > 1]
+    lens = np.fromiter(map(len, times), int, len(times))
+    gaps = np.diff(np.fromiter(chain.from_iterable(times), float, int(lens.sum())))
+    ends = np.cumsum(lens)  # past each request's last token
+    keep = np.ones(len(gaps), bool)
+    keep[ends[:-1] - 1] = False  # from one request's last token to the next one's first
+    return gaps[keep], ends - lens - np.arange(len(lens))
+
+
 def itls(tl: Timeline) -> list[float]:
-    return [b - a for r in completed_requests(tl) for a, b in zip(r.token_times, r.token_times[1:])]
+    return _gaps(tl)[0].tolist()
 
 
 def worst_itls(tl: Timeline) -> list[float]:
     """Each request's longest gap between two of its tokens."""
-    return [
-        max(b - a for a, b in zip(r.token_times, r.token_times[1:]))
-        for r in completed_requests(tl)
-        if len(r.token_times) > 1
-    ]
+    gaps, starts = _gaps(tl)
+    return np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []
 
 
 def tpot(r) -> float:
@@ -168,8 +178,10 @@ def summarize(
     computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
     for s in steps:
-        real = set()
-        for i in s.items:
+        # a simulated step's decodes (sim/fastforward.py: DecodeStep) counted without its items
+        n = getattr(s, "num_decodes", 0)
+        real, computed = set(), computed + n
+        for i in s.rest if n else s.items:
             if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
                 drafts, accepted, verifies = (
                     drafts + i.num_draft,
@@ -183,7 +195,7 @@ def summarize(
             else:
                 real.add(i.request_id)
             computed += i.num_tokens
-        batch_sizes.append(len(real))
+        batch_sizes.append(len(real) + n)
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
@@ -219,15 +231,16 @@ def summarize(
         "spec_acceptance_rate": accepted / drafts if drafts else None,
         "spec_mean_acceptance_length": 1 + accepted / verifies if verifies else None,
     }
+    gaps, starts = _gaps(tl)
     for name, values in (
         ("ttft", ttfts(tl)),
-        ("itl", itls(tl)),
+        ("itl", gaps),
         ("tpot", tpots(tl)),
         ("e2e", e2e_latencies(tl)),
     ):
         for q in (50, 90, 99):
             m[f"{name}_p{q}"] = percentile(values, q)
-    worst = worst_itls(tl)
+    worst = np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []  # worst_itls
     m["itl_max"] = max(worst, default=float("nan"))
     m["itl_worst_p99"] = percentile(worst, 99)
     if ttft_slo is not None or tpot_slo is not None:

@@ -4,7 +4,9 @@ request records, on every policy, with prefix caching, speculation and preemptio
 
 import pytest
 
+from minilm.metrics import summarize
 from minilm.sim import simulated_engine
+from minilm.sim.fastforward import DecodeStep
 from minilm.workload import make_workload
 
 
@@ -30,6 +32,8 @@ def same_run(policy: str, **kw) -> int:
     """Both timelines, compared whole (floats with ==); the steps fast-forwarded."""
     slow, a = run(False, policy, **kw)
     fast, b = run(True, policy, **kw)
+    # summarize first: it counts a fast step's decodes without making its items
+    assert str(summarize(b)) == str(summarize(a))  # as text: a NaN equals itself
     assert slow.fast_steps == slow.bulk_steps == 0  # the switch turns both off
     assert len(b.steps) == len(a.steps)
     for x, y in zip(a.steps, b.steps):
@@ -78,3 +82,13 @@ def test_bulk_steps_run_beside_prompts():
     fast, _ = run(True, "chunked", max_num_seqs=8)
     assert fast.bulk_steps > 0 and fast.fast_steps > 0
     assert fast.bulk_steps + fast.fast_steps < len(fast.timeline.steps)  # the rest: the scheduler's
+
+
+def test_summarize_makes_no_decode_items():
+    # a fast step keeps its decodes as ids and contexts; summarize counts them without the list
+    fast, tl = run(True, "chunked", max_num_seqs=8)
+    compact = [s for s in tl.steps if isinstance(s, DecodeStep)]
+    assert len(compact) == fast.bulk_steps + fast.fast_steps
+    summarize(tl)
+    assert not any("items" in vars(s) for s in compact)
+    assert all(len(s.items) >= s.num_decodes > 0 for s in compact)  # made when read

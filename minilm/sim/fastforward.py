@@ -21,6 +21,10 @@ every step through the scheduler.
 
 from __future__ import annotations
 
+import gc
+from dataclasses import fields
+from functools import cached_property
+
 from ..core.engine import Engine, record_step
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
@@ -28,11 +32,49 @@ from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
 
 
+class DecodeStep(StepRecord):
+    """A `StepRecord` whose decodes are kept as the batch's request ids and their contexts
+    before step 0 of a run (shared by the run's steps), and this step's offset in it: the
+    decodes' `StepItem`s, then `rest` (the policy's other work), are made when `items` is first
+    read: the list the scheduler's step makes. `summarize` counts `num_decodes` and reads only
+    `rest`. It equals the `StepRecord` with the same fields."""
+
+    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
+        self.__dict__.update(record)  # every StepRecord field but items
+        self.ids, self.starts, self.offset, self.rest = ids, starts, offset, rest
+        self.num_decodes = len(ids)
+
+    @cached_property
+    def items(self) -> list[StepItem]:
+        j = self.offset + 1
+        return [StepItem(rid, "decode", 1, p + j) for rid, p in zip(self.ids, self.starts)] + [
+            *self.rest
+        ]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepRecord):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(StepRecord))
+
+    __hash__ = None
+
+
 class SimulatedEngine(Engine):
     """An `Engine` that takes decode-only stretches in one go and each step's decodes in bulk
     (`fast = False`: neither); `fast_steps` and `bulk_steps` count the steps taken each way."""
 
     fast, fast_steps, bulk_steps = True, 0, 0
+
+    def add_workload(self, specs, **sampling) -> list:
+        """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
+        workload's many token lists form no cycles, but every pass re-scanned them all."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return super().add_workload(specs, **sampling)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def step(self) -> StepRecord | None:
         record = bulk_step(self) if self.fast else None
@@ -66,8 +108,8 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         or c.scheduling_policy == "lpm"
     ):
         return None
-    bs, tables = kv.block_size, kv.block_tables
-    decodes, starts, ids, touch, grow = [], [], [], [], 0
+    bs, tables, caching = kv.block_size, kv.block_tables, kv.caching
+    decodes, starts, touch, grow = [], [], [], 0
     for r in s.running:
         p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
         if p == num_prompt + len(r.output_ids) - 1:
@@ -75,10 +117,10 @@ def bulk_step(engine: Engine) -> StepRecord | None:
                 return None  # a prompt's last token: schedule_decodes takes it, as a prefill
             decodes.append(r)
             starts.append(p)
-            ids.append(r.request_id)
-            if p % bs == 0 or (kv.caching and (p + 1) % bs == 0):
+            if p % bs == 0 or (caching and (p + 1) % bs == 0):
                 touch.append(r)
                 grow += len(tables[r.request_id]) * bs <= p
+    ids = [r.request_id for r in decodes]
     if not decodes or grow > kv.num_free_blocks:
         return None
     t_start = clock.start_step()
@@ -116,7 +158,6 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         elif (reason := r.append_output(token)) is not None:
             s.finish(r, reason)
             finished.append(r)
-    items = [StepItem(rid, "decode", 1, p + 1) for rid, p in zip(ids, starts)]
     outputs = s.update_from_output(plan, output)
     for out in outputs:
         req = engine.requests[out.request_id]
@@ -133,7 +174,13 @@ def bulk_step(engine: Engine) -> StepRecord | None:
         kv_blocks_total=c.num_blocks,
         draft_time=output.draft_time,
     )
-    record.items[:0] = items
+    record = DecodeStep(
+        ids,
+        starts,
+        0,
+        record.items,
+        **{f.name: getattr(record, f.name) for f in fields(StepRecord) if f.name != "items"},
+    )
     engine.timeline.steps.append(record)
     engine.num_steps += 1
     finished += [engine.requests[o.request_id] for o in outputs if o.finish_reason]
@@ -185,16 +232,15 @@ def fast_forward(engine: Engine) -> int:
     tables = [kv.block_tables[r.request_id] for r in running]
     context0 = sum(start) + B
     # a step that needs a fresh block (position at a block's start) or names a full one
-    # (prefix caching) calls the KV cache manager as the scheduler would, in running order
+    # (prefix caching) calls the KV cache manager as the scheduler would, in running order;
+    # which requests depends on the step's place in a block: step j touches touch_at[j % bs]
     touch_at: dict[int, list[int]] = {}
     for i, p in enumerate(start):
-        first = -p % bs
-        for j in range(first, k_max, bs):
-            touch_at.setdefault(j, []).append(i)
+        touch_at.setdefault(-p % bs, []).append(i)
         if kv.caching:
-            for j in range(-(p + 1) % bs, k_max, bs):
-                touch_at.setdefault(j, []).append(i)
-    touch_at = {j: sorted(set(v)) for j, v in touch_at.items()}
+            touch_at.setdefault(-(p + 1) % bs, []).append(i)
+    if kv.caching:
+        touch_at = {q: sorted(set(v)) for q, v in touch_at.items()}
     repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
     ids = [r.request_id for r in running]
     done = [0] * B  # steps applied to each request's state so far
@@ -218,7 +264,7 @@ def fast_forward(engine: Engine) -> int:
             if not full:
                 break  # an arrival the policy may admit: the scheduler's step
             s.admit_arrivals(t_start)
-        touched = touch_at.get(j, ())
+        touched = touch_at.get(j % bs, ())
         if touched:
             need = sum(1 for i in touched if len(tables[i]) * bs <= start[i] + j)
             if need > kv.num_free_blocks:
@@ -232,11 +278,14 @@ def fast_forward(engine: Engine) -> int:
         clock.now = t_end = t_start + dt
         t_ends.append(t_end)
         records.append(
-            StepRecord(
+            DecodeStep(
+                ids,
+                start,
+                j,
+                [],
                 step=step_index + j,
                 t_start=t_start,
                 t_end=t_end,
-                items=[StepItem(rid, "decode", 1, p + j + 1) for rid, p in zip(ids, start)],
                 num_running=B,
                 num_waiting=len(s.waiting),
                 kv_blocks_used=kv.num_used_blocks,
@@ -246,6 +295,7 @@ def fast_forward(engine: Engine) -> int:
                 kv_tokens_stored=context - repeats * bs,
                 model_time=dt,
                 kv_cached_free=cached_free,
+                draft_time=0.0,
             )
         )
     k = len(records)
