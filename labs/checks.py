@@ -3428,6 +3428,100 @@ def check_best_draft_length(best_draft_length) -> None:
     )
 
 
+# ---- exercise 10, part 4: drafts for a whole batch ------------------------------------------------
+def batch_rate(alphas, w, ks) -> Fraction:
+    """Tokens a batch keeps per unit of time: one target step (1) shared by all, plus `w` for
+    every draft in the batch."""
+    a, cost = [Fraction(x) for x in alphas], Fraction(w)
+    kept = sum((expected_tokens_reference(x, k) for x, k in zip(a, ks)), Fraction(0))
+    return kept / (1 + cost * sum(ks))
+
+
+def batch_draft_lengths_reference(alphas, w, k_max: int) -> list[int]:
+    """A best allocation. The j-th draft of request r adds alpha_r^j tokens and costs w, so
+    every allocation worth having takes, among all the batch's drafts, those of the largest
+    gains: the best is one of the prefixes of the gains in falling order (ties broken by
+    request, so that each request's drafts stay a prefix of its own)."""
+    gains = sorted(
+        ((Fraction(a) ** j, r) for r, a in enumerate(alphas) for j in range(1, k_max + 1)),
+        key=lambda g: (-g[0], g[1]),
+    )
+    ks, best, best_ks = (
+        [0] * len(alphas),
+        batch_rate(alphas, w, [0] * len(alphas)),
+        [0] * len(alphas),
+    )
+    for _, r in gains:
+        ks[r] += 1
+        rate = batch_rate(alphas, w, ks)
+        if rate > best:
+            best, best_ks = rate, list(ks)
+    return best_ks
+
+
+# (alphas, w, k_max): each case adds one thing to the ones before
+BATCH_CASES = [
+    ([0.9, 0.6, 0.3], Fraction(1, 20), 8),  # alone each would draft more: the target step is shared
+    ([0.8, 0.8, 0.8, 0.8], Fraction(1, 50), 6),  # equal requests: any optimum, equal or not
+    ([0.95, 0.2], Fraction(1, 10), 12),  # one request gets drafts, the other none
+    ([1.0, 0.5, 0.0], Fraction(1, 100), 5),  # every draft kept / never kept
+    ([0.7, 0.4], Fraction(2), 4),  # drafts dearer than anything they keep: no speculation
+    ([], Fraction(1, 10), 4),  # no request
+    (  # a batch of 12: an exhaustive search over 9^12 allocations does not finish
+        [0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4, 0.3, 0.1],
+        Fraction(1, 100),
+        8,
+    ),
+]
+
+
+def per_request_best(alphas, w, k_max) -> list[int]:
+    return [best_k_reference(a, w, k_max) for a in alphas]
+
+
+def uniform_best(alphas, w, k_max) -> list[int]:
+    k = max(range(k_max + 1), key=lambda k: (batch_rate(alphas, w, [k] * len(alphas)), -k))
+    return [k] * len(alphas)
+
+
+def check_batch_draft_lengths(batch_draft_lengths) -> None:
+    for alphas, w, k_max in BATCH_CASES:
+        name = f"batch_draft_lengths({alphas}, {float(w):g}, {k_max})"
+        with time_limit(10, name):
+            got = call(batch_draft_lengths, list(alphas), float(w), k_max, what=name)
+        try:
+            ks = [int(k) for k in got]
+            whole = all(k == g for k, g in zip(ks, got))
+        except (TypeError, ValueError):
+            raise AssertionError(f"{name} = {got!r}: return a list of whole numbers") from None
+        assert whole and len(ks) == len(alphas), (
+            f"{name} = {got!r}: return one whole number of drafts per request, {len(alphas)} in all"
+        )
+        bad = [k for k in ks if not 0 <= k <= k_max]
+        assert not bad, f"{name} = {ks}: {bad[0]} drafts is outside 0..k_max"
+        want = batch_draft_lengths_reference(alphas, w, k_max)
+        mine, best = batch_rate(alphas, w, ks), batch_rate(alphas, w, want)
+        if mine == best:
+            continue
+        why = ""
+        if alphas and ks == per_request_best(alphas, w, k_max):
+            why = ": that is each request's best on its own, as if it paid a target step by itself"
+        elif alphas and len(set(ks)) == 1 and ks == uniform_best(alphas, w, k_max):
+            why = ": the best k shared by all; the requests need not draft alike"
+        raise AssertionError(
+            f"{name} = {ks} keeps {float(mine):.6f} tokens per unit of time; a better allocation "
+            f"keeps {float(best):.6f}{why}"
+        )
+    alphas, w, k_max = BATCH_CASES[0]
+    ks = batch_draft_lengths_reference(alphas, w, k_max)
+    alone = per_request_best(alphas, w, k_max)
+    ok(
+        f"the best drafts for {len(BATCH_CASES)} batches, one of 12 requests; at alphas {alphas} and "
+        f"w {float(w):g}: {ks}, {float(batch_rate(alphas, w, ks)):.3f} tokens per unit of time, "
+        f"against {float(batch_rate(alphas, w, alone)):.3f} with each request's own best {alone}"
+    )
+
+
 def acceptance_cases() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
     """(p, q, what) on a 6-token vocabulary: random pairs, a draft sharper and one flatter than
     the target, a one-hot draft (the engine's case), supports that only partly overlap."""
