@@ -3888,6 +3888,62 @@ def check_char_delays(char_delays) -> None:
     )
 
 
+# ---- exercise 9, part 3: the most a checker ever holds back ----------------------------------------
+def hold_back_reference(stops: list[str]) -> tuple[int, str]:
+    """The most characters part 1's rule ever holds back with these stop strings, and a text that
+    makes it hold that many. A held end is a proper beginning of a stop string; one that holds
+    another stop string (anywhere in it) is never held: the stream stopped there."""
+    best, witness = 0, ""
+    for s in stops:
+        for n in range(1, len(s)):
+            if any(t in s[:n] for t in stops):
+                break
+            if n > best:
+                best, witness = n, s[:n]
+    return best, witness
+
+
+HOLD_CASES = [  # each adds one trap to the ones before
+    ["abc", "xyz"],  # the window: the longest stop string minus one
+    ["\n\n", "stop"],
+    [],  # no stop string
+    ["a", "b"],  # one character: nothing to hold
+    ["abcde", "b"],  # "abcd" cannot be held: it holds "b" (not at its end)
+    ["abcdefgh", "c", "wxyz"],  # the longest stop string is not the one that holds the most
+    ["abc", "ab"],  # a stop string that begins another
+    ["aab", "ab"],  # "aa" holds no stop string, though "ab" is in "aab"
+    ["hello world", "o w", "goodbye"],  # two stop strings hold 6 each
+]
+
+
+def check_longest_hold_back(longest_hold_back) -> None:
+    for stops in HOLD_CASES:
+        name = f"longest_hold_back({stops!r})"
+        with time_limit(10, name):
+            got = call(longest_hold_back, list(stops), what=name)
+        want, witness = hold_back_reference(stops)
+        if got == want and isinstance(got, int):
+            continue
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise AssertionError(f"{name} = {got!r}: return a whole number of characters")
+        if got < want:
+            raise AssertionError(
+                f"{name} = {got}: fed the text {witness!r} (not final), a checker following part 1's "
+                f"rule holds back {want} characters"
+            )
+        raise AssertionError(
+            f"{name} = {got}: no stream makes a checker following part 1's rule hold back {got} "
+            f"characters with these stop strings. Feed your MyStopChecker the text you think does, and "
+            f"see what it returns"
+        )
+    fixed = {str(s): max(map(len, s)) - 1 for s in HOLD_CASES if s}
+    ok(
+        f"the most a checker holds back, for {len(HOLD_CASES)} sets of stop strings; with "
+        f"['abcde', 'b'] it is {hold_back_reference(['abcde', 'b'])[0]} character, against a fixed "
+        f"window of {fixed[str(['abcde', 'b'])]}"
+    )
+
+
 # ---- exercise 11: a router of your own --------------------------------------------------------
 # Three fleets of four simulated H100s (lesson 11, sections 1 and 2), each a trap for one kind of
 # naive router. Seeded differently from the lesson's, so a router tuned to the lesson's numbers
