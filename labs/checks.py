@@ -3521,7 +3521,7 @@ def batch_draft_lengths_reference(alphas, w, k_max: int) -> list[int]:
 
 
 # (alphas, w, k_max): each case adds one thing to the ones before
-BATCH_CASES = [
+DRAFT_BATCHES = [
     ([0.9, 0.6, 0.3], Fraction(1, 20), 8),  # alone each would draft more: the target step is shared
     ([0.8, 0.8, 0.8, 0.8], Fraction(1, 50), 6),  # equal requests: any optimum, equal or not
     ([0.95, 0.2], Fraction(1, 10), 12),  # one request gets drafts, the other none
@@ -3546,7 +3546,7 @@ def uniform_best(alphas, w, k_max) -> list[int]:
 
 
 def check_batch_draft_lengths(batch_draft_lengths) -> None:
-    for alphas, w, k_max in BATCH_CASES:
+    for alphas, w, k_max in DRAFT_BATCHES:
         name = f"batch_draft_lengths({alphas}, {float(w):g}, {k_max})"
         with time_limit(10, name):
             got = call(batch_draft_lengths, list(alphas), float(w), k_max, what=name)
@@ -3573,11 +3573,11 @@ def check_batch_draft_lengths(batch_draft_lengths) -> None:
             f"{name} = {ks} keeps {float(mine):.6f} tokens per unit of time; a better allocation "
             f"keeps {float(best):.6f}{why}"
         )
-    alphas, w, k_max = BATCH_CASES[0]
+    alphas, w, k_max = DRAFT_BATCHES[0]
     ks = batch_draft_lengths_reference(alphas, w, k_max)
     alone = per_request_best(alphas, w, k_max)
     ok(
-        f"the best drafts for {len(BATCH_CASES)} batches, one of 12 requests; at alphas {alphas} and "
+        f"the best drafts for {len(DRAFT_BATCHES)} batches, one of 12 requests; at alphas {alphas} and "
         f"w {float(w):g}: {ks}, {float(batch_rate(alphas, w, ks)):.3f} tokens per unit of time, "
         f"against {float(batch_rate(alphas, w, alone)):.3f} with each request's own best {alone}"
     )
