@@ -2295,41 +2295,6 @@ def first_token_hint(e: Exception) -> str:
     return ""
 
 
-def check_meets_slo(meets_slo, tl) -> None:
-    """meets_slo on every request of `tl`, against minilm.metrics' own, at three pairs of limits."""
-    from minilm.metrics import meets_slo as reference_meets
-
-    for r in tl.requests:
-        for slos in (
-            (None, None),
-            (0.5, 0.125),
-            (0.25, 0.0),
-            (None, 0.1),
-        ):  # 0.1: TPOT over n - 1 tokens, not n
-            try:
-                got = meets_slo(r, *slos)
-            except (AssertionError, NotImplementedError):
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise AssertionError(
-                    f"meets_slo(request {r.request_id}, {slos}) raised {type(e).__name__}: "
-                    f"{e}{first_token_hint(e)}"
-                ) from e
-            want = reference_meets(r, *slos)
-            if r.t_first_token is None:
-                measured = "no first token (aborted before it produced one): it met no limit"
-            else:
-                measured = f"TTFT {r.t_first_token - r.arrival}, TPOT " + (
-                    f"{(r.t_finished - r.t_first_token) / (r.output_len - 1)}"
-                    if r.output_len > 1
-                    else "none (one token: no TPOT limit can fail it)"
-                )
-            assert bool(got) == want, (
-                f"meets_slo(request {r.request_id}, ttft_slo={slos[0]}, tpot_slo={slos[1]}): "
-                f"you say {bool(got)}; it has {measured}"
-            )
-
-
 def tightest_reference(tl, tpot_slo, target: float, **slip) -> float | None:
     """The smallest TTFT limit with which at least a share `target` of the run's requests meet
     both limits (None if none does): the k-th smallest TTFT among the requests that meet the
@@ -2457,9 +2422,9 @@ def tightest_cases():
     ]
 
 
-def check_tightest_ttft_slo(meets_slo, tightest_ttft_slo) -> None:
-    """What minilm/metrics.py does not compute: the SLO a run can promise."""
-    check_meets_slo(meets_slo, handmade_timeline(HANDMADE + [ABORTED], end=2.5))
+def check_tightest_ttft_slo(tightest_ttft_slo) -> None:
+    """What minilm/metrics.py does not compute: the SLO a run can promise (meets_slo, which it
+    has, is the exercise's warm-up and not graded)."""
     ruled_out: set[str] = set()
     for tl, tpot_slo, target, what in tightest_cases():
         name = f"tightest_ttft_slo(run, tpot_slo={tpot_slo}, target={target}) on {what}"
@@ -2504,7 +2469,7 @@ def check_tightest_ttft_slo(meets_slo, tightest_ttft_slo) -> None:
                 f"target={target}: you got {got!r}"
             )
     ok(
-        f"meets_slo, and the tightest TTFT limit on {len(tightest_cases())} hand-made runs and 12 "
+        f"the tightest TTFT limit on {len(tightest_cases())} hand-made runs and 12 "
         f"(TPOT limit, target) pairs of a simulated run; there, 90% of the requests can be promised "
         f"a TTFT of {tightest_reference(run, None, 0.9) * 1e3:.1f} ms (simulated)"
     )
@@ -2588,6 +2553,16 @@ def eight(
     return handmade_timeline(rows, end=4.0)
 
 
+def failed_after_tokens():
+    """eight() with its last request failed ("incomplete": the stream broke) after 5 tokens
+    within both limits: judged on what it produced, like any other."""
+    from minilm.timeline import INCOMPLETE
+
+    tl = eight()
+    tl.requests[-1].finish_reason = INCOMPLETE
+    return tl
+
+
 # rate -> run; given out of order on purpose (a dict is read in the order it was written)
 PERCENTILE_RUNS = {
     4.0: eight(ttft_misses=2),  # 6 of 8 within the TTFT limit
@@ -2598,6 +2573,7 @@ PERCENTILE_RUNS = {
         tpot_misses=1, one_token=2
     ),  # 5 of the 6 with a TPOT within it; the one-token ones have none
     2.5: eight(aborted=1),  # one request aborted before its first token
+    5.0: failed_after_tokens(),  # one request failed (the client's stream broke) after its tokens
 }
 # (rates used, ttft_slo, tpot_slo, target): each case adds one thing to the ones before
 PERCENTILE_CASES = [
@@ -2613,6 +2589,8 @@ PERCENTILE_CASES = [
     ((1.0, 2.5), 0.5, None, 1.0),  # an aborted request missed its TTFT limit
     ((8.0,), 0.5, 0.25, 0.75),  # no rate keeps the target: 0.0
     ((2.0, 1.0, 8.0, 4.0, 3.0, 2.5), 0.5, 0.25, 0.75),  # the highest rate, whatever the order
+    ((1.0, 2.5), None, 0.25, 1.0),  # no TTFT limit: a request with no first token misses none
+    ((1.0, 5.0), 0.5, 0.25, 1.0),  # a failed request judged on the tokens it produced
 ]
 
 
@@ -2677,6 +2655,24 @@ def percentile_slips() -> list[tuple[str, object]]:
             highest(lambda tl, a, b, t: per_metric(tl, a, b, t, aborted_in=False)),
         ),
         ("use the target you are given", highest(lambda tl, a, b, t: per_metric(tl, a, b, 0.9))),
+        (
+            "with ttft_slo None there is no TTFT limit to miss, not even for a request with no "
+            "first token",
+            highest(
+                lambda tl, a, b, t: (
+                    per_metric(tl, a, b, t)
+                    and (a is not None or all(r.t_first_token is not None for r in tl.requests))
+                )
+            ),
+        ),
+        (
+            "a failed request that produced tokens is judged on them, like any other",
+            highest(
+                lambda tl, a, b, t: (
+                    per_metric(tl, a, b, t) and not any(r.failed for r in tl.requests)
+                )
+            ),
+        ),
         (
             "a share exactly at the target keeps it (>=, not >)",
             highest(
@@ -2781,6 +2777,71 @@ def check_percentile_goodput(percentile_goodput) -> None:
     ok(
         f"per-percentile goodput right on {len(PERCENTILE_CASES)} hand-made sweeps and a simulated one "
         f"({', '.join(f'{g:g}' for g in results)} req/s for its four SLO pairs)"
+    )
+
+
+# ---- exercise 7, part 3: which rates to run ---------------------------------------------------
+# Four requests, all arriving at 0: within both limits (TTFT 0.25 s, TPOT 0.125 s), over the TTFT
+# limit (1 s), over the TPOT limit only (0.5 s). At 0.5 s and 0.25 s limits and a 0.75 target a
+# kept run has 3 of 4 within both, exactly the target; a failed one 2 of 4, and 3 of 4 within the
+# TTFT limit alone.
+GOOD, LATE, SLOW = (0.0, 0.25, 0.75, 5), (0.0, 1.0, 1.5, 5), (0.0, 0.25, 2.25, 5)
+SEARCH_SLOS = (0.5, 0.25, 0.75)
+
+
+def search_budget(n: int) -> int:
+    """Runs a search over n rates needs at most: n + 1 answers (0.0 or one of the rates), each run
+    halves what is left."""
+    return math.ceil(math.log2(n + 1))
+
+
+def search_cases() -> list[tuple[list[float], int]]:
+    """(rates, how many of the lowest keep the target): every boundary of 1, 2, 3, 7, 8 and 10
+    rates, and no rate."""
+    cases = [([], 0)]
+    for n in (1, 2, 3, 7, 8, 10):
+        rates = [float(25 * (i + 1)) for i in range(n)]
+        cases += [(rates, kept) for kept in range(n + 1)]
+    return cases
+
+
+def check_goodput_search(goodput_search) -> None:
+    ttft_slo, tpot_slo, target = SEARCH_SLOS
+    kept_run = handmade_timeline([GOOD, GOOD, GOOD, LATE], end=2.5)
+    failed_run = handmade_timeline([GOOD, GOOD, SLOW, LATE], end=2.5)
+    for rates, kept in search_cases():
+        called: list[float] = []
+
+        def run_at(rate: float, rates=rates, kept=kept, called=called):
+            assert rate in rates, f"run_at({rate!r}): not one of the rates {rates}"
+            called.append(rate)
+            return kept_run if rates.index(rate) < kept else failed_run
+
+        name = f"goodput_search(run_at, {rates}, {ttft_slo}, {tpot_slo}, {target})"
+        with time_limit(10, name):
+            got = call(goodput_search, run_at, list(rates), ttft_slo, tpot_slo, target, what=name)
+        want = rates[kept - 1] if kept else 0.0
+        keeps = f"the runs at {rates[:kept]} keep the target" if kept else "no run keeps the target"
+        if got is None or not is_real(got) or not close(got, want):
+            if got is not None and is_real(got) and got in rates[kept:]:
+                why = f"the run at {got} does not keep it"
+            elif (
+                got is not None
+                and is_real(got)
+                and (got in rates[: max(kept - 1, 0)] or got == 0.0)
+            ):
+                why = "a higher rate keeps it"
+            else:
+                why = "the answer is one of the rates, or 0.0"
+            raise AssertionError(f"{name} = {got!r}, where {keeps}: {why}")
+        budget = search_budget(len(rates))
+        assert len(called) <= budget, (
+            f"{name}, where {keeps}: you ran {len(called)} runs ({called}); {len(rates)} rates "
+            f"need at most {budget}"
+        )
+    ok(
+        f"the highest rate that keeps the target, on {len(search_cases())} sweeps of up to 10 rates, each "
+        f"within its budget of runs (4 for 10 rates, against 10 for a scan)"
     )
 
 
@@ -3428,6 +3489,100 @@ def check_best_draft_length(best_draft_length) -> None:
     )
 
 
+# ---- exercise 10, part 4: drafts for a whole batch ------------------------------------------------
+def batch_rate(alphas, w, ks) -> Fraction:
+    """Tokens a batch keeps per unit of time: one target step (1) shared by all, plus `w` for
+    every draft in the batch."""
+    a, cost = [Fraction(x) for x in alphas], Fraction(w)
+    kept = sum((expected_tokens_reference(x, k) for x, k in zip(a, ks)), Fraction(0))
+    return kept / (1 + cost * sum(ks))
+
+
+def batch_draft_lengths_reference(alphas, w, k_max: int) -> list[int]:
+    """A best allocation. The j-th draft of request r adds alpha_r^j tokens and costs w, so
+    every allocation worth having takes, among all the batch's drafts, those of the largest
+    gains: the best is one of the prefixes of the gains in falling order (ties broken by
+    request, so that each request's drafts stay a prefix of its own)."""
+    gains = sorted(
+        ((Fraction(a) ** j, r) for r, a in enumerate(alphas) for j in range(1, k_max + 1)),
+        key=lambda g: (-g[0], g[1]),
+    )
+    ks, best, best_ks = (
+        [0] * len(alphas),
+        batch_rate(alphas, w, [0] * len(alphas)),
+        [0] * len(alphas),
+    )
+    for _, r in gains:
+        ks[r] += 1
+        rate = batch_rate(alphas, w, ks)
+        if rate > best:
+            best, best_ks = rate, list(ks)
+    return best_ks
+
+
+# (alphas, w, k_max): each case adds one thing to the ones before
+DRAFT_BATCHES = [
+    ([0.9, 0.6, 0.3], Fraction(1, 20), 8),  # alone each would draft more: the target step is shared
+    ([0.8, 0.8, 0.8, 0.8], Fraction(1, 50), 6),  # equal requests: any optimum, equal or not
+    ([0.95, 0.2], Fraction(1, 10), 12),  # one request gets drafts, the other none
+    ([1.0, 0.5, 0.0], Fraction(1, 100), 5),  # every draft kept / never kept
+    ([0.7, 0.4], Fraction(2), 4),  # drafts dearer than anything they keep: no speculation
+    ([], Fraction(1, 10), 4),  # no request
+    (  # a batch of 12: an exhaustive search over 9^12 allocations does not finish
+        [0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4, 0.3, 0.1],
+        Fraction(1, 100),
+        8,
+    ),
+]
+
+
+def per_request_best(alphas, w, k_max) -> list[int]:
+    return [best_k_reference(a, w, k_max) for a in alphas]
+
+
+def uniform_best(alphas, w, k_max) -> list[int]:
+    k = max(range(k_max + 1), key=lambda k: (batch_rate(alphas, w, [k] * len(alphas)), -k))
+    return [k] * len(alphas)
+
+
+def check_batch_draft_lengths(batch_draft_lengths) -> None:
+    for alphas, w, k_max in DRAFT_BATCHES:
+        name = f"batch_draft_lengths({alphas}, {float(w):g}, {k_max})"
+        with time_limit(10, name):
+            got = call(batch_draft_lengths, list(alphas), float(w), k_max, what=name)
+        try:
+            ks = [int(k) for k in got]
+            whole = all(k == g for k, g in zip(ks, got))
+        except (TypeError, ValueError):
+            raise AssertionError(f"{name} = {got!r}: return a list of whole numbers") from None
+        assert whole and len(ks) == len(alphas), (
+            f"{name} = {got!r}: return one whole number of drafts per request, {len(alphas)} in all"
+        )
+        bad = [k for k in ks if not 0 <= k <= k_max]
+        assert not bad, f"{name} = {ks}: {bad[0]} drafts is outside 0..k_max"
+        want = batch_draft_lengths_reference(alphas, w, k_max)
+        mine, best = batch_rate(alphas, w, ks), batch_rate(alphas, w, want)
+        if mine == best:
+            continue
+        why = ""
+        if alphas and ks == per_request_best(alphas, w, k_max):
+            why = ": that is each request's best on its own, as if it paid a target step by itself"
+        elif alphas and len(set(ks)) == 1 and ks == uniform_best(alphas, w, k_max):
+            why = ": the best k shared by all; the requests need not draft alike"
+        raise AssertionError(
+            f"{name} = {ks} keeps {float(mine):.6f} tokens per unit of time; a better allocation "
+            f"keeps {float(best):.6f}{why}"
+        )
+    alphas, w, k_max = DRAFT_BATCHES[0]
+    ks = batch_draft_lengths_reference(alphas, w, k_max)
+    alone = per_request_best(alphas, w, k_max)
+    ok(
+        f"the best drafts for {len(DRAFT_BATCHES)} batches, one of 12 requests; at alphas {alphas} and "
+        f"w {float(w):g}: {ks}, {float(batch_rate(alphas, w, ks)):.3f} tokens per unit of time, "
+        f"against {float(batch_rate(alphas, w, alone)):.3f} with each request's own best {alone}"
+    )
+
+
 def acceptance_cases() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
     """(p, q, what) on a 6-token vocabulary: random pairs, a draft sharper and one flatter than
     the target, a one-hot draft (the engine's case), supports that only partly overlap."""
@@ -3791,6 +3946,62 @@ def check_char_delays(char_delays) -> None:
         f"what the client waits for, character by character, on {len(DELAY_CASES)} made-up streams: with the "
         f"stop string 'Returns' the server's fixed window delays the text by {np.mean(fixed) * 1e3:.1f} ms a "
         f"character on average, part 1's checker by {np.mean(mine) * 1e3:.1f} ms"
+    )
+
+
+# ---- exercise 9, part 3: the most a checker ever holds back ----------------------------------------
+def hold_back_reference(stops: list[str]) -> tuple[int, str]:
+    """The most characters part 1's rule ever holds back with these stop strings, and a text that
+    makes it hold that many. A held end is a proper beginning of a stop string; one that holds
+    another stop string (anywhere in it) is never held: the stream stopped there."""
+    best, witness = 0, ""
+    for s in stops:
+        for n in range(1, len(s)):
+            if any(t in s[:n] for t in stops):
+                break
+            if n > best:
+                best, witness = n, s[:n]
+    return best, witness
+
+
+HOLD_CASES = [  # each adds one trap to the ones before
+    ["abc", "xyz"],  # the window: the longest stop string minus one
+    ["\n\n", "stop"],
+    [],  # no stop string
+    ["a", "b"],  # one character: nothing to hold
+    ["abcde", "b"],  # "abcd" cannot be held: it holds "b" (not at its end)
+    ["abcdefgh", "c", "wxyz"],  # the longest stop string is not the one that holds the most
+    ["abc", "ab"],  # a stop string that begins another
+    ["aab", "ab"],  # "aa" holds no stop string, though "ab" is in "aab"
+    ["hello world", "o w", "goodbye"],  # two stop strings hold 6 each
+]
+
+
+def check_longest_hold_back(longest_hold_back) -> None:
+    for stops in HOLD_CASES:
+        name = f"longest_hold_back({stops!r})"
+        with time_limit(10, name):
+            got = call(longest_hold_back, list(stops), what=name)
+        want, witness = hold_back_reference(stops)
+        if got == want and isinstance(got, int):
+            continue
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise AssertionError(f"{name} = {got!r}: return a whole number of characters")
+        if got < want:
+            raise AssertionError(
+                f"{name} = {got}: fed the text {witness!r} (not final), a checker following part 1's "
+                f"rule holds back {want} characters"
+            )
+        raise AssertionError(
+            f"{name} = {got}: no stream makes a checker following part 1's rule hold back {got} "
+            f"characters with these stop strings. Feed your MyStopChecker the text you think does, and "
+            f"see what it returns"
+        )
+    fixed = {str(s): max(map(len, s)) - 1 for s in HOLD_CASES if s}
+    ok(
+        f"the most a checker holds back, for {len(HOLD_CASES)} sets of stop strings; with "
+        f"['abcde', 'b'] it is {hold_back_reference(['abcde', 'b'])[0]} character, against a fixed "
+        f"window of {fixed[str(['abcde', 'b'])]}"
     )
 
 

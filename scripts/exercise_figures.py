@@ -37,7 +37,7 @@ DIFFICULTY = {
     "07": 3,
     "08": 4,
     "09": 3,
-    "10": 3,
+    "10": 4,
 }
 
 
@@ -68,7 +68,7 @@ def rows() -> list[tuple[str, int, int, int]]:
                 solution.stem,
                 checks,
                 answer_lines(LABS / "exercises" / solution.name, solution),
-                DIFFICULTY[number],
+                DIFFICULTY.get(number, "not rated"),
             )
         )
     return out

@@ -319,3 +319,64 @@ def test_char_delays_accepts(fn, capsys):
 def test_char_delays_rejects(fn, cause):
     with pytest.raises(AssertionError, match=cause):
         checks.check_char_delays(fn)
+
+
+# ---- part 3: the most a checker ever holds back ----------------------------------------------
+def hold_by_prefixes(stops):  # the solution
+    best = 0
+    for s in stops:
+        for n in range(1, len(s)):
+            if any(t in s[:n] for t in stops):
+                break
+            best = max(best, n)
+    return best
+
+
+def hold_by_feeding(stops):
+    """Right, written differently: feed each proper beginning of a stop string to a fresh checker
+    that follows part 1's rule and measure what it holds."""
+    held = [0]
+    for s in stops:
+        for n in range(1, len(s)):
+            sent, stopped = checks.StopReference(stops).add(s[:n], False)
+            if not stopped:
+                held.append(n - len(sent))
+    return max(held)
+
+
+WRONG_HOLD = {
+    "the fixed window": (lambda st: max(map(len, st), default=1) - 1, "no stream makes"),
+    "only a stop at the end": (  # a beginning that ends with a stop string is never held
+        lambda st: max(
+            (n for s in st for n in range(1, len(s)) if not any(s[:n].endswith(t) for t in st)),
+            default=0,
+        ),
+        "no stream makes",
+    ),
+    "the longest stop only": (
+        lambda st: hold_by_prefixes([max(st, key=len)]) if st else 0,
+        "no stream makes",
+    ),
+    "one short": (
+        lambda st: max(
+            (n for s in st for n in range(1, len(s) - 1) if not any(t in s[:n] for t in st)),
+            default=0,
+        ),
+        "holds back 2 characters",
+    ),
+    "max of nothing": (lambda st: max(hold_by_prefixes([s]) for s in st), "ValueError"),
+    "a float": (lambda st: float(hold_by_prefixes(st)), "whole number"),
+}
+
+
+@pytest.mark.parametrize("fn", [hold_by_prefixes, hold_by_feeding])
+def test_longest_hold_back_accepts(fn, capsys):
+    checks.check_longest_hold_back(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", WRONG_HOLD.values(), ids=WRONG_HOLD.keys())
+def test_longest_hold_back_rejects(case):
+    fn, words = case
+    with pytest.raises(AssertionError, match=words):
+        checks.check_longest_hold_back(fn)

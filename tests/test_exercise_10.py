@@ -242,3 +242,112 @@ def test_best_draft_length_rejects_and_names_the_cause(case):
     fn, words = case
     with pytest.raises(AssertionError, match=words):
         checks.check_best_draft_length(fn)
+
+
+# ---- part 4: drafts for a whole batch ------------------------------------------------------------
+def batch_by_prefix(alphas, w, k_max):  # the solution: every prefix of the gains in falling order
+    gains = sorted(
+        ((a**j, r) for r, a in enumerate(alphas) for j in range(1, k_max + 1)), reverse=True
+    )
+    ks, kept, best, best_ks = (
+        [0] * len(alphas),
+        float(len(alphas)),
+        float(len(alphas)),
+        [0] * len(alphas),
+    )
+    for n, (gain, r) in enumerate(gains, start=1):
+        ks[r] += 1
+        kept += gain
+        if kept / (1 + w * n) > best:
+            best, best_ks = kept / (1 + w * n), list(ks)
+    return best_ks
+
+
+def batch_by_threshold(alphas, w, k_max):
+    """Right, written differently: at the best rate R a draft pays when its gain is at least R * w;
+    iterate R (Dinkelbach's method) until the allocation stops changing."""
+    rate, ks = float(len(alphas)), [0] * len(alphas)
+    for _ in range(100):
+        new = [sum(1 for j in range(1, k_max + 1) if a**j >= rate * w) for a in alphas]
+        new_rate = sum(kept(a, k) for a, k in zip(alphas, new)) / (1 + w * sum(new))
+        if new_rate <= rate:
+            break
+        rate, ks = new_rate, new
+    return ks
+
+
+def batch_one_at_a_time(alphas, w, k_max):
+    """Right: add the single draft of largest gain while it raises the rate (the rate along the
+    sorted gains rises, then falls)."""
+    ks = [0] * len(alphas)
+
+    def rate(ks):
+        return sum(kept(a, k) for a, k in zip(alphas, ks)) / (1 + w * sum(ks))
+
+    while True:
+        free = [r for r in range(len(alphas)) if ks[r] < k_max]
+        if not free:
+            return ks
+        r = max(free, key=lambda r: alphas[r] ** (ks[r] + 1))
+        trial = ks[:r] + [ks[r] + 1] + ks[r + 1 :]
+        if rate(trial) < rate(ks):
+            return ks
+        ks = trial
+
+
+def batch_exhaustive(alphas, w, k_max):  # wrong: right answers, but 9^12 allocations take forever
+    import itertools
+
+    return list(
+        max(
+            itertools.product(range(k_max + 1), repeat=len(alphas)),
+            key=lambda ks: sum(kept(a, k) for a, k in zip(alphas, ks)) / (1 + w * sum(ks)),
+        )
+    )
+
+
+WRONG_BATCH = {
+    "each request's own best": (
+        lambda a, w, m: [best_by_index(x, w, m) for x in a],
+        "each request's best on its own",
+    ),
+    "one k for all": (
+        lambda a, w, m: (
+            [
+                max(
+                    range(m + 1),
+                    key=lambda k: (sum(kept(x, k) for x in a) / (1 + w * k * len(a)), -k),
+                )
+            ]
+            * len(a)
+        ),
+        "the best k shared by all",
+    ),
+    "a target step per request": (  # B + w * sum(k): the shared step priced once per request
+        lambda a, w, m: batch_by_prefix(a, w * len(a), m) if a else [],
+        "a better allocation keeps",
+    ),
+    "k_max drafts for every accepted one": (
+        lambda a, w, m: [m if x > 0 else 0 for x in a],
+        "a better allocation keeps",
+    ),
+    "a draft pays when it keeps more than w": (  # the gain compared with the cost, not the rate
+        lambda a, w, m: [sum(1 for j in range(1, m + 1) if x**j >= w) for x in a],
+        "a better allocation keeps",
+    ),
+    "an int for an empty batch": (lambda a, w, m: batch_by_prefix(a, w, m) if a else 0, "a list"),
+    "exhaustive search": (batch_exhaustive, "more than 10 s"),
+}
+
+
+@pytest.mark.parametrize("fn", [batch_by_prefix, batch_by_threshold, batch_one_at_a_time])
+def test_batch_draft_lengths_accepts(fn, capsys):
+    checks.check_batch_draft_lengths(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", WRONG_BATCH.values(), ids=WRONG_BATCH.keys())
+def test_batch_draft_lengths_rejects_and_names_the_symptom(case):
+    fn, words = case
+    with pytest.raises(AssertionError, match=words):
+        checks.check_batch_draft_lengths(fn)

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 7 · The SLO a run can promise, and SLOs per percentile
+# # Exercise 7 · The SLO a run can promise, SLOs per percentile, and which rates to run
 #
 # A request meets the SLOs when its time to first token (TTFT: first token minus arrival,
 # its time in the queue included) is at most `ttft_slo` and its time per output token
@@ -8,15 +8,16 @@
 #
 # ## Part 1: the SLO a run can promise
 #
-# Write `meets_slo(record, ttft_slo, tpot_slo)` for one `RequestRecord` (fields
-# `arrival`, `t_first_token`, `t_finished`, `output_len`, `token_times`, `finish_reason`).
-# Think about every kind of request a run can hold: what is the TPOT of a request that
-# produced a single token? And a request aborted before its first token (`t_first_token`
-# is `None`, `output_len` is `0`)? What the check assumes for a request aborted *after*
-# its first token (the user closed the stream): it is judged like any other on what it
-# produced, its TTFT and the TPOT of the tokens it got.
+# **Warm-up (not graded).** Write `meets_slo(record, ttft_slo, tpot_slo)` for one
+# `RequestRecord` (fields `arrival`, `t_first_token`, `t_finished`, `output_len`,
+# `token_times`, `finish_reason`). Think about every kind of request a run can hold: what is
+# the TPOT of a request that produced a single token? And a request aborted before its first
+# token (`t_first_token` is `None`, `output_len` is `0`)? A request aborted *after* its first
+# token (the user closed the stream) is judged like any other on what it produced, its TTFT
+# and the TPOT of the tokens it got. `minilm/metrics.py` has its own `meets_slo`: compare
+# yours with it when you are done; no check grades this one.
 #
-# The engine already computes request goodput and SLO attainment from `meets_slo`
+# The engine computes request goodput and SLO attainment from `meets_slo`
 # (`minilm/metrics.py`, lesson 7): given limits, how many requests met them. A service
 # asks the question the other way round: with this deployment at this load, **what TTFT
 # can we promise?** Write `tightest_ttft_slo(timeline, tpot_slo, target)`: the smallest
@@ -59,7 +60,7 @@ def tightest_ttft_slo(timeline, tpot_slo: float | None, target: float) -> float 
 
 # %%
 # exercise check
-checks.check_tightest_ttft_slo(meets_slo, tightest_ttft_slo)
+checks.check_tightest_ttft_slo(tightest_ttft_slo)
 
 # %% [markdown]
 # ## Part 2: SLOs on percentiles
@@ -75,8 +76,11 @@ checks.check_tightest_ttft_slo(meets_slo, tightest_ttft_slo)
 # `ttft_slo` (a request with no first token misses it), **and** at least a share `target`
 # of its requests *that have a TPOT* (more than one output token) have a TPOT within
 # `tpot_slo` — each limit counted on its own. (That is the `target` percentile of each
-# metric within its limit, taking the percentile as the value at that rank.) Return the
-# highest rate whose run keeps the SLOs, `0.0` when none does. The engine has no such
+# metric within its limit, taking the percentile as the value at that rank.) A limit of
+# `None` is no limit: nothing can miss it, not even a request that never got a first
+# token. A request that failed (`r.failed`: its stream broke, lesson 9) after some tokens is
+# judged on what it produced, like any other. Return the highest rate whose run keeps the
+# SLOs, `0.0` when none does. The engine has no such
 # function: the check compares yours with a reference in `labs/checks.py`.
 #
 # Before you code: a run where each limit is met by `7` of `8` requests, but only `6` of
@@ -106,8 +110,59 @@ def percentile_goodput(runs_by_rate: dict, ttft_slo: float | None, tpot_slo: flo
 checks.check_percentile_goodput(percentile_goodput)
 
 # %% [markdown]
+# ## Part 3: which rates to run
+#
+# `distserve_goodput` (in `minilm/metrics.py`) and your `percentile_goodput` take runs that were
+# already made. On real hardware each run is a benchmark of minutes, so a service searches:
+# it picks which rates to run. Write `goodput_search(run_at, rates, ttft_slo, tpot_slo,
+# target)`: `rates` is a list of candidate request rates in rising order (maybe empty), and
+# `run_at(rate)` runs the deployment at one of them and returns its `Timeline`. A run keeps
+# the target when its SLO attainment (`slo_attainment` in `minilm/metrics.py`: the share of
+# its requests that meet both limits) is at least `target`. You may assume that when the run
+# at a rate keeps the target, the runs at every lower rate do too.
+#
+# Return the highest rate of `rates` whose run keeps the target, `0.0` when none does (no
+# rates included), calling `run_at` **at most `ceil(log2(len(rates) + 1))` times**: `4` runs
+# for `10` rates, `0` for none; running one rate twice counts twice. The check hands you
+# `run_at`s on hand-made runs, counts your calls, and tries every place the boundary can be,
+# at every end, for `1`, `2`, `3`, `7`, `8` and `10` rates.
+
+# %%
+from minilm.metrics import slo_attainment
+
+
+def goodput_search(run_at, rates: list[float], ttft_slo: float | None, tpot_slo: float | None,
+                   target: float) -> float:
+    # BEGIN SOLUTION
+    # The answer is one of len(rates) + 1 outcomes: how many of the lowest rates keep the target.
+    # Keep it within [lo, hi] and halve that with each run: ceil(log2(n + 1)) runs at most.
+    lo, hi = 0, len(rates)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2  # if rates[mid - 1] keeps the target, at least mid rates do
+        if slo_attainment(run_at(rates[mid - 1]), ttft_slo, tpot_slo) >= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return rates[lo - 1] if lo else 0.0
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_goodput_search(goodput_search)
+
+# %% [markdown]
 # **Think further (no check).** Rerun lesson 7's sweep with per-percentile SLOs at a `p90`
 # target and compare with its DistServe goodput: which setting gains, which loses, and
 # why? A `p99` needs enough requests to mean anything: in a run of `60` requests, how
 # many may miss a limit before the `p99` does? How long must a benchmark run for its
 # `p99` to rest on more than one request?
+
+# %% [markdown]
+# <details><summary>Hint for Part 3 (open it if you are stuck)</summary>
+#
+# Count the possible answers before you count runs: with `n` rates, how many are there, and
+# how many can one run tell apart? Then, which rate's run tells you the most, and what does
+# its outcome rule out? Mind what you already know about the ends before you spend a run on
+# one.
+#
+# </details>

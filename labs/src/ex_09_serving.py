@@ -89,6 +89,39 @@ def char_delays(pieces: list[str], times: list[float], checker) -> list[float]:
 checks.check_char_delays(char_delays)
 
 # %% [markdown]
+# ## Part 3: the most a checker ever holds back
+#
+# A client wants a bound it can promise its users: with these stop strings, how far can the
+# text it shows ever lag behind the text the server has? Write `longest_hold_back(stops)`:
+# the largest number of characters a checker that follows part 1's rule holds back at once
+# (after an `add(..., final=False)` that did not stop), over **every** stream: any text, cut
+# into any pieces. `0` when it never holds anything (no stop strings, or only one-character
+# ones).
+#
+# The server's fixed window says: the longest stop string's length minus one. The check's
+# stop strings are chosen so that this bound is too large for some of them, and asks for the
+# exact largest. It does not run a stream: it compares your number with a reference in
+# `labs/checks.py`.
+
+# %%
+def longest_hold_back(stops: list[str]) -> int:
+    # BEGIN SOLUTION
+    # a held end is a proper beginning of a stop string; one that holds a stop string anywhere
+    # in it is never held (the stream stopped there), nor is anything longer that starts alike
+    best = 0
+    for s in stops:
+        for n in range(1, len(s)):
+            if any(t in s[:n] for t in stops):
+                break
+            best = max(best, n)
+    return best
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_longest_hold_back(longest_hold_back)
+
+# %% [markdown]
 # ## Think further
 #
 # - Part 2's check compared the two checkers on made-up times. Record a real stream (the
@@ -98,3 +131,12 @@ checks.check_char_delays(char_delays)
 #   decodes to a replacement character until its second half arrives. How does the
 #   server's detokenizer (`minilm/serve/detokenizer.py`) deal with that, and what would
 #   your checker do without it?
+
+# %% [markdown]
+# <details><summary>Hint for Part 3 (open it if you are stuck)</summary>
+#
+# Which texts can a checker hold back whole? Take the stop strings `["abcde", "b"]`: feed
+# your checker `"a"`, then `"ab"`, `"abc"`, `"abcd"` (each as a fresh stream) and look at
+# what it holds and when it stops.
+#
+# </details>

@@ -91,6 +91,48 @@ def best_draft_length(alpha: float, c: float, k_max: int) -> int:
 checks.check_best_draft_length(best_draft_length)
 
 # %% [markdown]
+# ## Part 4: drafts for a whole batch
+#
+# Part 3 priced one request alone. In a batch, one verification step serves every request:
+# say it costs one target step (`1`) for the whole batch plus `w` for every draft token in
+# it (drafting it and verifying it). The requests differ: request `r` has its own
+# acceptance rate `alphas[r]` (its own history of kept drafts), and each may draft its own
+# number `k_r`, from `0` to `k_max`.
+#
+# Write `batch_draft_lengths(alphas, w, k_max)`: a list with one `k_r` per request that
+# keeps the most expected tokens per unit of time for the batch, that is
+# $\sum_r E(\alpha_r, k_r) / (1 + w \sum_r k_r)$ with your `expected_tokens` as $E$. When
+# several allocations keep exactly as many, any of them is right: the check computes the
+# rate of yours and compares it with the best (exact fractions). An empty batch gives `[]`;
+# `alpha = 1` and `alpha = 0` may occur. The check's last batch holds `12` requests with
+# `k_max = 8`, and your function has `10 s` for it: trying every allocation is out of
+# reach.
+#
+# Decide first: is each request's own best from Part 3 the batch's best? If not, which
+# way does it err, and why?
+
+# %%
+def batch_draft_lengths(alphas: list[float], w: float, k_max: int) -> list[int]:
+    # BEGIN SOLUTION
+    # The j-th draft of request r adds alpha_r^j expected tokens and costs w. For a fixed total
+    # of drafts the best are the ones with the largest gains, and each request's gains fall with
+    # j, so the best allocation is a prefix of all the gains in falling order: try every prefix.
+    gains = sorted(((a**j, r) for r, a in enumerate(alphas) for j in range(1, k_max + 1)), reverse=True)
+    ks, kept = [0] * len(alphas), float(len(alphas))
+    best, best_ks = kept, list(ks)
+    for n, (gain, r) in enumerate(gains, start=1):
+        ks[r] += 1
+        kept += gain
+        if kept / (1 + w * n) > best:
+            best, best_ks = kept / (1 + w * n), list(ks)
+    return best_ks
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_batch_draft_lengths(batch_draft_lengths)
+
+# %% [markdown]
 # ## Think further
 #
 # - The lab's engine (and vLLM's, for n-gram and EAGLE drafts) proposes drafts
@@ -102,3 +144,12 @@ checks.check_best_draft_length(best_draft_length)
 # - Your `best_draft_length` assumes a verification step costs one target step whatever
 #   `k` is: true for a decode-bound batch of one, not for a large batch (lesson 10's
 #   speedup table). How would you measure the cost of a step of `k + 1` tokens instead?
+#
+# <details><summary>Hint for Part 4 (open it if you are stuck)</summary>
+#
+# Count what one more draft brings: the `j`-th draft of request `r` adds `alpha_r ** j`
+# expected tokens and costs `w`, whichever request it belongs to. With a fixed number of
+# drafts in the batch, which drafts would you pick? And does a request's next draft ever
+# bring more than its previous one?
+#
+# </details>
