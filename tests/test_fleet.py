@@ -301,3 +301,21 @@ def test_cli_fleet_errors(capsys):
     for bad in (["--router", "nearest"], ["--disaggregate", "0:2"], ["--disaggregate", "two"]):
         with pytest.raises(SystemExit):
             main(["compare", "--simulate", *bad])
+
+
+@pytest.mark.parametrize("fleet", ["cluster", "disaggregated"])
+def test_a_fleet_runs_the_same_with_the_simulators_fast_path_off(fleet):
+    """The fast path (sim/fastforward.py) is the step-by-step simulation, quicker: a fleet's every
+    timeline is the same either way. A decode replica prices a received prompt its own way, so
+    the shortcuts stand aside there (this caught them pricing it as a whole prompt)."""
+
+    def run(fast: bool):
+        specs = workload("long-prompt", n=24, rate=60.0)
+        if fleet == "cluster":
+            f = simulated_cluster(replicas=2, router="least_outstanding", **KNOBS, fast_forward=fast)
+        else:
+            f = simulated_disaggregated(prefill=1, decode=2, **KNOBS, fast_forward=fast)
+        f.add_workload(specs)
+        return [tl.to_dict() for tl in f.run().timelines]
+
+    assert run(True) == run(False)

@@ -76,15 +76,21 @@ class SimulatedEngine(Engine):
             if was_enabled:
                 gc.enable()
 
+    @property
+    def shortcuts(self) -> bool:
+        """Both price steps with the executor's cost model: not where the clock prices them its
+        own way (disaggregation.py's decode replicas price a received prompt by its last token)."""
+        return self.fast and self.clock.step_time == self.executor.step_time
+
     def step(self) -> StepRecord | None:
-        record = bulk_step(self) if self.fast else None
+        record = bulk_step(self) if self.shortcuts else None
         if record is None:
             return super().step()
         self.bulk_steps += 1
         return record
 
     def fast_forward(self) -> None:
-        if self.fast:
+        if self.shortcuts:
             self.fast_steps += fast_forward(self)
 
 
