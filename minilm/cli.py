@@ -377,6 +377,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="which engine core takes each request, from the load each reports (minilm/router.py)",
     )
     p.add_argument(
+        "--kv-transfer-config",
+        default=None,
+        metavar="JSON",
+        help="disaggregated prefill: a prefill and a decode engine core, the prompt's KV sent between "
+        'them (serve/kv_transfer.py), e.g. \'{"kv_connector": "ZmqConnector", "kv_port": 14579}\'',
+    )
+    p.add_argument(
         "--host", default="127.0.0.1", help="0.0.0.0 to let other machines (a lecture audience) in"
     )
     p.add_argument("--port", type=int, default=8000)
@@ -464,11 +471,22 @@ def cmd_serve(args) -> None:
             args.data_parallel_size,
             "the thread design runs one engine; several need --engine-core process",
         )
+    if args.data_parallel_size > 1 and args.kv_transfer_config is not None:
+        raise InvalidValue(
+            "--data-parallel-size",
+            args.data_parallel_size,
+            "a disaggregated pair (--kv-transfer-config) is one prefill and one decode core",
+        )
     from .serve.auth import check_api_key
     from .serve.server import serve  # FastAPI and uvicorn only when serving
 
     if args.api_key is not None:
         check_api_key(args.api_key)
+    kv_transfer = None
+    if args.kv_transfer_config is not None:
+        from .serve.kv_transfer import link_options
+
+        kv_transfer = link_options(args.kv_transfer_config)
 
     config = engine_config(args)
     resolve(args.model, config)  # bad knobs refused before a server and an engine process start
@@ -490,6 +508,7 @@ def cmd_serve(args) -> None:
         access_log=args.access_log,
         api_key=args.api_key,
         max_inflight_per_client=args.max_inflight_per_client,
+        kv_transfer=kv_transfer,
     )
 
 

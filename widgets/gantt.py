@@ -136,7 +136,11 @@ def gantt_segments(tl: Timeline) -> pd.DataFrame:
     if not tl.steps and tl.requests:
         return client_segments(tl)
     rows: list[list] = []
-    runs: dict[str, dict[str, list]] = {"decode": {}, "padding": {}}  # open stretch of each request
+    runs: dict[str, dict[str, list]] = {
+        "decode": {},
+        "padding": {},
+        "transfer": {},
+    }  # open stretches
     last_end: dict[str, float] = {}  # t_end of each request's latest item
     last_ctx: dict[str, int] = {}  # and the context it reached
     recomputing: set[str] = set()

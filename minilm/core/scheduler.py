@@ -27,12 +27,15 @@ class Scheduler:
         self.policy = policy
         self.pending: list[Request] = []
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # in admission order: the last is the newest
+        self.running: list[Request] = []  # oldest first
         self.unfinished: dict[str, Request] = {}
 
-    def add(self, req: Request) -> None:
-        req.status = Status.PENDING
+    def add(self, req: Request, running: bool = False) -> None:
         self.unfinished[req.request_id] = req
+        if running:
+            req.status = Status.RUNNING
+            return self.running.append(req)
+        req.status = Status.PENDING
         self.pending.insert(
             bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req
         )

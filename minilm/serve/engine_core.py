@@ -33,6 +33,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.asyncio
@@ -43,6 +44,9 @@ from .engine_client import EngineClient, EngineInfo
 from .history import DEFAULT_WINDOW
 from .messages import Command, EngineError, Ready, Stop, decode_commands, decode_events, encode
 from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from .kv_transfer import KVTransferConfig
 
 
 def run_engine_core(
@@ -55,9 +59,11 @@ def run_engine_core(
     timeline_path: str | None,
     window: int | None,
     origin: float,
+    kv_transfer: KVTransferConfig | None = None,
 ) -> None:
     """The engine-core process's main: build the engine, then serve commands until Stop.
-    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis)."""
+    `origin`: the perf_counter() time its clock counts from (one for every core: one time axis);
+    `kv_transfer`: one side of a disaggregated pair (kv_transfer.py)."""
     # a terminal's Ctrl-C reaches every process of its group: the HTTP side drains this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..core.clock import WallClock
@@ -72,7 +78,13 @@ def run_engine_core(
         clock = WallClock(config.device)
         clock.origin = origin
         engine = Engine(model, config, clock=clock)
-        loop = EngineLoop(engine, max_waiting, stream_interval, window, timeline_path)
+        options = (max_waiting, stream_interval, window, timeline_path)
+        if kv_transfer is None:
+            loop = EngineLoop(engine, *options)
+        else:
+            from .kv_transfer import make_loop
+
+            loop = make_loop(kv_transfer, ctx, commands, engine, *options)
         events.send(encode([Ready(engine.timeline.meta, engine.config.max_model_len)]))
         stopping = False
         while not stopping:
@@ -102,7 +114,7 @@ def run_engine_core(
     finally:
         events.close(linger=2000)
         commands.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=2000)  # and the KV link's socket, if there is one
 
 
 def receive(sock: zmq.Socket, block: bool, until: float | None) -> list[Command]:
@@ -148,9 +160,11 @@ class ProcessEngineClient(EngineClient):
         window: int | None = DEFAULT_WINDOW,
         data_parallel_size: int = 1,
         router: str | RouterPolicy = "least_outstanding",
+        kv_transfer: KVTransferConfig | None = None,
     ):
         super().__init__(metrics, data_parallel_size, router)
         self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
+        self.kv_transfer = kv_transfer
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
         # socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
@@ -191,6 +205,7 @@ class ProcessEngineClient(EngineClient):
                     core_timeline_path(timeline_path, i, n),
                     window,
                     origin,
+                    self.kv_transfer,
                 ),
             )
             proc.process.start()

@@ -49,7 +49,39 @@ class Stop(Message):
     pass
 
 
-Command = Add | Abort | Snapshot | Drain | Stop
+# ---- the KV link: prefill engine core -> decode engine core (kv_transfer.py) ---------------
+class KVBlocks(Message):
+    """A prompt's KV, sent by the prefill engine core once it has sampled the first token: the
+    request itself (the decode side runs it from there), the K/V of its prompt's blocks, and the
+    prefix-cache keys of its full blocks. `kv` is the raw bytes of a tensor of `shape`
+    [layers, 2 (K, V), blocks, block_size, kv heads, head dim] and `dtype`, block i of the
+    prompt at [:, :, i] (the engine's cache layout, model/runner.py): what a network link would
+    carry as it is."""
+
+    key: int
+    request_id: str
+    prompt_ids: list[int]
+    first_token: int
+    first_logprobs: list | None  # [logprob, [[top id, logprob], ...]] where asked
+    max_tokens: int
+    sampling: dict[str, Any]  # SamplingParams fields but max_tokens
+    arrival: float  # time.perf_counter() when the HTTP request came
+    block_hashes: list[int]  # hash() of each full block's prefix-cache key (core/prefix_cache.py)
+    dtype: str  # torch's name: float32, bfloat16, ...
+    shape: list[int]
+    kv: bytes
+    sent_at: float  # time.perf_counter() when the prefill side began to send
+
+
+class KVCancel(Message):
+    """The request was aborted on the prefill side: if its KVBlocks came before, the decode side
+    aborts it too (the link keeps order: this never overtakes its KVBlocks)."""
+
+    key: int
+    reason: str = "aborted"
+
+
+Command = Add | Abort | Snapshot | Drain | Stop | KVBlocks | KVCancel
 
 
 # ---- events: engine -> HTTP side -----------------------------------------------------------

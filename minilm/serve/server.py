@@ -543,9 +543,11 @@ def serve(
     access_log: bool = False,
     api_key: str | None = None,
     max_inflight_per_client: int | None = None,
+    kv_transfer: dict | None = None,
 ) -> None:
     """`python -m minilm serve ...` (its arguments: cli.py): `data_parallel_size` engine cores on the
-    wall clock, until Ctrl-C."""
+    wall clock, until Ctrl-C. `kv_transfer` (link_options in kv_transfer.py): a prefill and a
+    decode engine core instead."""
     from ..model.loader import resolve_model_path
     from ..model.tokenizer import load_tokenizer
     from .metrics import ServerMetrics
@@ -562,7 +564,15 @@ def serve(
         timeline_path is None
     ):  # block tables are private (public.py): only the file shows them (the KV map)
         config = replace(config, record_kv_blocks=False)
-    if engine_core == "process":
+    if kv_transfer is not None:
+        from .kv_transfer import DisaggEngineClient
+
+        client, tokenizer = (
+            DisaggEngineClient(model, config, config, metrics, **kv_transfer, **options),
+            load_tokenizer(resolve_model_path(model)),
+        )
+        engine_core = "prefill and a decode process"
+    elif engine_core == "process":
         from .engine_core import ProcessEngineClient
 
         client, tokenizer = (
