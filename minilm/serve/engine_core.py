@@ -165,6 +165,9 @@ class ProcessEngineClient(EngineClient):
         super().__init__(metrics, data_parallel_size, router)
         self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
         self.kv_transfer = kv_transfer
+        self.origin: float | None = (
+            None  # its clock's zero, if set before start (a pair shares one)
+        )
         # commands go out from the event loop's thread and never block (PUSH queues them): a plain
         # socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
@@ -190,7 +193,8 @@ class ProcessEngineClient(EngineClient):
     async def start(self, timeout: float = 300.0) -> None:
         model, config, max_waiting, stream_interval, timeline_path, window = self.args
         n, loop = len(self.procs), asyncio.get_running_loop()
-        origin = time.perf_counter()  # the same on every process of the machine (Linux)
+        # perf_counter() is the same on every process of the machine (Linux): one time axis
+        origin = self.origin if self.origin is not None else time.perf_counter()
         for i, proc in enumerate(self.procs):
             proc.process = multiprocessing.get_context("spawn").Process(
                 target=run_engine_core,

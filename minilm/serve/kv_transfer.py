@@ -407,6 +407,9 @@ class DisaggEngineClient(EngineClient):
         }
 
     async def start(self) -> None:
+        origin = time.perf_counter()  # both sides' timelines on one time axis
+        for core in self.sides.values():
+            core.origin = origin
         await asyncio.gather(*(core.start() for core in self.sides.values()))
         self.ready(self.sides["decode"].info)
 
