@@ -441,7 +441,10 @@ with ServerProcess(data_parallel_size=2, cpu_threads=1, max_num_seqs=8) as serve
         await two_cores.refresh()  # the last records, after the burst
     finally:
         two_cores.stop()
-split = [len(feed.finished) for feed in two_cores.feeds]
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+split = [len(feed.finished) for feed in two_cores.feeds]  # requests each core finished
 say(f"{dp_result['completed']} of {LIVE_PROMPTS} requests completed, "
     + ", ".join(f"{n} on engine core {i}" for i, n in enumerate(split))
     + f"; {dp_result['output_throughput']:.0f} output tokens/s, measured on this CPU.")
