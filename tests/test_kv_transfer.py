@@ -293,6 +293,9 @@ def test_serve_refuses_a_bad_kv_transfer_config(capsys):
 
     assert main(["serve", "--kv-transfer-config", '{"kv_role": "kv_producer"}']) == 2
     assert "kv_role='kv_producer': the server runs one core of each role" in capsys.readouterr().err
+    args = ["serve", "--kv-transfer-config", "{}", "--data-parallel-size", "2"]
+    assert main(args) == 2
+    assert "data-parallel-size=2: a disaggregated pair" in capsys.readouterr().err
 
 
 def test_server_decode_side_preempts_and_outputs_match():
