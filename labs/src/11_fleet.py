@@ -462,7 +462,8 @@ say(f"{dp_result['completed']} of {LIVE_PROMPTS} requests completed, "
 # the server stops (`--timeline FILE` becomes `FILE` with `.prefill` and `.decode`), and
 # the two are drawn on one time axis: the prefill core runs each prompt and computes its first
 # token, then sends the request's KV; the transfer is a step on both sides' timelines, and
-# on the decode side a request decodes only after its transfer has arrived.
+# on the decode side a request decodes only after its transfer has arrived and a seat is
+# free (grey before a transfer: queued on the prefill core; after it: held for a seat).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -481,7 +482,8 @@ say(f"{pair_result['completed']} of {LIVE_PROMPTS} requests completed; the prefi
     f"each, measured on this CPU).")
 
 # %%
-widgets.compare_figure({f"{side} engine core": tl for side, tl in sides.items()})
+fig = widgets.compare_figure({f"{side} engine core": tl for side, tl in sides.items()})
+fig.update_layout(title="A disaggregated pair: the prefill core, the decode core, the KV transfers between (measured)")
 
 # %% [markdown]
 # Here the link is a socket between two processes on one machine, so a transfer costs
