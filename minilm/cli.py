@@ -471,6 +471,12 @@ def cmd_serve(args) -> None:
             args.data_parallel_size,
             "the thread design runs one engine; several need --engine-core process",
         )
+    if args.data_parallel_size > 1 and args.kv_transfer_config is not None:
+        raise InvalidValue(
+            "--data-parallel-size",
+            args.data_parallel_size,
+            "a disaggregated pair (--kv-transfer-config) is one prefill and one decode core",
+        )
     from .serve.auth import check_api_key
     from .serve.server import serve  # FastAPI and uvicorn only when serving
 
@@ -481,9 +487,6 @@ def cmd_serve(args) -> None:
         from .serve.kv_transfer import link_options
 
         kv_transfer = link_options(args.kv_transfer_config)
-        if args.data_parallel_size > 1:
-            allowed = "1 with --kv-transfer-config (one prefill and one decode core)"
-            raise InvalidValue("--data-parallel-size", args.data_parallel_size, allowed)
 
     config = engine_config(args)
     resolve(args.model, config)  # bad knobs refused before a server and an engine process start

@@ -33,7 +33,7 @@ from minilm.serve.kv_transfer import (
 from minilm.serve.messages import Abort, Add, Tokens, decode_commands, encode
 from minilm.serve.metrics import ServerMetrics
 from minilm.serve.server import create_app
-from widgets.gantt import gantt_segments
+from widgets.gantt import gantt_figure, gantt_segments
 
 torch.set_num_threads(1)
 
@@ -167,6 +167,7 @@ def test_in_process_transfer_matches_one_engine(reference, decode_knobs):
     for tl in (p.timeline, d.timeline):  # the Gantt draws the transfers on both sides
         seg = gantt_segments(tl)
         assert sorted(seg[seg.kind == "transfer"].request_id) == [str(i) for i in range(7)]
+        assert [len(t.y) for t in gantt_figure(tl).data if t.name == "transfer"] == [7]
     # the shared prefix: both sides found it in their prefix cache
     assert [r.num_cached_tokens for r in p.timeline.requests if r.request_id == "6"] == [16]
     if not decode_knobs:
@@ -308,6 +309,9 @@ def test_serve_refuses_a_bad_kv_transfer_config(capsys):
 
     assert main(["serve", "--kv-transfer-config", '{"kv_role": "kv_producer"}']) == 2
     assert "kv_role='kv_producer': the server runs one core of each role" in capsys.readouterr().err
+    args = ["serve", "--kv-transfer-config", "{}", "--data-parallel-size", "2"]
+    assert main(args) == 2
+    assert "data-parallel-size=2: a disaggregated pair" in capsys.readouterr().err
 
 
 def test_server_decode_side_preempts_and_outputs_match():

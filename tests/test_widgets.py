@@ -394,9 +394,9 @@ def test_compare_stacks_gantts_on_one_time_axis(runs):
         )
     legend = [t.name for t in fig.data if t.showlegend is not False]
     # chunked brings recompute, preempted; nothing is cached without prefix caching; "waiting" is a client's view;
-    # nothing speculated: no drafts
+    # nothing speculated: no drafts; one engine: no KV transfers
     assert sorted(legend) == sorted(
-        set(SEGMENT_KINDS) - {"cached", "waiting", *DRAFT_KINDS} | {HIGHLIGHT_NAME}
+        set(SEGMENT_KINDS) - {"cached", "waiting", "transfer", *DRAFT_KINDS} | {HIGHLIGHT_NAME}
     )
     table = metrics_table(runs)
     assert list(table.index) == list(runs) and table.loc["static", "requests"] == len(REQUESTS)

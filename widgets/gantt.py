@@ -45,6 +45,7 @@ SEGMENT_KINDS = (
     "prefill",
     "recompute",
     "decode",
+    "transfer",  # a disaggregated pair's KV crossing between its engine cores (serve/kv_transfer.py)
     "preempted",
     "padding",
     "cached",

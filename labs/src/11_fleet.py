@@ -396,6 +396,101 @@ sentence += (f"These runs hold {N_PLAN} requests each, which makes the search fa
 say(sentence)
 
 # %% [markdown]
+# ## 5. The same, for real
+#
+# Two of these deployments also run on this machine, with the lab's tiny `docstrings`
+# model. `minilm serve --data-parallel-size 2` is section 1 in miniature: two engine-core
+# processes, each its own model copy, scheduler and KV cache, behind one API process whose
+# router (`minilm/router.py`, least outstanding by default, the policy section 1 used) picks a core for
+# each request from the loads the cores report. `minilm serve --kv-transfer-config` is
+# section 3's split: a prefill core and a decode core, each request's KV sent from one to
+# the other over ZeroMQ (`minilm/serve/kv_transfer.py`). Each server below gets one CPU
+# thread per engine core and one small burst of requests, and is stopped when its cell
+# ends, even if the cell fails. These times are **measured** on this machine, not
+# simulated: they change from run to run and machine to machine (docs/SERVING.md has the
+# measured comparisons and what decides them).
+#
+# ### Two engine cores behind one server
+#
+# The chart is the live Gantt of lesson 9; given a server with several engine cores it
+# polls each one (`GET /timeline?engine=I`) and draws a lane group per core, as section 1
+# drew a replica's.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from IPython.display import display
+
+from minilm import Timeline
+from minilm.client import bench_serve
+from minilm.client.process import ServerProcess
+
+LIVE_PROMPTS, LIVE_TOKENS = 16, 16  # a burst of docstring prompts, all at once; tokens each (greedy)
+
+
+async def burst(url: str) -> dict:
+    return await bench_serve.run(url, "docstrings", LIVE_PROMPTS, rate=float("inf"), max_tokens=LIVE_TOKENS,
+                                 ignore_eos=True, seed=0, quiet=True)
+
+
+# `with`: the server is stopped (Ctrl-C, it drains) when the block ends, also on an error
+with ServerProcess(data_parallel_size=2, cpu_threads=1, max_num_seqs=8) as server:
+    two_cores = widgets.live_gantt(server.url, interval=0.5)
+    display(two_cores)
+    try:
+        dp_result = await burst(server.url)
+        await two_cores.refresh()  # the last records, after the burst
+    finally:
+        two_cores.stop()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+split = [len(feed.finished) for feed in two_cores.feeds]  # requests each core finished
+say(f"{dp_result['completed']} of {LIVE_PROMPTS} requests completed, "
+    + ", ".join(f"{n} on engine core {i}" for i, n in enumerate(split))
+    + f"; {dp_result['output_throughput']:.0f} output tokens/s, measured on this CPU.")
+
+# %% [markdown]
+# Each core took its share of the burst and ran its own batches, on its own clock
+# (one time axis: the cores count from the same moment). Nothing passes between the two
+# cores; the router alone decides the split, from what each core reported. Whether two
+# cores served faster than one would have depends on whether this machine had a free CPU for
+# each, which a shared laptop may not (bench/README.md, "Data-parallel engine cores").
+#
+# ### A disaggregated pair
+#
+# The same burst to a prefill core and a decode core. Each side writes its timeline when
+# the server stops (`--timeline FILE` becomes `FILE` with `.prefill` and `.decode`), and
+# the two are drawn on one time axis: the prefill core runs each prompt and computes its first
+# token, then sends the request's KV; the transfer is a step on both sides' timelines, and
+# on the decode side a request decodes only after its transfer has arrived and a seat is
+# free (grey before a transfer: queued on the prefill core; after it: held for a seat).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import tempfile
+from pathlib import Path
+
+PAIR = Path(tempfile.mkdtemp(prefix="lesson11-")) / "pair.json"
+with ServerProcess(kv_transfer_config='{"kv_connector": "ZmqConnector"}', cpu_threads=1, max_num_seqs=8,
+                   timeline=PAIR) as pair:
+    pair_result = await burst(pair.url)
+sides = {side: Timeline.from_json(PAIR.with_suffix(f".{side}.json")) for side in ("prefill", "decode")}
+moved = [s for s in sides["decode"].steps if s.items and s.items[0].kind == "transfer"]
+say(f"{pair_result['completed']} of {LIVE_PROMPTS} requests completed; the prefill core ran "
+    f"{len(sides['prefill'].steps)} steps, the decode core {len(sides['decode'].steps)}, of which "
+    f"{len(moved)} took in a request's KV (median {np.median([s.t_end - s.t_start for s in moved]) * 1e3:.2f} ms "
+    f"each, measured on this CPU).")
+
+# %%
+fig = widgets.compare_figure({f"{side} engine core": tl for side, tl in sides.items()})
+fig.update_layout(title="A disaggregated pair: the prefill core, the decode core, the KV transfers between (measured)")
+
+# %% [markdown]
+# Here the link is a socket between two processes on one machine, so a transfer costs
+# little next to a step; between GPUs on different machines it is section 3's link, priced
+# by the KV's size. The lecture demo's third part starts both servers for a room.
+
+# %% [markdown]
 # ## What to take away
 #
 # * A router that counts requests, not work, fails as soon as lengths are skewed;

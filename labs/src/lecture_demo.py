@@ -167,3 +167,53 @@ await room.refresh()
 # %%
 room.stop()
 lecture_server.stop()
+
+# %% [markdown]
+# ## Part 3: several engines
+#
+# Lesson 11's fleets, for real on this laptop: two servers, each with two engine-core
+# processes. The first puts two alike cores behind one API process (`serve
+# --data-parallel-size 2`): its router picks a core for each request, and its live Gantt
+# shows a lane group per core. The second is a disaggregated pair (`serve
+# --kv-transfer-config`): a prefill core sends each request's KV to a decode core; its live
+# Gantt follows the decode core, where each request's transfer arrives before it decodes.
+# One CPU thread per core, on this machine only (`127.0.0.1`).
+
+# %%
+two_cores = ServerProcess(policy="continuous", data_parallel_size=2, max_num_seqs=8, cpu_threads=1, timeout=None)
+disaggregated = ServerProcess(policy="continuous", kv_transfer_config='{"kv_connector": "ZmqConnector"}',
+                              max_num_seqs=8, cpu_threads=1, timeout=None)
+for server in (two_cores, disaggregated):  # started together, each waits for its models to load
+    server.wait_ready()
+fleet_views = {"two engine cores": widgets.live_gantt(two_cores.url, interval=0.5),
+               "a prefill and a decode core": widgets.live_gantt(disaggregated.url, interval=0.5)}
+for name, view in fleet_views.items():
+    display(Markdown(f"**{name}**"), view)
+
+# %% [markdown]
+# Send the same burst to both (`bench-serve`'s client, all at once, greedy); run it again
+# for another burst. Under the first chart, each request's lane group is the core the
+# router chose.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from minilm.client import bench_serve
+
+BURST, BURST_TOKENS = 16, 16  # requests, all at once; tokens each
+results = await asyncio.gather(*(bench_serve.run(s.url, "docstrings", BURST, rate=float("inf"),
+                                                 max_tokens=BURST_TOKENS, ignore_eos=True, quiet=True)
+                                 for s in (two_cores, disaggregated)))
+for (name, view), r in zip(fleet_views.items(), results):
+    await view.refresh()
+    lanes = " + ".join(str(len(feed.finished)) for feed in view.feeds)
+    print(f"{name:28} {r['completed']}/{BURST} completed ({lanes} finished in the chart's lane groups), "
+          f"{r['output_throughput']:.0f} output tok/s (measured)")
+
+# %% [markdown]
+# Done: stop the charts and both servers.
+
+# %%
+for view in fleet_views.values():
+    view.stop()
+two_cores.stop()
+disaggregated.stop()
