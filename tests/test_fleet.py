@@ -312,7 +312,9 @@ def test_a_fleet_runs_the_same_with_the_simulators_fast_path_off(fleet):
     def run(fast: bool):
         specs = workload("long-prompt", n=24, rate=60.0)
         if fleet == "cluster":
-            f = simulated_cluster(replicas=2, router="least_outstanding", **KNOBS, fast_forward=fast)
+            f = simulated_cluster(
+                replicas=2, router="least_outstanding", **KNOBS, fast_forward=fast
+            )
         else:
             f = simulated_disaggregated(prefill=1, decode=2, **KNOBS, fast_forward=fast)
         f.add_workload(specs)
