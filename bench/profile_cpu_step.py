@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import pstats
 import statistics
 import sys
@@ -65,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.show:
         res = report.load(args.show)
-        return show_loop(res) if res["bench"] == "serving_loop_step" else show(res)
+        return show_loop(res) if res["conditions"].get("mode") == "serving-loop" else show(res)
     if args.serving_loop:
         return serving_loop(args)
     torch.set_num_threads(1)
@@ -226,13 +227,15 @@ def serving_loop(args) -> None:
     tiny = LlamaModel(MODEL_PRESETS["tiny"]).init_random(0)
     rows += [loop_row(n, tiny, 20, 20, args.repeats) for n in (16, 256)]
     conditions = report.machine() | {
+        "mode": "serving-loop",
+        "load_average_1min": os.getloadavg()[0],
         "threads": 1,
         "policy": "continuous",
         "repeats": args.repeats,
         "simulated": "llama-3-8b on h100, 50 steps timed after 200",
         "tiny": "20 steps timed after 20, greedy",
     }
-    res = report.result("serving_loop_step", report.command_line(), conditions, rows, [])
+    res = report.result("profile_cpu_step", report.command_line(), conditions, rows, [])
     show_loop(res)
     if args.out:
         report.write(args.out, res)
