@@ -218,13 +218,21 @@ class Engine:
         output, model_time = clock.timed(self.executor.execute, plan)
         outputs = s.update_from_output(plan, output)
         t_end = clock.end_step()
-        # the clock has stopped: what follows is bookkeeping, not the engine's work
+        record = self.stamp(plan, outputs, output, t_start, t_end, model_time)
+        self.timeline.steps.append(record)
+        self.num_steps += 1
+        finished = [self.requests[o.request_id] for o in outputs if o.finish_reason]
+        self._retire(finished, t_end)
+        return record, outputs
+
+    def stamp(self, plan, outputs, output, t_start, t_end, model_time) -> StepRecord:
+        """Bookkeeping once the clock stopped: token times, then the step's record."""
         for out in outputs:
             req = self.requests[out.request_id]
             req.token_times += [t_end] * len(out.new_token_ids)
             if req.t_first_token is None:
                 req.t_first_token = t_end
-        record = record_step(
+        return record_step(
             index=self.num_steps,
             plan=plan,
             outputs=outputs,
@@ -234,11 +242,6 @@ class Engine:
             kv_blocks_total=self.config.num_blocks,
             draft_time=output.draft_time,
         )
-        self.timeline.steps.append(record)
-        self.num_steps += 1
-        finished = [self.requests[o.request_id] for o in outputs if o.finish_reason]
-        self._retire(finished, t_end)
-        return record, outputs
 
     def _retire(self, finished: list[Request], t: float) -> None:
         """Finished requests (by a stop rule or an abort) leave for the timeline."""

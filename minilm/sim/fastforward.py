@@ -25,7 +25,7 @@ import gc
 from dataclasses import fields
 from functools import cached_property
 
-from ..core.engine import Engine, record_step
+from ..core.engine import Engine
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
 from ..timeline import StepItem, StepRecord
@@ -165,21 +165,7 @@ def bulk_step(engine: Engine) -> StepRecord | None:
             s.finish(r, reason)
             finished.append(r)
     outputs = s.update_from_output(plan, output)
-    for out in outputs:
-        req = engine.requests[out.request_id]
-        req.token_times += [t_end] * len(out.new_token_ids)
-        if req.t_first_token is None:
-            req.t_first_token = t_end
-    record = record_step(
-        index=engine.num_steps,
-        plan=plan,
-        outputs=outputs,
-        t_start=t_start,
-        t_end=t_end,
-        model_time=dt,
-        kv_blocks_total=c.num_blocks,
-        draft_time=output.draft_time,
-    )
+    record = engine.stamp(plan, outputs, output, t_start, t_end, dt)
     record = DecodeStep(
         ids,
         starts,
