@@ -9,10 +9,13 @@ server is idle; `serving_process` puts it in a process of its own (the default d
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
 
+import httpx
+import pytest
 import uvicorn
 
 from minilm import Engine, EngineConfig
@@ -94,3 +97,19 @@ def wait_idle(engine: Engine, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the engine did not become idle")
         time.sleep(0.01)
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 180) -> None:
+    """Until the server child `proc` answers /health (a loaded 2-core machine starts it slowly);
+    a test failure with its output if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                return
+        except httpx.ConnectError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()  # first: reading a live server's output would wait forever
+            pytest.fail(f"the server did not answer /health: {proc.communicate()[0]}")
+        time.sleep(0.1)

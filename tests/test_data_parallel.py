@@ -18,7 +18,7 @@ from collections import Counter
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import free_port, serving_process
+from serving import free_port, serving_process, wait_healthy
 
 from minilm import Engine, Timeline
 from minilm.router import RoutedPrefixes
@@ -335,17 +335,7 @@ def test_ctrl_c_drains_every_core_and_each_writes_its_timeline(tmp_path):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"the server did not answer /health: {proc.communicate()[0]}")
-            time.sleep(0.1)
+        wait_healthy(proc, url)
 
         async def run():
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:

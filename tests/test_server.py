@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import docstrings_engine, free_port, serving, wait_idle
+from serving import docstrings_engine, free_port, serving, wait_healthy, wait_idle
 
 import widgets
 from minilm import Engine, Timeline
@@ -429,17 +429,7 @@ def test_serve_command_drains_on_ctrl_c_and_writes_the_timeline(tmp_path):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180  # a loaded 2-core machine starts the server slowly
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()  # first: reading a live server's output would wait forever
-                pytest.fail(f"the server did not answer /health: {proc.communicate()[0]}")
-            time.sleep(0.1)
+        wait_healthy(proc, url)
         lines: list[str] = []
         started = threading.Event()
 
