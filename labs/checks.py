@@ -20,6 +20,7 @@ import numbers
 import random
 import signal
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -28,6 +29,7 @@ import torch
 
 from minilm import Engine, RequestSpec, make_workload, run_workload, steps_df, summarize
 from minilm.config import ModelConfig
+from minilm.core.kv_cache import cdiv
 from minilm.core.policies import ChunkedPolicy, Policy
 from minilm.model.llama import LlamaModel
 
@@ -1340,7 +1342,7 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
     memory = {b: [None] * bs for b in range(num_blocks)}  # the K/V cache: a token id per slot
     live: dict[str, Sequence] = {}
     counts = {"appends": 0, "copies": 0}
-    copied_away: set[int] = set()  # shared blocks some sequence copied instead of writing into
+    copied_away: dict[int, tuple[str, int]] = {}  # a block copied away -> (by whom, at which token)
 
     def holders(block: int, other_than: Sequence | None = None) -> list[str]:
         return [s.name for s in live.values() if s is not other_than and block in s.table]
@@ -1358,6 +1360,25 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
                 f"but its tokens are {s.tokens}: a block it holds was written by another"
             )
 
+    def misread(s: Sequence, table: list[int], copy, token: int) -> str:
+        """What goes wrong if the cache did as append_slot says: who would read what."""
+        n, scratch = len(s.tokens), {b: list(v) for b, v in memory.items()}
+        if copy is not None and len(copy) == 2 and all(b in scratch for b in copy):
+            scratch[copy[1]] = list(scratch[copy[0]])
+        if n // bs < len(table) and table[n // bs] in scratch:
+            scratch[table[n // bs]][n % bs] = token
+        seqs = [(s.name, table, s.tokens + [token])] + [
+            (o.name, o.table, o.tokens) for o in live.values() if o is not s
+        ]
+        for name, t, tokens in seqs:
+            read = [
+                scratch[t[p // bs]][p % bs] if p // bs < len(t) and t[p // bs] in scratch else None
+                for p in range(len(tokens))
+            ]
+            if read != tokens:
+                return f"{name} would then read {read} through its table {t}, but its tokens are {tokens}"
+        return f"the tables would then share block {table[-1]}"
+
     def append(s: Sequence, token: int) -> None:
         n, before = len(s.tokens), list(s.table)
         when = f"append token {n} to {s.name} (table {before}, block size {bs})"
@@ -1368,40 +1389,59 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
             f"{when}: return (table, copy), got {out!r}"
         )
         table, copy = list(out[0]), out[1]
-        if n % bs == 0:  # the token starts a new block
+        got = f"you returned table {table}, copy {copy}"
+        held = f"{s.name} would hold {len(table)} block{'s' * (len(table) != 1)} for {n + 1} tokens"
+        if n % bs == 0:  # slot 0 of a block past the table's end
             fresh = table[-1] if len(table) == len(before) + 1 else None
-            assert table[:-1] == before and fresh is not None and copy is None, (
-                f"{when}: token {n} starts a new block: the table grows by one fresh block and nothing is "
-                f"copied; you returned table {table}, copy {copy}"
+            assert copy is None, (
+                f"{when}: {got}. The cache would copy block {copy[0]} before writing token {n}, whose slot "
+                f"(slot 0 of the table's block number {n // bs}) lies past the {len(before)} block(s) that hold "
+                f"tokens 0..{n - 1}; {held}"
+            )
+            assert table[:-1] == before and fresh is not None, (
+                f"{when}: {got}. Token {n} goes to slot 0 of the table's block number {n // bs}; "
+                + (
+                    f"the table you returned has {len(table)} block(s)"
+                    if fresh is None
+                    else f"the blocks that hold tokens 0..{n - 1} changed from {before} to {table[:-1]}"
+                )
             )
         else:
             last, others = before[-1], holders(before[-1], other_than=s)
             if others:
-                fresh = table[-1]
+                fresh, names = (table[-1] if table else None), " and ".join(others)
+                if copy is None and n // bs < len(table) and table[n // bs] == last:
+                    raise AssertionError(
+                        f"{when}: {got}. Token {n} would be written into block {last}, slot {n % bs}, which "
+                        f"is also in the table of {names}: the slot where token {n} of {names} goes too"
+                    )
+                if isinstance(copy, (tuple, list)) and tuple(copy) == (fresh, last):
+                    raise AssertionError(
+                        f"{when}: {got}. The copy fills block {last}, which the table of {names} still has, "
+                        f"with the contents of block {fresh}"
+                    )
                 assert (
                     table[:-1] == before[:-1] and copy is not None and tuple(copy) == (last, fresh)
-                ), (
-                    f"{when}: its last block {last} is shared with {others}: copy-on-write takes a fresh block "
-                    f"for this sequence's last one and copies {last} into it, copy = ({last}, new block); you "
-                    f"returned table {table}, copy {copy}"
-                )
+                ), f"{when}: {got}. " + misread(s, table, copy, token)
             else:
                 fresh = None
+                away = copied_away.get(last)
                 assert table == before and copy is None, (
-                    f"{when}: its last block {last} is this sequence's alone: the token is written in place, "
-                    f"no new block, nothing to copy; you returned table {table}, copy {copy}"
+                    f"{when}: {got}. Block {last} is in no other live sequence's table; "
+                    + (f"the copy takes block {copy[1]} and {held}" if copy is not None else held)
                     + (
-                        f". Another sequence copied block {last} earlier instead of writing into it: did it let go "
-                        f"of the old block then?"
-                        if last in copied_away
+                        f". Block {last} was also in {away[0]}'s table until {away[0]} copied it away, at "
+                        f"its token {away[1]}; since then no other table has it"
+                        if away
                         else ""
                     )
                 )
         if fresh is not None:
             taken = holders(fresh, other_than=s) + ([s.name] if fresh in before else [])
             assert not taken, f"{when}: the new block {fresh} is still held by {taken}"
+            copied_away.pop(fresh, None)  # a block handed out afresh starts a new story
         if copy is not None:
-            copied_away.add(copy[0])
+            copied_away[copy[0]] = (s.name, n)
             memory[copy[1]] = list(memory[copy[0]])
             counts["copies"] += 1
         s.table = table
@@ -1422,8 +1462,8 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
             f"fork of {p.name}'s table {p.table} returned {table}: the same blocks"
         )
         assert table is not p.table, (
-            "fork returned the parent's own list: when one of them grows, the other's "
-            "table would change too; return a new list"
+            f"fork of {p.name}'s table returned that same list object: when {p.name}'s table grows "
+            f"in place, the fork's table grows with it"
         )
         live[child] = Sequence(child, list(p.tokens), list(table))
         invariants(f"fork {parent} into {child}")
@@ -1508,8 +1548,9 @@ def check_fork(make_pool, fork) -> None:
     child = call(fork, pool, list(parent), what=f"fork(pool, {parent})")
     call(pool.free_blocks, list(parent), what=f"free_blocks({parent})")
     assert pool.num_free_blocks == 5, (
-        f"a fork of {parent}, then the parent freed its blocks: the fork still holds {list(child)}, so 5 of 8 "
-        f"should be free; num_free_blocks is {pool.num_free_blocks}. Does fork add a holder to each block?"
+        f"a fork of {parent}, then the parent freed its blocks: the fork's table {list(child)} still has "
+        f"them, so 5 of 8 should be free; num_free_blocks is {pool.num_free_blocks}: the next "
+        f"get_new_blocks could hand out blocks the fork reads"
     )
 
 
@@ -1522,6 +1563,166 @@ def check_shared_pool(make_pool, fork, append_slot) -> None:
         f"{calls} get/share/free calls: no block handed out while held, none lost, a failed get changes nothing; "
         f"{appends} appends with {copies} copies, each sequence reads back its own tokens; the engine ran {steps} "
         f"steps on your pool with the same tokens"
+    )
+
+
+# ---- exercise 4, part 3: the most blocks parallel sampling holds --------------------------------
+class RanThePool(BaseException):
+    """Raised inside a prediction that builds a block pool or calls fork/append_slot (a
+    BaseException, so that `except Exception` in the learner's code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def pool_unavailable(fn, parts, what: str):
+    """While a prediction runs, the learner's pool class, fork and append_slot (as the prediction's
+    module sees them), the engine's own BlockPool and KVCacheManager, and the engine all refuse."""
+    from minilm.core import kv_cache
+
+    def refuse(*args, **kwargs):
+        raise RanThePool
+
+    classes = [p for p in parts if isinstance(p, type)] + [
+        kv_cache.BlockPool,
+        kv_cache.KVCacheManager,
+    ]
+    saved = [(c, c.__dict__.get("__init__")) for c in classes]
+    names = getattr(fn, "__globals__", {})
+    swapped = {
+        k: v for k, v in names.items() if any(v is p for p in parts if not isinstance(p, type))
+    }
+    for c in classes:
+        c.__init__ = refuse
+    names.update(dict.fromkeys(swapped, refuse))
+    try:
+        with engine_unavailable(what):
+            yield
+    except RanThePool:
+        raise AssertionError(
+            f"{what} tried to run a block pool (your MyBlockPool, fork or append_slot, or the engine's "
+            f"own). This part asks for a prediction from the numbers alone: while your function runs, "
+            f"the check makes them unavailable. Work it out from the rules part 3 states (the check runs "
+            f"your pool afterwards to compare)"
+        ) from None
+    finally:
+        for c, init in saved:
+            if init is None:
+                del c.__init__
+            else:
+                c.__init__ = init
+        names.update(swapped)
+
+
+def sampling_peak(make_pool, fork, append_slot, prompt_len: int, max_tokens: list[int], bs: int):
+    """Part 3's parallel sampling, run on the learner's part-1/2 pool: the most blocks held at any
+    moment, the first step that held them, the samples running then, and the blocks then in more
+    than one table and in one only. Step 0 prefills the prompt into one sequence (token by token
+    through append_slot, which gives the same blocks as taking them at once) and forks it into the
+    other samples; step s >= 1 writes, sample by sample, the K/V of each running sample's token
+    number s - 1 after the prompt; a sample with m tokens ends after step m - 1 (its last token's
+    K/V is never written) and frees its table then."""
+    n = len(max_tokens)
+    size = cdiv(prompt_len, bs) + n * cdiv(bs + max(max_tokens), bs) + 1
+    pool = make_pool(size)
+    tables: list[list[int] | None] = [[]]
+    peak = (0, 0, n, 0, 0)
+
+    def see(step: int) -> None:
+        nonlocal peak
+        held = size - pool.num_free_blocks
+        if held > peak[0]:
+            live = [t for t in tables if t is not None]
+            count = Counter(b for t in live for b in set(t))
+            shared = sum(1 for c in count.values() if c > 1)
+            peak = (held, step, len(live), shared, len(count) - shared)
+
+    for p in range(prompt_len):
+        tables[0] = list(append_slot(pool, tables[0], p, bs)[0])
+        see(0)
+    tables += [list(fork(pool, tables[0])) for _ in range(n - 1)]
+    see(0)
+    step = 0
+    while any(t is not None for t in tables):
+        if step:
+            for i, t in enumerate(tables):
+                if t is not None:
+                    tables[i] = list(append_slot(pool, t, prompt_len + step - 1, bs)[0])
+                    see(step)
+        for i, m in enumerate(max_tokens):
+            if tables[i] is not None and m - 1 == step:
+                pool.free_blocks(tables[i])
+                tables[i] = None
+        step += 1
+    assert pool.num_free_blocks == size, "every sample has ended: its blocks should all be free"
+    return peak
+
+
+def peak_reference(prompt_len: int, max_tokens: list[int], bs: int) -> int:
+    """The same, counted: the prompt's full blocks are in every table; from step 1 each running
+    sample has its own copy of a partly filled last prompt block (the last of them to write keeps
+    the original) and the blocks its own tokens fill. Held blocks only grow while the same samples
+    run, so the peak is at step 0 or at the last step of some sample."""
+    best = cdiv(prompt_len, bs)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other >= m)
+            best = max(best, prompt_len // bs + running * cdiv(prompt_len % bs + m - 1, bs))
+    return best
+
+
+# (prompt_len, max_tokens of each sample, block_size): what each case has that a wrong count misses
+PEAK_CASES = [
+    (6, [3, 3], 4),  # a partly filled last prompt block, written by both samples
+    (8, [5, 5, 5], 4),  # the prompt ends exactly on a block boundary: nothing to copy
+    (7, [6], 4),  # one sample: nothing shared
+    (5, [4, 4], 4),  # the samples' last written token ends exactly on a block boundary
+    (9, [1, 1, 1], 4),  # one token each: no K/V written after the prompt
+    (10, [9, 9, 9, 9, 13], 4),  # the peak is before the short samples end, not at the end
+    (3, [2, 40, 2, 2], 8),  # the peak is at the end, with one sample left
+    (16, [2, 17, 17, 5], 16),  # vLLM's block size; a sample's tokens fill exactly one block
+]
+
+
+def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
+    rng = random.Random(45)
+    cases = PEAK_CASES + [
+        (
+            rng.randrange(1, 40),
+            [rng.randrange(1, 30) for _ in range(rng.randrange(1, 7))],
+            rng.choice([1, 2, 4, 8, 16]),
+        )
+        for _ in range(40)
+    ]
+    for prompt_len, max_tokens, bs in cases:
+        name = f"peak_blocks({prompt_len}, {max_tokens}, {bs})"
+        with pool_unavailable(peak_blocks, (make_pool, fork, append_slot), name):
+            with time_limit(10, name):
+                got = call(peak_blocks, prompt_len, list(max_tokens), bs, what=name)
+        held, step, running, shared, own = call(
+            sampling_peak,
+            make_pool,
+            fork,
+            append_slot,
+            prompt_len,
+            list(max_tokens),
+            bs,
+            what=f"your part-2 pool, fork and append_slot running part 3's sampling for {name}",
+        )
+        assert held == peak_reference(prompt_len, max_tokens, bs), (
+            f"your part-2 pool, fork and append_slot held at most {held} blocks running part 3's sampling "
+            f"for {name}, not what the check's own count says: pass part 2's check first"
+        )
+        if not is_real(got) or got != int(got):
+            raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
+        if got != held:
+            raise AssertionError(
+                f"{name} = {got}: your pool, fork and append_slot, run as part 3 states, held at most {held} "
+                f"blocks at once (yours is {'more' if got > held else 'fewer'}), first in step {step}, with "
+                f"{running} sequence(s) holding blocks: {shared} block(s) in more than one table, {own} in one table only"
+            )
+    ok(
+        f"the most blocks held, predicted for {len(cases)} parallel samplings and measured on your pool; "
+        f"4 samples of a 1000-token prompt writing 200 tokens each in blocks of 16 hold at most "
+        f"{peak_reference(1000, [200] * 4, 16)} blocks, {4 * cdiv(1000 + 199, 16)} without sharing"
     )
 
 

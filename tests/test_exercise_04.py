@@ -338,12 +338,14 @@ def test_a_wrong_pool_is_caught_before_the_engine_runs():
 @pytest.mark.parametrize(
     "case, words",
     [
-        ((StackPool, fork, append_never_copies), "is shared with"),
-        ((StackPool, fork_without_share, append_slot), "Does fork add a holder"),
-        ((StackPool, fork_same_list, append_slot), "a new list"),
-        ((StackPool, fork, append_copies_always), "alone"),
-        ((StackPool, fork, append_copies_at_boundary), "starts a new block"),
-        ((StackPool, fork, append_keeps_old_holder), "did it let go"),
+        ((StackPool, fork, append_never_copies), "is also in the table of b"),
+        ((StackPool, fork_without_share, append_slot), "hand out blocks the fork reads"),
+        ((StackPool, fork_same_list, append_slot), "same list object"),
+        ((StackPool, fork, append_copies_always), "in no other live sequence's table"),
+        ((StackPool, fork, append_copy_backwards), "with the contents of block"),
+        ((StackPool, fork, append_new_block_always), "would hold 2 blocks for 2 tokens"),
+        ((StackPool, fork, append_copies_at_boundary), "would copy block"),
+        ((StackPool, fork, append_keeps_old_holder), "copied it away"),
         ((FreesWhileShared, fork, append_slot), "another holder still has"),
     ],
 )
