@@ -1711,12 +1711,12 @@ def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
             f"your part-2 pool, fork and append_slot held at most {held} blocks running part 3's sampling "
             f"for {name}, not what the check's own count says: pass part 2's check first"
         )
-        if not is_real(got) or got != int(got):
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
             raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
         if got != held:
             raise AssertionError(
                 f"{name} = {got}: your pool, fork and append_slot, run as part 3 states, held at most {held} "
-                f"blocks at once (yours is {'more' if got > held else 'fewer'}), first in step {step}, with "
+                f"blocks at once (yours is {'higher' if got > held else 'lower'}), first in step {step}, with "
                 f"{running} sequence(s) holding blocks: {shared} block(s) in more than one table, {own} in one table only"
             )
     ok(

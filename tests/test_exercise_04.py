@@ -352,3 +352,220 @@ def test_a_wrong_pool_is_caught_before_the_engine_runs():
 def test_the_message_names_the_cause(case, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_shared_pool(*case)
+
+
+# ---- part 3: the most blocks parallel sampling holds -------------------------------------------
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def peak_closed_form(prompt_len, max_tokens, block_size):  # right: the solution
+    full, partial = divmod(prompt_len, block_size)
+    best = cdiv(prompt_len, block_size)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other >= m)
+            best = max(best, full + running * cdiv(partial + m - 1, block_size))
+    return best
+
+
+def peak_step_by_step(prompt_len, max_tokens, block_size):
+    # right: counts every step, each sample's own blocks and the prompt blocks still shared
+    full, partial = divmod(prompt_len, block_size)
+    peak, step = cdiv(prompt_len, block_size), 1
+    while any(m > step for m in max_tokens):
+        running = [m for m in max_tokens if m > step]  # these write token `step` now
+        written = partial + step  # slots of the last prompt block and after, per running sample
+        own = cdiv(written, block_size)  # a partly filled prompt block was copied or kept
+        peak = max(peak, full + len(running) * own)
+        step += 1
+    return peak
+
+
+def peak_never_copies(prompt_len, max_tokens, block_size):
+    # wrong: the partly filled prompt block stays shared; only the blocks after it are each one's own
+    full, partial = divmod(prompt_len, block_size)
+    best = cdiv(prompt_len, block_size)
+    for m in max_tokens:
+        running = sum(1 for other in max_tokens if other >= m)
+        after = max(0, m - 1 - (block_size - partial)) if partial else m - 1
+        best = max(best, cdiv(prompt_len, block_size) + running * cdiv(after, block_size))
+    return best
+
+
+def peak_copies_a_full_block(prompt_len, max_tokens, block_size):
+    # wrong: each sample copies the prompt's last block, even when the prompt fills it
+    if prompt_len % block_size:
+        return peak_closed_form(prompt_len, max_tokens, block_size)
+    best = cdiv(prompt_len, block_size)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other >= m)
+            own = 1 + cdiv(m - 1, block_size)
+            best = max(best, prompt_len // block_size - 1 + running * own)
+    return best
+
+
+def peak_parent_kept(prompt_len, max_tokens, block_size):
+    # wrong: the prompt's sequence is not a sample: it keeps its blocks, and n forks each copy
+    full, partial = divmod(prompt_len, block_size)
+    best = cdiv(prompt_len, block_size)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other >= m)
+            best = max(
+                best, cdiv(prompt_len, block_size) + running * cdiv(partial + m - 1, block_size)
+            )
+    return best
+
+
+def peak_no_sharing(prompt_len, max_tokens, block_size):  # wrong: every sample its own prompt
+    best = 0
+    for m in max_tokens:
+        running = sum(1 for other in max_tokens if other >= m)
+        best = max(best, running * cdiv(prompt_len + m - 1, block_size))
+    return best
+
+
+def peak_last_token_written(prompt_len, max_tokens, block_size):
+    # wrong: a sample also writes the K/V of its last token
+    return peak_closed_form(prompt_len, [m + 1 for m in max_tokens], block_size)
+
+
+def peak_floor_plus_one(prompt_len, max_tokens, block_size):
+    # wrong: floor + 1 for "blocks to hold these slots": one too many at an exact boundary
+    full, partial = divmod(prompt_len, block_size)
+    best = prompt_len // block_size + (1 if partial else 0)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other >= m)
+            best = max(best, full + running * ((partial + m - 1) // block_size + 1))
+    return best
+
+
+def peak_one_token_copies(prompt_len, max_tokens, block_size):
+    # wrong: the closed form without its m = 1 case: a sample that writes nothing still copies
+    full, partial = divmod(prompt_len, block_size)
+    return max(
+        full + sum(1 for o in max_tokens if o >= m) * cdiv(partial + m - 1, block_size)
+        for m in max_tokens
+    )
+
+
+def peak_sum_at_the_end(prompt_len, max_tokens, block_size):
+    # wrong: each sample's blocks when it ends, added up, as if none were freed before the others
+    full, partial = divmod(prompt_len, block_size)
+    own = [cdiv(partial + m - 1, block_size) for m in max_tokens if m > 1]
+    return max(cdiv(prompt_len, block_size), full + sum(own))
+
+
+def peak_longest_only(prompt_len, max_tokens, block_size):
+    # wrong: the blocks at the last step, when only the longest samples are left
+    return peak_closed_form(
+        prompt_len, [max(max_tokens)] * max_tokens.count(max(max_tokens)), block_size
+    )
+
+
+def peak_all_run_to_the_end(prompt_len, max_tokens, block_size):
+    # wrong: every sample counted until the longest ends
+    return peak_closed_form(prompt_len, [max(max_tokens)] * len(max_tokens), block_size)
+
+
+def peak_running_strict(prompt_len, max_tokens, block_size):
+    # wrong: at a sample's last step, counts only the samples that go on after it
+    full, partial = divmod(prompt_len, block_size)
+    best = cdiv(prompt_len, block_size)
+    for m in max_tokens:
+        if m > 1:
+            running = sum(1 for other in max_tokens if other > m)
+            best = max(best, full + running * cdiv(partial + m - 1, block_size))
+    return best
+
+
+def peak_float(prompt_len, max_tokens, block_size):  # wrong: a float, from true division
+    return float(peak_closed_form(prompt_len, max_tokens, block_size))
+
+
+def peak_runs_the_pool(prompt_len, max_tokens, block_size):  # wrong: measures instead of predicting
+    return checks.sampling_peak(StackPool, fork, append_slot, prompt_len, max_tokens, block_size)[0]
+
+
+class CountingPool:  # a pool of the learner's own, made only to run part 2's append_slot on
+    def __init__(self):
+        self.holders, self.free, self.num_free_blocks = Counter(), list(range(10_000)), 10_000
+
+    def get_new_blocks(self, n):
+        self.num_free_blocks -= n
+        blocks = [self.free.pop() for _ in range(n)]
+        self.holders.update(blocks)
+        return blocks
+
+    def free_blocks(self, blocks):
+        self.holders.subtract(blocks)
+
+
+def peak_runs_append_slot(prompt_len, max_tokens, block_size):
+    # wrong: drives part 2's append_slot on a pool of its own
+    pool, table = CountingPool(), []
+    for p in range(prompt_len + max(max_tokens) - 1):
+        table = append_slot(pool, table, p, block_size)[0]
+    return len(table)
+
+
+RIGHT_PEAKS = [peak_closed_form, peak_step_by_step]
+WRONG_PEAKS = {
+    peak_never_copies: "held at most",
+    peak_copies_a_full_block: "held at most",
+    peak_parent_kept: "held at most",
+    peak_no_sharing: "held at most",
+    peak_last_token_written: "held at most",
+    peak_floor_plus_one: "held at most",
+    peak_one_token_copies: "held at most",
+    peak_sum_at_the_end: "held at most",
+    peak_longest_only: "held at most",
+    peak_all_run_to_the_end: "held at most",
+    peak_running_strict: "held at most",
+    peak_float: "whole number",
+    peak_runs_the_pool: "tried to run a block pool",
+    peak_runs_append_slot: "tried to run a block pool",
+}
+
+
+@pytest.mark.parametrize("peak", RIGHT_PEAKS, ids=lambda f: f.__name__)
+def test_peak_check_accepts_a_right_count(peak, capsys):
+    checks.check_peak_blocks(peak, StackPool, fork, append_slot)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", RIGHT[1:], ids=name)
+def test_peak_check_runs_on_any_right_pool(case):
+    checks.check_peak_blocks(peak_step_by_step, *case)
+
+
+@pytest.mark.parametrize("peak", list(WRONG_PEAKS), ids=lambda f: f.__name__)
+def test_peak_check_rejects_a_wrong_count(peak):
+    with pytest.raises(AssertionError, match=WRONG_PEAKS[peak]):
+        checks.check_peak_blocks(peak, StackPool, fork, append_slot)
+
+
+@pytest.mark.parametrize(
+    "peak",
+    [p for p, words in WRONG_PEAKS.items() if words == "held at most"],
+    ids=lambda f: f.__name__,
+)
+def test_a_hand_case_separates_each_wrong_count(peak):
+    """Each wrong count is caught by a case chosen for it, not only by the random ones."""
+    assert any(
+        peak(p, list(m), bs) != checks.peak_reference(p, m, bs) for p, m, bs in checks.PEAK_CASES
+    )
+
+
+def test_the_pool_comes_back_after_a_prediction_that_tried_it():
+    with pytest.raises(AssertionError):
+        checks.check_peak_blocks(peak_runs_the_pool, StackPool, fork, append_slot)
+    assert append_slot is globals()["append_slot"] and StackPool(3).num_free_blocks == 3
+
+
+def test_the_peak_check_needs_a_right_part_2():
+    with pytest.raises(AssertionError, match="pass part 2's check first"):
+        checks.check_peak_blocks(peak_closed_form, StackPool, fork, append_never_copies)

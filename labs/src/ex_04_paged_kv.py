@@ -106,8 +106,59 @@ def append_slot(pool: MyBlockPool, table: list[int], num_tokens: int, block_size
 checks.check_shared_pool(MyBlockPool, fork, append_slot)
 
 # %% [markdown]
-# **Think further (no check).** Parallel sampling: four samples of a `1000`-token prompt,
-# each writing `200` tokens in blocks of `16`. How many blocks do they hold with sharing,
-# and without? Beam search forks and drops samples at every step: which blocks does it
-# copy? And when the scheduler preempts one sample (lesson 4: its blocks are freed and it
-# is computed again later), which of its blocks does that give back to the free list?
+# **Part 3: how many blocks do the samples hold?** A server that admits a request for `n`
+# samples must know how much of its cache they will need at the worst moment. Write
+# `peak_blocks(prompt_len, max_tokens, block_size)`: the largest number of blocks held at
+# once (a block is held while at least one table has it) when one prompt is sampled
+# `n = len(max_tokens)` times, sample `i` generating `max_tokens[i]` tokens, run exactly so
+# on parts 1 and 2:
+#
+# * **step 0, the prefill**: one sequence writes the K/V of the prompt's `prompt_len` tokens
+#   (positions `0` to `prompt_len - 1`), and its logits give every sample its first token;
+#   then that sequence is forked `n - 1` times. It is sample 0 itself: no sequence holds the
+#   prompt without being a sample;
+# * **step `s` >= 1**: each sample still running, one after another, writes the K/V of its
+#   token number `s` (its tokens counted from 1; the first came from the prefill) at position
+#   `prompt_len + s - 1` with `append_slot`, and computes its token `s + 1`. All samples
+#   decode in lockstep, one token a step;
+# * a sample of `m` tokens has them all after step `m - 1`: it ends there and frees its table
+#   at the end of that step (after step 0 when `m` is 1).
+#
+# `prompt_len >= 1`, every `max_tokens[i] >= 1`, `block_size >= 1`. The answer must come from
+# reasoning: the check calls your function with your `MyBlockPool`, `fork` and `append_slot`
+# (and the engine's own pool) unavailable, then runs the sampling above on your pool and
+# compares your number with the most blocks it held.
+
+# %%
+def peak_blocks(prompt_len: int, max_tokens: list[int], block_size: int) -> int:
+    # BEGIN SOLUTION
+    full, partial = divmod(prompt_len, block_size)
+    best = -(-prompt_len // block_size)  # step 0: the prompt's blocks, one table or n
+    for m in max_tokens:
+        if m > 1:  # held blocks only grow while the same samples run: try each one's last step
+            running = sum(1 for other in max_tokens if other >= m)
+            # each running sample has its own partly filled prompt block (the last to write kept
+            # the original) and the blocks of its m - 1 written tokens after it
+            best = max(best, full + running * -(-(partial + m - 1) // block_size))
+    return best
+    # END SOLUTION
+
+# %%
+# exercise check
+checks.check_peak_blocks(peak_blocks, MyBlockPool, fork, append_slot)
+
+# %% [markdown]
+# **Think further (no check).** Part 3's passing line compares four samples of a
+# `1000`-token prompt with and without sharing: how does the saving grow with `n`, and with
+# the prompt's length against `max_tokens`? When does sharing save nothing? Beam search forks and drops samples at every step: which
+# blocks does it copy? And when the scheduler preempts one sample (lesson 4: its blocks are
+# freed and it is computed again later), which of its blocks does that give back to the
+# free list?
+#
+# <details><summary>Hint for Part 3 (open it if you are stuck)</summary>
+#
+# Follow a `6`-token prompt in blocks of `4`, sampled twice, through steps 0 to 2 by hand:
+# after each call, which blocks does each table have, and which of them is in both? Then
+# ask in which steps the total can go down.
+#
+# </details>
