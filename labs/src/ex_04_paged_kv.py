@@ -30,8 +30,7 @@
 #   tokens in `table` is about to write the K/V of token number `num_tokens`. Return
 #   `(new_table, copy)`: its table after making room, and `(src, dst)` if the cache must
 #   first copy block `src` into block `dst` (else `None`). When does the token need a new
-#   block? When may it be written in place, and when must the last block be copied
-#   first — and what happens to the old block's holders then?
+#   block, when may it be written in place, and when must the last block be copied first?
 #
 # The check drives your pool through its edges and many random calls, counting every
 # block's holders itself; then grows, forks and ends sequences token by token, keeping
