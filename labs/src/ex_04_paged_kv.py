@@ -109,8 +109,8 @@ checks.check_shared_pool(MyBlockPool, fork, append_slot)
 # samples must know how much of its cache they will need at the worst moment. Write
 # `peak_blocks(prompt_len, max_tokens, block_size)`: the largest number of blocks held at
 # once (a block is held while at least one table has it) when one prompt is sampled
-# `n = len(max_tokens)` times, sample `i` generating `max_tokens[i]` tokens, run exactly so
-# on parts 1 and 2:
+# `n = len(max_tokens)` times, sample `i` generating `max_tokens[i]` tokens, and your parts
+# 1 and 2 run it as follows:
 #
 # * **step 0, the prefill**: one sequence writes the K/V of the prompt's `prompt_len` tokens
 #   (positions `0` to `prompt_len - 1`), and its logits give every sample its first token;
@@ -121,7 +121,8 @@ checks.check_shared_pool(MyBlockPool, fork, append_slot)
 #   `prompt_len + s - 1` with `append_slot`, and computes its token `s + 1`. All samples
 #   decode in lockstep, one token a step;
 # * a sample of `m` tokens has them all after step `m - 1`: it ends there and frees its table
-#   at the end of that step (after step 0 when `m` is 1).
+#   at the end of that step (after step 0 when `m` is 1). As in the engine (lesson 4, section
+#   1), the K/V of a sequence's last token is never written.
 #
 # `prompt_len >= 1`, every `max_tokens[i] >= 1`, `block_size >= 1`. The answer must come from
 # reasoning: the check calls your function with your `MyBlockPool`, `fork` and `append_slot`
