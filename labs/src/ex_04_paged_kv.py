@@ -121,8 +121,8 @@ checks.check_shared_pool(MyBlockPool, fork, append_slot)
 #   `prompt_len + s - 1` with `append_slot`, and computes its token `s + 1`. All samples
 #   decode in lockstep, one token a step;
 # * a sample of `m` tokens has them all after step `m - 1`: it ends there and frees its table
-#   at the end of that step (after step 0 when `m` is 1). As in the engine (lesson 4, section
-#   1), the K/V of a sequence's last token is never written.
+#   at the end of that step (after step 0 when `m` is 1). As in the engine, the K/V of a
+#   sequence's last token is never written: no step computes with it.
 #
 # `prompt_len >= 1`, every `max_tokens[i] >= 1`, `block_size >= 1`. The answer must come from
 # reasoning: the check calls your function with your `MyBlockPool`, `fork` and `append_slot`
