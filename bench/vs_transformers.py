@@ -49,11 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import transformers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install needed
+
+from minilm.quiet import quiet_torchao  # noqa: E402
+
+quiet_torchao()  # before transformers imports torchao
+import transformers  # noqa: E402
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
 from bench import report  # noqa: E402
 from minilm import Engine, EngineConfig, RequestSpec, make_workload  # noqa: E402

@@ -178,10 +178,9 @@ def summarize(
     computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
     for s in steps:
-        # a simulated step's decodes (sim/fastforward.py: DecodeStep) counted without its items
-        n = getattr(s, "num_decodes", 0)
+        n, items = s.bulk_decodes()  # a simulated step's decodes counted, not made
         real, computed = set(), computed + n
-        for i in s.rest if n else s.items:
+        for i in items:
             if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
                 drafts, accepted, verifies = (
                     drafts + i.num_draft,

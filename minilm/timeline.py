@@ -50,6 +50,10 @@ class StepRecord:
     def duration(self) -> float:
         return self.t_end - self.t_start
 
+    def bulk_decodes(self) -> tuple[int, list[StepItem]]:
+        """(n, rest): items are n one-token decodes, then rest (n > 0: sim's DecodeStep)."""
+        return 0, self.items
+
     def tokens(self, kind: str | None = None) -> int:
         """Tokens of one kind, or (None) every token the step computed."""
         return sum(

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+from markers import write_between
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = ROOT / "labs"
 DOC = ROOT / "docs" / "EXERCISES.md"
-BEGIN, END = "<!-- exercise figures: begin -->", "<!-- exercise figures: end -->"
 
 # the author's estimate of each exercise's hardest graded part (issue 29), 1 (transcribe) to 5;
 # no fresh attempt measured these
@@ -87,7 +87,4 @@ if __name__ == "__main__":
     text = table()
     print(text)
     if "--write" in sys.argv:
-        doc = DOC.read_text()
-        head, rest = doc.split(BEGIN)
-        _, tail = rest.split(END)
-        DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+        write_between(DOC, "exercise figures", text)

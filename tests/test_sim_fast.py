@@ -91,4 +91,9 @@ def test_summarize_makes_no_decode_items():
     assert len(compact) == fast.bulk_steps + fast.fast_steps
     summarize(tl)
     assert not any("items" in vars(s) for s in compact)
-    assert all(len(s.items) >= s.num_decodes > 0 for s in compact)  # made when read
+    for s in compact:  # made when read: n one-token decodes, then rest, as bulk_decodes says
+        n, rest = s.bulk_decodes()
+        assert n > 0 and s.items[n:] == rest
+        assert all(i.kind == "decode" and i.num_tokens == 1 for i in s.items[:n])
+    plain = next(s for s in tl.steps if not isinstance(s, DecodeStep))
+    assert plain.bulk_decodes() == (0, plain.items)

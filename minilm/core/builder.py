@@ -1,7 +1,5 @@
-"""Building an engine: resolve the knobs against the model and the policy, then make the
-KV cache manager, the executor and the clock. `model` is a preset or checkpoint name, a
-checkpoint directory or a LlamaModel (-> ModelRunner), or an Executor used as it is
-(the simulator's is one).
+"""Building an engine (`build`). `model`: a preset or checkpoint name, a checkpoint
+directory, a LlamaModel (-> ModelRunner) or an Executor used as it is (the simulator's).
 """
 
 from __future__ import annotations

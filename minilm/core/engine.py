@@ -258,8 +258,8 @@ class Engine:
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""
-        # The timeline's many small records form no cycles, but the cyclic GC re-scanned them
-        # all on every pass (half of a simulated 1,000-request run), so it pauses.
+        # The timeline's small records form no cycles, yet the cyclic GC re-scanned them
+        # all on every pass (half of a simulated 1,000-request run): paused.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:

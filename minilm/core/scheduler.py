@@ -4,8 +4,8 @@
     waiting  arrived, queued for a place in the batch (vLLM's `waiting`)
     running  in the batch: holds KV blocks, scheduled every step (oldest first)
 
-A step's own state lives on the `StepBuilder` (step.py) made for it alone, which moves a
-request between waiting and running; it enters, arrives and ends here.
+A step's state, and a move between waiting and running, are the `StepBuilder`'s (step.py);
+a request enters, arrives and ends here.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ fill it. A StepBuilder lives for one step; `plan()` is its result.
 A policy (policies.py) decides; the StepBuilder keeps the books, so a policy cannot
 schedule a request twice, overrun the budget or touch a block it does not own: the verb
 refuses with an error that names the mistake (exercise 3). Handed the scheduler's queues,
-it is the one place a request moves between waiting and running, and the waiting queue
-is reordered.
+it alone moves a request between waiting and running and reorders the waiting queue.
 """
 
 from __future__ import annotations

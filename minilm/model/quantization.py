@@ -11,22 +11,20 @@ is the gain; on this CPU it is not faster (bench/quantization.py; lesson 10).
 from __future__ import annotations
 
 import copy
-import logging
 
 import torch
 from torch import nn
+
+from ..quiet import quiet_torchao
 
 
 def quantize(model: nn.Module, method: str | None) -> nn.Module:
     """A copy of `model` with its linear layers but lm_head quantized by `method` (None: `model`)."""
     if method is None:
         return model
-    # a CPU torch can't load torchao's CUDA extensions: it says so, loudly
-    logging.disable(logging.WARNING)
-    try:
-        import torchao.quantization as ao  # noqa: PLC0415 (slow to import: only when asked for)
-    finally:
-        logging.disable(logging.NOTSET)
+    quiet_torchao()
+    import torchao.quantization as ao  # noqa: PLC0415 (slow to import: only when asked for)
+
     config = {"int8": ao.Int8WeightOnlyConfig, "fp8": ao.Float8WeightOnlyConfig}[method]()
     model = copy.deepcopy(model)  # the caller's stays as it was (a lesson builds two engines)
     ao.quantize_(

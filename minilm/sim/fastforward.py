@@ -36,13 +36,15 @@ class DecodeStep(StepRecord):
     """A `StepRecord` whose decodes are kept as the batch's request ids and their contexts
     before step 0 of a run (shared by the run's steps), and this step's offset in it: the
     decodes' `StepItem`s, then `rest` (the policy's other work), are made when `items` is first
-    read: the list the scheduler's step makes. `summarize` counts `num_decodes` and reads only
-    `rest`. It equals the `StepRecord` with the same fields."""
+    read: the list the scheduler's step makes. `bulk_decodes` gives their number and `rest`,
+    which `summarize` reads instead. It equals the `StepRecord` with the same fields."""
 
     def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
         self.__dict__.update(record)  # every StepRecord field but items
         self.ids, self.starts, self.offset, self.rest = ids, starts, offset, rest
-        self.num_decodes = len(ids)
+
+    def bulk_decodes(self) -> tuple[int, list[StepItem]]:
+        return len(self.ids), self.rest
 
     @cached_property
     def items(self) -> list[StepItem]:
