@@ -2961,6 +2961,8 @@ def judge_seats(best_seats, seats: list[int], run_of, ttft_slo, tpot_slo, what: 
             f"{side} seats does better{end}"
         )
     budget = seats_budget(len(seats))
+    if len(seats) == 1 and called:
+        raise AssertionError(f"{where}, right, but with one candidate the answer needs no run")
     if len(called) > budget:
         again = sorted({s for s in called if called.count(s) > 1})
         why = (

@@ -51,15 +51,12 @@ def tightest_ttft_slo(timeline, tpot_slo: float | None, target: float) -> float 
     # answer is one of those TTFTs, the k-th smallest, k the fewest requests whose share of ALL
     # the run's requests (aborted ones too) reaches the target
     n = len(timeline.requests)
-    ttfts = sorted(
-        r.t_first_token - r.arrival for r in timeline.requests if meets_slo(r, None, tpot_slo)
-    )
+    ttfts = sorted(r.t_first_token - r.arrival for r in timeline.requests if meets_slo(r, None, tpot_slo))
     for k, ttft in enumerate(ttfts, start=1):
         if k / n >= target:
             return ttft
     return None
     # END SOLUTION
-
 
 # %%
 # exercise check
@@ -89,32 +86,24 @@ checks.check_tightest_ttft_slo(tightest_ttft_slo)
 # Before you code: a run where each limit is met by `7` of `8` requests, but only `6` of
 # them meet both — does it keep a target of `0.875`? Does it in DistServe's sense?
 
-
 # %%
-def percentile_goodput(
-    runs_by_rate: dict, ttft_slo: float | None, tpot_slo: float | None, target: float
-) -> float:
+def percentile_goodput(runs_by_rate: dict, ttft_slo: float | None, tpot_slo: float | None,
+                       target: float) -> float:
     # BEGIN SOLUTION
     def keeps(tl) -> bool:
         if ttft_slo is not None:
-            met = sum(
-                r.t_first_token is not None and r.t_first_token - r.arrival <= ttft_slo
-                for r in tl.requests
-            )
+            met = sum(r.t_first_token is not None and r.t_first_token - r.arrival <= ttft_slo for r in tl.requests)
             if met < target * len(tl.requests):
                 return False
         if tpot_slo is not None:
             with_tpot = [r for r in tl.requests if r.output_len > 1]
-            met = sum(
-                (r.t_finished - r.t_first_token) / (r.output_len - 1) <= tpot_slo for r in with_tpot
-            )
+            met = sum((r.t_finished - r.t_first_token) / (r.output_len - 1) <= tpot_slo for r in with_tpot)
             if met < target * len(with_tpot):
                 return False
         return True
 
     return max((rate for rate, tl in runs_by_rate.items() if keeps(tl)), default=0.0)
     # END SOLUTION
-
 
 # %%
 # exercise check
@@ -144,9 +133,8 @@ import math
 from minilm.metrics import slo_attainment
 
 
-def goodput_search(
-    run_at, rates: list[float], ttft_slo: float | None, tpot_slo: float | None, target: float
-) -> float:
+def goodput_search(run_at, rates: list[float], ttft_slo: float | None, tpot_slo: float | None,
+                   target: float) -> float:
     # BEGIN SOLUTION
     # The answer is one of len(rates) + 1 outcomes: how many of the lowest rates keep the target.
     # Keep it within [lo, hi] and halve that with each run: ceil(log2(n + 1)) runs at most.
@@ -159,7 +147,6 @@ def goodput_search(
             hi = mid - 1
     return rates[lo - 1] if lo else 0.0
     # END SOLUTION
-
 
 # %%
 # exercise check
