@@ -88,31 +88,44 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-class RanTheEngine(BaseException):
-    """Raised inside a prediction that builds an engine (a BaseException, so that `except
-    Exception` in the learner's code cannot swallow it)."""
+class Unavailable(BaseException):
+    """Raised inside the learner's code when it calls what a check made unavailable (a
+    BaseException, so that `except Exception` in their code cannot swallow it)."""
 
 
 @contextlib.contextmanager
+def unavailable(methods: list[tuple[type, str]], message: str):
+    """While the block runs, each (class, method) raises; if the learner's code called one, the
+    check fails with `message`. The methods are restored afterwards, whatever happened."""
+    missing = object()
+    saved = [(cls, name, cls.__dict__.get(name, missing)) for cls, name in methods]
+
+    def refuse(*args, **kwargs):
+        raise Unavailable
+
+    for cls, name, _ in saved:
+        setattr(cls, name, refuse)
+    try:
+        yield
+    except Unavailable:
+        raise AssertionError(message) from None
+    finally:
+        for cls, name, method in saved:
+            if method is missing:
+                delattr(cls, name)  # it was inherited
+            else:
+                setattr(cls, name, method)
+
+
 def engine_unavailable(what: str):
     """While a prediction runs, building an `Engine` (every entry point does: run_workload,
     simulated_engine, LLM) fails with a plain message: a prediction comes from reasoning."""
-    init = Engine.__init__
-
-    def refuse(self, *args, **kwargs):
-        raise RanTheEngine
-
-    Engine.__init__ = refuse
-    try:
-        yield
-    except RanTheEngine:
-        raise AssertionError(
-            f"{what} tried to run the engine. This part asks for a prediction from the workload "
-            f"alone: while your function runs, the check makes the engine unavailable. Work it out "
-            f"from the rules the lesson gives (the check runs the engine afterwards to compare)"
-        ) from None
-    finally:
-        Engine.__init__ = init
+    return unavailable(
+        [(Engine, "__init__")],
+        f"{what} tried to run the engine. This part asks for a prediction from the workload "
+        f"alone: while your function runs, the check makes the engine unavailable. Work it out "
+        f"from the rules the lesson gives (the check runs the engine afterwards to compare)",
+    )
 
 
 def predict(fn, *args, what: str):
@@ -4210,20 +4223,36 @@ def router_traps() -> dict[str, dict]:
             "replica's cache holds about six of them",
         },
         "one hot prompt": {
-            "specs": system_prompt_workload(16, 100.0, 300, seed=ROUTER_SEED, hot=48),
-            "knobs": CACHED_FLEET,
-            "min_within_slo": 0.95,
+            "specs": system_prompt_workload(16, 40.0, 300, seed=ROUTER_SEED, hot=48),
+            "knobs": {**CACHED_FLEET, "max_num_seqs": 4},
+            "min_within_slo": 0.93,
             "min_hit_rate": 0.84,
-            "what": "300 requests at 100 req/s, three quarters of them behind one system prompt",
+            "what": "300 requests at 40 req/s, three quarters of them behind one system prompt; "
+            "4 replicas of 4 seats",
         },
     }
+
+
+def routers_unavailable(what: str):
+    """While the learner's router is made and runs, minilm/router.py's policies cannot be built or
+    asked: a router that holds one and forwards to it is theirs, not the learner's."""
+    from minilm import router as r
+
+    return unavailable(
+        [(cls, name) for cls in r.ROUTERS.values() for name in ("__init__", "choose")],
+        f"{what}: your router used one of minilm/router.py's own policies "
+        f"({', '.join(cls.__name__ for cls in r.ROUTERS.values())}). This part asks for a rule of "
+        f"your own: while your router is made and runs, the check makes those policies "
+        f"unavailable. Write the choice from `loads` and `prefix_match` yourself",
+    )
 
 
 def fresh_router(make_router, what: str):
     """A new policy from the learner's class (a router may keep state, as round-robin's turn)."""
     from minilm import router as r
 
-    policy = call(make_router, what=f"{what}: making your router")
+    with routers_unavailable(what):
+        policy = call(make_router, what=f"{what}: making your router")
     if isinstance(policy, tuple(r.ROUTERS.values())):
         raise AssertionError(
             f"{what}: {type(policy).__name__} is one of minilm/router.py's own policies; write yours"
@@ -4251,7 +4280,7 @@ def run_router(make_router, trap: dict, what: str):
         **trap["knobs"],
     )
     cluster.add_workload(trap["specs"])
-    with time_limit(120, f"{what}: the fleet with your router"):
+    with time_limit(120, f"{what}: the fleet with your router"), routers_unavailable(what):
         run = call(cluster.run, what=f"{what}: your router's choose()")
     return run, fleet_summary(run, *ROUTER_SLO)
 
