@@ -3023,8 +3023,8 @@ def check_best_seats(best_seats) -> None:
         best.append((ttft, tpot, seats[best_seats_reference(attain)], max(attain)))
     ok(
         f"the best max_num_seqs on {len(curves)} hand-made curves of up to 20 candidates and "
-        f"{len(SWEEP_SLOS)} simulated ones, each within ceil(log_phi(n)) runs (5 for 9 "
-        f"candidates); simulated: "
+        f"{len(SWEEP_SLOS)} simulated ones, each within ceil(log_phi(n)) runs "
+        f"({seats_budget(len(seats))} for {len(seats)} candidates); simulated: "
         + "; ".join(
             f"TTFT {t * 1e3:.0f} ms, TPOT {p * 1e3:.0f} ms: {s} seats ({a:.0%} within)"
             for t, p, s, a in best
