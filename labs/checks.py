@@ -4316,9 +4316,10 @@ def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
             )
         else:
             hint = (
-                f"the busiest replica got {max(requests) / sum(requests):.0%} of the requests. A cache "
-                "hit saves one prefill; a queue delays every request in it. How much more loaded than "
-                "the least loaded replica may a cached replica be before the hit is not worth it?"
+                f"requests waited in a queue of up to {queue} on one replica (the busiest got "
+                f"{max(requests) / sum(requests):.0%} of the requests). A cache hit saves one prefill; "
+                "a queue delays every request in it. How much more loaded than the least loaded "
+                "replica may a cached replica be before the hit is not worth it?"
             )
         return f"{where}; at least {trap['min_within_slo']:.0%} must. {hint}"
     if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:
