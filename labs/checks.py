@@ -90,31 +90,44 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-class RanTheEngine(BaseException):
-    """Raised inside a prediction that builds an engine (a BaseException, so that `except
-    Exception` in the learner's code cannot swallow it)."""
+class Unavailable(BaseException):
+    """Raised inside the learner's code when it calls what a check made unavailable (a
+    BaseException, so that `except Exception` in their code cannot swallow it)."""
 
 
 @contextlib.contextmanager
+def unavailable(methods: list[tuple[type, str]], message: str):
+    """While the block runs, each (class, method) raises; if the learner's code called one, the
+    check fails with `message`. The methods are restored afterwards, whatever happened."""
+    missing = object()
+    saved = [(cls, name, cls.__dict__.get(name, missing)) for cls, name in methods]
+
+    def refuse(*args, **kwargs):
+        raise Unavailable
+
+    for cls, name, _ in saved:
+        setattr(cls, name, refuse)
+    try:
+        yield
+    except Unavailable:
+        raise AssertionError(message) from None
+    finally:
+        for cls, name, method in saved:
+            if method is missing:
+                delattr(cls, name)  # it was inherited
+            else:
+                setattr(cls, name, method)
+
+
 def engine_unavailable(what: str):
     """While a prediction runs, building an `Engine` (every entry point does: run_workload,
     simulated_engine, LLM) fails with a plain message: a prediction comes from reasoning."""
-    init = Engine.__init__
-
-    def refuse(self, *args, **kwargs):
-        raise RanTheEngine
-
-    Engine.__init__ = refuse
-    try:
-        yield
-    except RanTheEngine:
-        raise AssertionError(
-            f"{what} tried to run the engine. This part asks for a prediction from the workload "
-            f"alone: while your function runs, the check makes the engine unavailable. Work it out "
-            f"from the rules the lesson gives (the check runs the engine afterwards to compare)"
-        ) from None
-    finally:
-        Engine.__init__ = init
+    return unavailable(
+        [(Engine, "__init__")],
+        f"{what} tried to run the engine. This part asks for a prediction from the workload "
+        f"alone: while your function runs, the check makes the engine unavailable. Work it out "
+        f"from the rules the lesson gives (the check runs the engine afterwards to compare)",
+    )
 
 
 def predict(fn, *args, what: str):
@@ -3046,6 +3059,180 @@ def check_goodput_search(goodput_search) -> None:
     )
 
 
+# ---- exercise 7, part 4: the number of seats, searched ---------------------------------------
+PHI = (1 + math.sqrt(5)) / 2
+SEATS_SLOS = (0.5, 0.25)  # the hand-made runs: GOOD meets both, LATE misses the TTFT limit
+SEATS_RUN_SIZE = 48  # requests in a hand-made run: attainment moves in steps of 1/48
+
+
+def seats_budget(n: int) -> int:
+    """Runs a search over n candidates may make: ceil(log_phi(n)), 0 for one (a Fibonacci search
+    settles F(k + 2) - 1 candidates in k runs, and F(k + 2) - 1 >= phi^k for k >= 2)."""
+    return math.ceil(math.log(n) / math.log(PHI)) if n > 1 else 0
+
+
+def best_seats_reference(attainments: list) -> int:
+    """The index of the first of the highest attainments."""
+    return attainments.index(max(attainments))
+
+
+def seats_curves() -> list[tuple[list[int], list[int], str]]:
+    """(candidates, requests within the SLOs at each, what the curve is): for 1 to 20 candidates,
+    every place of the highest, level there over 1, 2 or 3 candidates, falling as fast as it rose
+    (equal values on both sides) or twice as fast."""
+    curves = []
+    for n in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 13, 20):
+        seats = [2 * (i + 1) for i in range(n)]  # not 1..n: the answer is a candidate, not an index
+        for peak in range(n):
+            for width in (1, 2, 3):
+                for fall in (1, 2):
+                    if peak + width > n or (width > 1 and fall == 2):
+                        continue
+                    top = SEATS_RUN_SIZE
+                    counts = [
+                        top - (peak - i)
+                        if i < peak
+                        else top
+                        if i < peak + width
+                        else top - fall * (i - peak - width + 1)
+                        for i in range(n)
+                    ]
+                    what = f"the highest at {seats[peak]}" + (
+                        f", level up to {seats[peak + width - 1]}" if width > 1 else ""
+                    )
+                    curves.append((seats, counts, what))
+    return curves
+
+
+def unimodal(values: list) -> bool:
+    """Strictly up to the highest, level there, strictly down: the part's assumption."""
+    top = values.index(max(values))
+    last = len(values) - 1 - values[::-1].index(max(values))
+    return (
+        all(a < b for a, b in zip(values[:top], values[1 : top + 1]))
+        and all(v == values[top] for v in values[top : last + 1])
+        and all(a > b for a, b in zip(values[last:], values[last + 1 :]))
+    )
+
+
+@functools.cache
+def seats_sweep() -> tuple[tuple[int, ...], dict]:
+    """Real simulated runs: 300 mixed requests at 300 req/s on one simulated H100 (Llama-3-8B,
+    continuous batching), one run for each candidate max_num_seqs. Few seats queue requests (TTFT);
+    many make each decode step carry more prefills (TPOT)."""
+    from minilm.sim import simulated_engine
+
+    specs = make_workload(
+        "mixed", num_requests=300, seed=7, rate=300.0, max_model_len=2048, vocab_size=128256
+    )
+    seats = (8, 16, 32, 48, 64, 96, 128, 192, 256)
+    runs = {}
+    for s in seats:
+        engine = simulated_engine("llama-3-8b", "h100", policy="continuous", max_num_seqs=s)
+        engine.add_workload(specs)
+        runs[s] = engine.run()
+    return seats, runs
+
+
+SWEEP_SLOS = ((0.5, 0.015), (1.0, 0.015), (0.25, 0.02))  # the highest at 128, 96 and 192 seats
+
+
+def judge_seats(best_seats, seats: list[int], run_of, ttft_slo, tpot_slo, what: str) -> None:
+    """Run the learner's search on one curve: its answer, then its runs against the budget."""
+    from minilm.metrics import slo_attainment
+
+    attain = [slo_attainment(run_of(s), ttft_slo, tpot_slo) for s in seats]
+    called: list[int] = []
+
+    def run_with(s: int):
+        assert s in seats, f"run_with({s!r}): not one of the candidates {seats}"
+        called.append(s)
+        return run_of(s)
+
+    name = f"best_seats(run_with, {seats}, {ttft_slo}, {tpot_slo})"
+    with time_limit(10, name):
+        got = call(best_seats, run_with, list(seats), ttft_slo, tpot_slo, what=name)
+    want = seats[best_seats_reference(attain)]
+    where = f"{name} = {got!r}, on {what}"
+    if got != want:
+        if not isinstance(got, numbers.Integral) or got not in seats:
+            raise AssertionError(f"{where}: the answer is one of the candidates, a max_num_seqs")
+        mine, best = attain[seats.index(got)], max(attain)
+        if mine == best:
+            raise AssertionError(
+                f"{where}: its run ties for the highest attainment ({best:.1%}) with {want}; on a "
+                f"tie the answer is the smallest"
+            )
+        side = "fewer" if want < got else "more"
+        end = (
+            f" (the highest is at the {'first' if want == seats[0] else 'last'} candidate: can "
+            f"your search reach it?)"
+            if want in (seats[0], seats[-1])
+            else ""
+        )
+        raise AssertionError(
+            f"{where}: its run meets the SLOs for {mine:.1%} of the requests, and one with "
+            f"{side} seats does better{end}"
+        )
+    budget = seats_budget(len(seats))
+    if len(seats) == 1 and called:
+        raise AssertionError(f"{where}, right, but with one candidate the answer needs no run")
+    if len(called) > budget:
+        again = sorted({s for s in called if called.count(s) > 1})
+        why = (
+            f"you ran {again} more than once (keep what a run told you)"
+            if again
+            else "no candidate twice, so it is which ones you ran: how many candidates does each "
+            "run rule out, and could one run serve two rounds?"
+        )
+        raise AssertionError(
+            f"{where}, right, but with {len(called)} runs ({called}); {len(seats)} candidates "
+            f"allow {budget}: {why}"
+        )
+
+
+def check_best_seats(best_seats) -> None:
+    ttft_slo, tpot_slo = SEATS_SLOS
+    runs = {
+        k: handmade_timeline([GOOD] * k + [LATE] * (SEATS_RUN_SIZE - k), end=2.5)
+        for k in range(SEATS_RUN_SIZE + 1)
+    }
+    curves = seats_curves()
+    for seats, counts, what in curves:
+        judge_seats(
+            best_seats,
+            seats,
+            lambda s, seats=seats, counts=counts: runs[counts[seats.index(s)]],
+            ttft_slo,
+            tpot_slo,
+            f"hand-made runs with {what}",
+        )
+    seats, sweep = seats_sweep()
+    from minilm.metrics import slo_attainment
+
+    best = []
+    for ttft, tpot in SWEEP_SLOS:
+        judge_seats(
+            best_seats,
+            list(seats),
+            sweep.__getitem__,
+            ttft,
+            tpot,
+            "simulated runs of 300 requests at 300 req/s on one H100",
+        )
+        attain = [slo_attainment(sweep[s], ttft, tpot) for s in seats]
+        best.append((ttft, tpot, seats[best_seats_reference(attain)], max(attain)))
+    ok(
+        f"the best max_num_seqs on {len(curves)} hand-made curves of up to 20 candidates and "
+        f"{len(SWEEP_SLOS)} simulated ones, each within ceil(log_phi(n)) runs "
+        f"({seats_budget(len(seats))} for {len(seats)} candidates); simulated: "
+        + "; ".join(
+            f"TTFT {t * 1e3:.0f} ms, TPOT {p * 1e3:.0f} ms: {s} seats ({a:.0%} within)"
+            for t, p, s, a in best
+        )
+    )
+
+
 # ---- exercise 8: the longest cached prefix, and an order that cannot starve -----------------
 def check_prefix_lookup(block_keys, cached_prefix_len) -> None:
     check_block_keys(block_keys)
@@ -4237,20 +4424,36 @@ def router_traps() -> dict[str, dict]:
             "replica's cache holds about six of them",
         },
         "one hot prompt": {
-            "specs": system_prompt_workload(16, 100.0, 300, seed=ROUTER_SEED, hot=48),
-            "knobs": CACHED_FLEET,
-            "min_within_slo": 0.95,
+            "specs": system_prompt_workload(16, 40.0, 300, seed=ROUTER_SEED, hot=48),
+            "knobs": {**CACHED_FLEET, "max_num_seqs": 4},
+            "min_within_slo": 0.93,
             "min_hit_rate": 0.84,
-            "what": "300 requests at 100 req/s, three quarters of them behind one system prompt",
+            "what": "300 requests at 40 req/s, three quarters of them behind one system prompt; "
+            "4 replicas of 4 seats",
         },
     }
+
+
+def routers_unavailable(what: str):
+    """While the learner's router is made and runs, minilm/router.py's policies cannot be built or
+    asked: a router that holds one and forwards to it is theirs, not the learner's."""
+    from minilm import router as r
+
+    return unavailable(
+        [(cls, name) for cls in r.ROUTERS.values() for name in ("__init__", "choose")],
+        f"{what}: your router used one of minilm/router.py's own policies "
+        f"({', '.join(cls.__name__ for cls in r.ROUTERS.values())}). This part asks for a rule of "
+        f"your own: while your router is made and runs, the check makes those policies "
+        f"unavailable. Write the choice from `loads` and `prefix_match` yourself",
+    )
 
 
 def fresh_router(make_router, what: str):
     """A new policy from the learner's class (a router may keep state, as round-robin's turn)."""
     from minilm import router as r
 
-    policy = call(make_router, what=f"{what}: making your router")
+    with routers_unavailable(what):
+        policy = call(make_router, what=f"{what}: making your router")
     if isinstance(policy, tuple(r.ROUTERS.values())):
         raise AssertionError(
             f"{what}: {type(policy).__name__} is one of minilm/router.py's own policies; write yours"
@@ -4278,7 +4481,7 @@ def run_router(make_router, trap: dict, what: str):
         **trap["knobs"],
     )
     cluster.add_workload(trap["specs"])
-    with time_limit(120, f"{what}: the fleet with your router"):
+    with time_limit(120, f"{what}: the fleet with your router"), routers_unavailable(what):
         run = call(cluster.run, what=f"{what}: your router's choose()")
     return run, fleet_summary(run, *ROUTER_SLO)
 
@@ -4314,9 +4517,10 @@ def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
             )
         else:
             hint = (
-                f"the busiest replica got {max(requests) / sum(requests):.0%} of the requests. A cache "
-                "hit saves one prefill; a queue delays every request in it. How much more loaded than "
-                "the least loaded replica may a cached replica be before the hit is not worth it?"
+                f"requests waited in a queue of up to {queue} on one replica (the busiest got "
+                f"{max(requests) / sum(requests):.0%} of the requests). A cache hit saves one prefill; "
+                "a queue delays every request in it. How much more loaded than the least loaded "
+                "replica may a cached replica be before the hit is not worth it?"
             )
         return f"{where}; at least {trap['min_within_slo']:.0%} must. {hint}"
     if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:

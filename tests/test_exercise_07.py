@@ -559,3 +559,173 @@ def test_goodput_search_accepts(fn, capsys):
 def test_goodput_search_rejects(fn, words):
     with pytest.raises(AssertionError, match=words):
         checks.check_goodput_search(fn)
+
+
+# ---- best_seats (part 4) -----------------------------------------------------------------------
+def seats_fibonacci(run_with, seats, a, b, ties_right=False, places=0):
+    """The solution: a Fibonacci search over the candidates padded with -inf; `ties_right` and
+    `places` (padding one place short) are its wrong variants."""
+    known = {}
+
+    def att(i):
+        if i >= len(seats) - places:
+            return -math.inf
+        if i not in known:
+            known[i] = slo_attainment(run_with(seats[i]), a, b)
+        return known[i]
+
+    fib = [1, 1]
+    while fib[-1] - 1 < len(seats) - places:
+        fib.append(fib[-1] + fib[-2])
+    k, lo = len(fib) - 1, 0
+    while fib[k] - 1 > 1:
+        x, y = lo + fib[k - 2] - 1, lo + fib[k - 1] - 1
+        if att(x) < att(y) or (ties_right and att(x) == att(y)):
+            lo = x + 1
+        k -= 1
+    return seats[lo]
+
+
+def seats_golden(run_with, seats, a, b):
+    """Right, written differently: an interval [lo, hi] and the one probe known inside it; the
+    next probe mirrors it, counts of requests compared as whole numbers."""
+    met = {}
+
+    def count(i):
+        if i not in met:
+            met[i] = sum(meets_slo(r, a, b) for r in run_with(seats[i]).requests)
+        return met[i]
+
+    lo, hi = 0, len(seats) - 1
+    while lo < hi:
+        if hi - lo == 1:
+            return seats[lo] if count(lo) >= count(hi) else seats[hi]
+        fib = [1, 2]
+        while fib[-1] < hi - lo + 2:
+            fib.append(fib[-1] + fib[-2])
+        x = min(lo - 1 + (fib[-3] if len(fib) > 2 else 1), hi - 1)
+        y = min(lo - 1 + fib[-2], hi)
+        x, y = (x, y) if x < y else (y - 1, y)
+        if count(x) < count(y):
+            lo = x + 1
+        else:
+            hi = y - 1
+    return seats[lo]
+
+
+def seats_scan(run_with, seats, a, b):  # wrong: right answers, one run per candidate
+    attain = [slo_attainment(run_with(s), a, b) for s in seats]
+    return seats[attain.index(max(attain))]
+
+
+def seats_peak_bisection(run_with, seats, a, b):  # wrong: the textbook peak search, runs kept
+    known = {}
+
+    def att(i):
+        if i not in known:
+            known[i] = slo_attainment(run_with(seats[i]), a, b)
+        return known[i]
+
+    lo, hi = 0, len(seats) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if att(mid) < att(mid + 1):
+            lo = mid + 1
+        else:
+            hi = mid
+    return seats[lo]
+
+
+def seats_ternary(run_with, seats, a, b):  # wrong: two new runs a round
+    lo, hi = 0, len(seats) - 1
+    while hi - lo > 1:
+        x, y = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        if slo_attainment(run_with(seats[x]), a, b) < slo_attainment(run_with(seats[y]), a, b):
+            lo = x + 1
+        else:
+            hi = y - 1 if y - 1 >= x else y
+    if lo == hi:
+        return seats[lo]
+    return max(seats[lo : hi + 1], key=lambda s: slo_attainment(run_with(s), a, b))
+
+
+def seats_ties_right(run_with, seats, a, b):  # wrong: `<=`, a tie goes right
+    return seats_fibonacci(run_with, seats, a, b, ties_right=True)
+
+
+def seats_last_left_out(run_with, seats, a, b):  # wrong: padded one place short
+    return seats_fibonacci(run_with, seats, a, b, places=1) if len(seats) > 1 else seats[0]
+
+
+def seats_index(run_with, seats, a, b):  # wrong: the index, not the candidate
+    return seats.index(seats_fibonacci(run_with, seats, a, b))
+
+
+def seats_runs_one(run_with, seats, a, b):  # wrong: runs the single candidate
+    if len(seats) == 1:
+        run_with(seats[0])
+    return seats_fibonacci(run_with, seats, a, b)
+
+
+def seats_unkept(run_with, seats, a, b):  # wrong: the solution's probes, each run afresh
+    def att(i):
+        return -math.inf if i >= len(seats) else slo_attainment(run_with(seats[i]), a, b)
+
+    fib = [1, 1]
+    while fib[-1] - 1 < len(seats):
+        fib.append(fib[-1] + fib[-2])
+    k, lo = len(fib) - 1, 0
+    while fib[k] - 1 > 1:
+        x, y = lo + fib[k - 2] - 1, lo + fib[k - 1] - 1
+        if att(x) < att(y):
+            lo = x + 1
+        k -= 1
+    return seats[lo]
+
+
+def test_the_seats_budget_is_what_a_fibonacci_search_needs():
+    assert [checks.seats_budget(n) for n in (1, 2, 4, 9, 10)] == [0, 2, 3, 5, 5]  # as stated
+    for n in range(2, 500):
+        assert fib_places(checks.seats_budget(n)) >= n, n
+
+
+def fib_places(k):  # candidates k runs settle: F(k + 2) - 1, F(1) = F(2) = 1
+    f = [0, 1, 1]
+    while len(f) < k + 3:
+        f.append(f[-1] + f[-2])
+    return f[k + 2] - 1
+
+
+def test_the_checks_curves_meet_the_stated_assumption():
+    for _seats, counts, what in checks.seats_curves():
+        assert checks.unimodal(counts), what
+    seats, sweep = checks.seats_sweep()
+    for ttft, tpot in checks.SWEEP_SLOS:
+        attain = [slo_attainment(sweep[s], ttft, tpot) for s in seats]
+        assert checks.unimodal(attain), (ttft, tpot, attain)
+        assert 0 < checks.best_seats_reference(attain) < len(seats) - 1  # highest inside
+
+
+@pytest.mark.parametrize("fn", [seats_fibonacci, seats_golden], ids=lambda f: f.__name__)
+def test_best_seats_accepts(fn, capsys):
+    checks.check_best_seats(fn)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (seats_scan, "needs no run"),
+        (seats_peak_bisection, "no candidate twice"),
+        (seats_ternary, "runs"),
+        (seats_unkept, "more than once"),
+        (seats_ties_right, "on a tie the answer is the smallest"),
+        (seats_last_left_out, "last candidate: can your search reach it"),
+        (seats_index, "one of the candidates"),
+        (seats_runs_one, "one candidate the answer needs no run"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_best_seats_rejects(fn, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_best_seats(fn)

@@ -99,6 +99,41 @@ class BoundedOffByOne:
         return Choice(max(near, key=lambda i: prefix_match(i, prompt_ids)), "near the least")
 
 
+class LazyBound:
+    """Wrong: the right rule with a loose bound, 8 outstanding above the least loaded (the
+    lesson's default balance): on replicas of 4 seats the cached one queues a batch and more."""
+
+    name = "lazy-bound"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + 8]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding))
+        return Choice(i, "the longest match within 8 of the least loaded")
+
+
+class Forwarding:
+    """Wrong: not a subclass, but the engine's own cache-aware policy inside."""
+
+    name = "forwarding"
+
+    def __init__(self):
+        self.inner = PrefixAware(2)
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        return self.inner.choose(prompt_ids, loads, prefix_match)
+
+
+class ForwardingMadeEarly:
+    """Wrong: the engine's policy built before the check starts, then asked."""
+
+    name = "forwarding-early"
+    inner = PrefixAware(2)
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        return self.inner.choose(prompt_ids, loads, prefix_match)
+
+
 # ---- right ------------------------------------------------------------------------------------
 class FewestBlocks:
     """Right for part 1: the fewest KV blocks in use, then the fewest outstanding."""
@@ -125,12 +160,13 @@ class NearLeastLongestMatch:
 
 
 class CachedTokensMinusLoad:
-    """Right, written as a score: cached tokens less 100 tokens a request outstanding."""
+    """Right, written as a score: cached tokens less 400 tokens a request outstanding (at 100
+    tokens, a hit outweighs several requests queued: the hot prompt's fleet rejects that)."""
 
     name = "score"
 
     def choose(self, prompt_ids, loads, prefix_match):
-        scores = [prefix_match(i, prompt_ids) - 100 * r.outstanding for i, r in enumerate(loads)]
+        scores = [prefix_match(i, prompt_ids) - 400 * r.outstanding for i, r in enumerate(loads)]
         best = max(scores)
         return Choice(scores.index(best), f"the best score, {best}")
 
@@ -165,6 +201,7 @@ def test_part_1_accepts(router, capsys):
         (LeastLoaded, "prefix_match"),
         (PurePrefix, "How much more loaded"),
         (BoundedOffByOne, "no request at all"),
+        (LazyBound, "How much more loaded"),
     ],
     ids=lambda x: getattr(x, "name", ""),
 )
@@ -183,8 +220,30 @@ def test_part_2_accepts(router, capsys):
 
 def test_the_engines_own_policies_are_refused():
     for own in (LeastOutstanding, PrefixAware):
-        with pytest.raises(AssertionError, match="write yours"):
+        with pytest.raises(AssertionError, match="minilm/router.py's own policies"):
             check_load_router(own)
+
+
+@pytest.mark.parametrize("router", [Forwarding, ForwardingMadeEarly], ids=lambda r: r.name)
+def test_a_router_that_forwards_to_the_engines_policy_is_refused(router):
+    with pytest.raises(AssertionError, match="makes those policies unavailable"):
+        check_cache_router(router)
+    assert PrefixAware(2).choose  # and the policies are back afterwards
+    assert LeastOutstanding().name == "least_outstanding"
+
+
+def test_a_subclass_that_never_calls_its_parent_is_refused():
+    class Renamed(LeastOutstanding):
+        name = "renamed"
+
+        def __init__(self):
+            pass
+
+        def choose(self, prompt_ids, loads, prefix_match):
+            return Choice(0, "mine")
+
+    with pytest.raises(AssertionError, match="write yours"):
+        check_load_router(Renamed)
 
 
 def test_a_choice_outside_the_replicas_is_a_failed_check():

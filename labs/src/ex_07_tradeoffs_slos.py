@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 7 · The SLO a run can promise, SLOs per percentile, and which rates to run
+# # Exercise 7 · The SLO a run can promise, SLOs per percentile, which rates to run, and how many seats
 #
 # A request meets the SLOs when its time to first token (TTFT: first token minus arrival,
 # its time in the queue included) is at most `ttft_slo` and its time per output token
@@ -128,6 +128,8 @@ checks.check_percentile_goodput(percentile_goodput)
 # at every end, for `1`, `2`, `3`, `7`, `8` and `10` rates.
 
 # %%
+import math
+
 from minilm.metrics import slo_attainment
 
 
@@ -151,6 +153,61 @@ def goodput_search(run_at, rates: list[float], ttft_slo: float | None, tpot_slo:
 checks.check_goodput_search(goodput_search)
 
 # %% [markdown]
+# ## Part 4: how many seats (design)
+#
+# At one request rate, the number of seats (`max_num_seqs`) decides who waits: too few and
+# requests queue (TTFT), too many and every decode step carries more prompts (TPOT). Write
+# `best_seats(run_with, seats, ttft_slo, tpot_slo)`: `seats` is a list of candidate
+# `max_num_seqs` in rising order (at least one), `run_with(s)` runs the deployment at the fixed
+# rate with `max_num_seqs=s` and returns its `Timeline`. Return the candidate whose run has the
+# highest SLO attainment (`slo_attainment`), the smallest of them on a tie, calling `run_with`
+# **at most `ceil(log_phi(len(seats)))` times**, `phi = (1 + sqrt(5)) / 2`: `0` runs for one
+# candidate, `2` for two, `3` for four, `5` for nine or ten; running one candidate twice counts
+# twice.
+#
+# You may assume what the check's runs satisfy: over the candidates, in order, the attainment
+# rises strictly to its highest, may stay at that value over neighbouring candidates, then
+# falls strictly (either side may be empty). The check counts your calls on hand-made runs with
+# the highest at every place, level over one to three candidates, for up to `20` candidates,
+# and on real simulated runs: `300` requests at `300` req/s on one simulated H100, for
+# `9` candidates from `8` to `256` seats, at three pairs of limits.
+
+
+# %%
+def best_seats(run_with, seats: list[int], ttft_slo: float | None, tpot_slo: float | None) -> int:
+    # BEGIN SOLUTION
+    # Fibonacci search. Pad the candidates to F(k) - 1 places (a padded place attains -inf: the
+    # curve still falls there). Two probes at F(k-2) - 1 and F(k-1) - 1 past lo leave F(k-1) - 1
+    # places holding the answer, with one probe already inside at its own F(k-3) - 1 or
+    # F(k-2) - 1: one new run a round.
+    known: dict[int, float] = {}
+
+    def attainment(i: int) -> float:
+        if i >= len(seats):
+            return -math.inf
+        if i not in known:
+            known[i] = slo_attainment(run_with(seats[i]), ttft_slo, tpot_slo)
+        return known[i]
+
+    fib = [1, 1]
+    while fib[-1] - 1 < len(seats):
+        fib.append(fib[-1] + fib[-2])
+    k, lo = len(fib) - 1, 0  # the answer is among lo .. lo + fib[k] - 2
+    while fib[k] - 1 > 1:
+        a, b = lo + fib[k - 2] - 1, lo + fib[k - 1] - 1
+        if attainment(a) < attainment(b):
+            lo = a + 1  # the highest lies past a
+        # else: not at b or past it (on a tie: b is past the first of the highest, or past the top)
+        k -= 1
+    return seats[lo]
+    # END SOLUTION
+
+
+# %%
+# exercise check
+checks.check_best_seats(best_seats)
+
+# %% [markdown]
 # **Think further (no check).** Rerun lesson 7's sweep with per-percentile SLOs at a `p90`
 # target and compare with its DistServe goodput: which setting gains, which loses, and
 # why? A `p99` needs enough requests to mean anything: in a run of `60` requests, how
@@ -164,5 +221,15 @@ checks.check_goodput_search(goodput_search)
 # how many can one run tell apart? Then, which rate's run tells you the most, and what does
 # its outcome rule out? Mind what you already know about the ends before you spend a run on
 # one.
+#
+# </details>
+
+# %% [markdown]
+# <details><summary>Hint for Part 4 (open it if you are stuck)</summary>
+#
+# Two runs at neighbouring candidates tell you which side of them the highest lies on; two runs
+# farther apart rule out more, and one of them is still inside what is left. How many candidates
+# can `k` runs settle, if every run after the first two is one new one? Where must the two first
+# runs be for that? Mind a tie between two runs: which side can the first of the highest be on?
 #
 # </details>

@@ -5,8 +5,9 @@
 # counting requests instead of work (round-robin, when every fourth request is long),
 # and ignoring where a prompt is cached (least-outstanding, when many system prompts
 # share small caches), and a third for the cure, routing by cache alone, when one prompt
-# is popular. Here you write the router. Do it before you read `minilm/router.py`: the
-# check refuses that module's own policies.
+# is popular. Here you write the router. Do it before you read `minilm/router.py`: while
+# your router is made and runs, the check makes that module's policies unavailable, so a
+# router that holds one of them and passes `choose` on to it fails.
 #
 # A router is a class with a `name` and one method,
 # `choose(prompt_ids, loads, prefix_match) -> Choice(replica, reason)`, which the fleet
@@ -56,14 +57,16 @@ checks.check_load_router(MyLoadRouter)
 # * the skewed lengths of part 1 (no shared prompts at all): `99%` within the limits;
 # * sixteen equally popular system prompts at `20` req/s: `99%` within the limits and a
 #   prefix-cache hit rate of at least `80%`;
-# * one system prompt behind three quarters of the requests, at `100` req/s, more than one
-#   replica can serve: `95%` within the limits and a hit rate of at least `84%`.
+# * one system prompt behind three quarters of the requests, at `40` req/s, more than one
+#   replica can serve, on replicas of `4` seats: `93%` within the limits and a hit rate of at
+#   least `84%`.
 #
 # Least-outstanding fails the second on its hit rate; a router that always follows the
-# longest cached prefix fails the third on its queue. Decide before you code: when is a
-# cache hit worth sending a request to a busier replica, and how do you tell that from
-# `loads`? What should happen when no replica caches anything of the prompt? State your
-# rule in the `reason`.
+# longest cached prefix fails the third on its queue, and so does one that lets a cached
+# replica run far ahead of the others: on the third fleet a replica with more outstanding
+# requests than it has seats queues them. Decide before you code: when is a cache hit worth
+# sending a request to a busier replica, and how do you tell that from `loads`? What should
+# happen when no replica caches anything of the prompt? State your rule in the `reason`.
 
 # %%
 class MyCacheRouter:
