@@ -112,7 +112,7 @@ checks.check_shared_pool(MyBlockPool, fork, append_slot)
 # `n = len(max_tokens)` times, sample `i` generating `max_tokens[i]` tokens, and your parts
 # 1 and 2 run it as follows:
 #
-# * **step 0, the prefill**: one sequence writes the K/V of the prompt's `prompt_len` tokens
+# * **step `0`, the prefill**: one sequence writes the K/V of the prompt's `prompt_len` tokens
 #   (positions `0` to `prompt_len - 1`), and its logits give every sample its first token;
 #   then that sequence is forked `n - 1` times. It is sample 0 itself: no sequence holds the
 #   prompt without being a sample;
