@@ -1212,9 +1212,18 @@ def check_safe_watermark(make_policy, smallest_safe_watermark) -> None:
 # ---- exercise 3, part 3: a reserve that follows the running requests ---------------------
 # (seed, long requests, their max_tokens, seconds between their arrivals) of reserve_workload,
 # on the simulated H100 with 8 seats and 40 KV blocks. The smallest fixed watermarks that avoid
-# preemption are 1, 2, 3 and 5: every smaller one preempts on the last, and from 5 on the first
-# workload's mean TTFT is 30% worse than at its own smallest. No fixed watermark passes all four.
-RESERVE_CASES = [(1, 2, 250, 0.0), (2, 3, 170, 0.0), (2, 3, 120, 0.05), (8, 4, 120, 0.1)]
+# preemption are 1, 2, 3, 5 and 28: every one below 5 preempts on the fourth, and from 3 on the
+# first workload's mean TTFT is more than 10% worse than at its own smallest, so no fixed
+# watermark passes all five. On the last, five long requests at once need 28 blocks of reserve
+# (three times the mean TTFT of a reserve that follows them), and a reserve for the next
+# block_size steps alone preempts.
+RESERVE_CASES = [
+    (1, 2, 250, 0.0),
+    (2, 3, 170, 0.0),
+    (2, 3, 120, 0.05),
+    (8, 4, 120, 0.1),
+    (2, 5, 90, 0.0),
+]
 RESERVE_BLOCKS = 40
 RESERVE_MARGIN = 0.10  # how much worse than the smallest safe watermark a reserve may be
 

@@ -561,6 +561,30 @@ class NextStepOnly(Reserve):  # wrong: covers the blocks the next step needs, no
         return grows_by(requests, 1, s.config.block_size) <= free
 
 
+class NextBlockSizeSteps(Reserve):
+    """Wrong: covers what the requests need in the steps until the next block_size steps have
+    passed (at most a block each), not the later ones."""
+
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+
+        def grows(k: int) -> int:  # a request that has finished by then counts for nothing
+            return sum(
+                cdiv(r.num_tokens + k, bs) - cdiv(r.num_tokens, bs)
+                for r in requests
+                if k < steps_left(r)
+            )
+
+        return all(grows(k) <= free for k in range(1, bs))
+
+
+class ABlockPerRequest(
+    Reserve
+):  # wrong: a watermark that grows with the batch, a block per request
+    def fits(self, s, requests, free) -> bool:
+        return free >= len(requests)
+
+
 class ReserveSkipsDecodes(EveryStepAhead):  # wrong: the reserve, but no decodes
     def schedule(self, s) -> None:
         while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
@@ -595,6 +619,8 @@ WRONG_RESERVES = [
     (FromComputedTokens, "preempted"),
     (FreedAStepEarly, "preempted"),
     (NextStepOnly, "preempted"),
+    (NextBlockSizeSteps, "preempted"),
+    (ABlockPerRequest, "mean TTFT"),
     (ReserveSkipsDecodes, "refused"),
     (ShortestFirst, "first come, first served"),
     (HeadStepsAside, "first come, first served"),
@@ -615,11 +641,18 @@ def test_reserve_rejects_a_wrong_policy(policy, words):
 
 @pytest.mark.parametrize(
     "watermark, words",
-    [(0, "preempted"), (1, "preempted"), (2, "preempted"), (5, "mean TTFT"), (39, "refused")],
+    [
+        (0, "preempted"),
+        (1, "preempted"),
+        (2, "preempted"),
+        (5, "mean TTFT"),
+        (28, "mean TTFT"),
+        (39, "refused"),
+    ],
 )
 def test_reserve_rejects_a_fixed_watermark(watermark, words):
     """0 (the engine's continuous batching), each workload's smallest safe one hard-coded (1,
-    2, 3, 5: each preempts on a later workload or is slow on the first), a huge one."""
+    2, 3, 5, 28: each preempts on a later workload or is slow on the first), a huge one."""
     with pytest.raises(AssertionError, match=words):
         checks.check_adaptive_reserve(lambda: Solution(watermark))
 
@@ -633,6 +666,6 @@ def test_no_fixed_watermark_passes_every_workload():
 def test_reserve_message_names_the_step_and_the_bound():
     with pytest.raises(AssertionError, match=r"preempted 1 time\(s\), first at step \d+") as e:
         checks.check_adaptive_reserve(lambda: Solution(2))
-    assert "workload 3 of 4" in str(e.value)
+    assert "workload 3 of 5" in str(e.value)
     with pytest.raises(AssertionError, match=r"mean TTFT of [\d.]+ ms .* takes [\d.]+ ms"):
         checks.check_adaptive_reserve(lambda: Solution(8))

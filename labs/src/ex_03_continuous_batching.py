@@ -129,7 +129,7 @@ checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
 
 # %% [markdown]
 # **Part 3: a reserve that follows the running requests.** Part 2 measured one number per
-# workload, and the check's four workloads need four different ones: a fixed watermark is the
+# workload, and the check's five workloads need five different ones: a fixed watermark is the
 # same in every step, while what the running requests still need is not. Write
 # `MyReservePolicy()`: in-flight batching as in Part 1 (a decode for every running request,
 # oldest first, then whole prompts from the head of the queue, first come, first served),
@@ -148,12 +148,12 @@ checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
 # long: the simulator never samples EOS), and its blocks are free before the next step is
 # planned.
 #
-# The check runs your policy once on each of four workloads on the simulated H100 (8 seats,
+# The check runs your policy once on each of five workloads on the simulated H100 (8 seats,
 # 40 KV blocks): a phase of a few requests with long outputs among short chats, then a burst
 # of short requests. Each workload must finish with every request served first come, first
 # served and **no preemption at all**, and with a mean TTFT and a number of steps at most 10%
 # above those of the smallest fixed watermark that avoids preemption on that workload
-# (measured with Part 1's reference). No fixed watermark passes all four. Its limits: it
+# (measured with Part 1's reference). No fixed watermark passes all five. Its limits: it
 # measures these workloads only, where `max_tokens` is exact; on others a policy that passes
 # here could preempt, or wait longer than it needs.
 
