@@ -172,9 +172,8 @@ class MyReservePolicy(Policy):
             request's blocks come back after the step that samples its last token: one that
             finishes early gives its blocks to those still growing."""
             held = sum(-(-r.num_tokens // bs) for r in requests)  # once this step has run
-            left = [
-                r.params.max_tokens - len(r.output_ids) for r in requests
-            ]  # steps, this one too
+            # the steps each still runs, this one included
+            left = [r.params.max_tokens - len(r.output_ids) for r in requests]
             for k in range(1, max(left)):  # k steps from now
                 need = sum(-(-(r.num_tokens + k) // bs) for r, n in zip(requests, left) if k < n)
                 if need - held > free:
@@ -203,7 +202,7 @@ checks.check_adaptive_reserve(MyReservePolicy)
 # **Think further (no check).** A prompt that needs more than `num_blocks - watermark`
 # blocks can never be admitted: what does your policy do with it, and what should it do
 # (vLLM rejects such a request when it arrives)? What does the smallest safe watermark cost
-# in steps and in TTFT on the check's first workload, and why can one more block of
+# in steps and in TTFT on Part 2's first workload, and why can one more block of
 # reserve bring a preemption back? A real model stops at EOS, often long before
 # `max_tokens`: what does your Part 3 reserve then keep free for nothing, and what do you
 # prefer, an occasional preemption or a queue that waits? (vLLM V1 keeps no reserve: it admits
