@@ -1224,6 +1224,140 @@ def check_safe_watermark(make_policy, smallest_safe_watermark) -> None:
     )
 
 
+# ---- exercise 3, part 3: a reserve that follows the running requests ---------------------
+# (seed, long requests, their max_tokens, seconds between their arrivals) of reserve_workload,
+# on the simulated H100 with 8 seats and 40 KV blocks. The smallest fixed watermarks that avoid
+# preemption are 1, 2, 3, 5 and 28: every one below 5 preempts on the fourth, and from 3 on the
+# first workload's mean TTFT is more than 10% worse than at its own smallest, so no fixed
+# watermark passes all five. On the last, five long requests at once need 28 blocks of reserve
+# (three times the mean TTFT of a reserve that follows them), and a reserve for the next
+# block_size steps alone preempts.
+RESERVE_CASES = [
+    (1, 2, 250, 0.0),
+    (2, 3, 170, 0.0),
+    (2, 3, 120, 0.05),
+    (8, 4, 120, 0.1),
+    (2, 5, 90, 0.0),
+]
+RESERVE_BLOCKS = 40
+RESERVE_MARGIN = 0.10  # how much worse than the smallest safe watermark a reserve may be
+
+
+def reserve_workload(seed: int, num_long: int, long_tokens: int, long_gap: float):
+    """A phase of few long outputs, then many short ones: `num_long` requests of `long_tokens`
+    output tokens from t=0, `long_gap` s apart, short chats among them (16-48 prompt tokens,
+    4-16 out, 100/s); from 0.3 s a burst of 40 longer prompts (48-112 tokens, 2-8 out, 400/s)."""
+    rng = np.random.default_rng(seed)
+
+    def spec(name: str, prompt: tuple[int, int], out: int, arrival: float) -> RequestSpec:
+        ids = rng.integers(0, 128256, int(rng.integers(prompt[0], prompt[1] + 1))).tolist()
+        return RequestSpec(name, ids, int(out), float(arrival))
+
+    specs = [spec(f"long{i}", (16, 48), long_tokens, i * long_gap) for i in range(num_long)]
+    chats = np.cumsum(rng.exponential(1 / 100, 8 if long_gap == 0 else 16))
+    specs += [spec(f"chat{i}", (16, 48), rng.integers(4, 17), t) for i, t in enumerate(chats)]
+    burst = 0.3 + np.cumsum(rng.exponential(1 / 400, 40))
+    specs += [spec(f"burst{i}", (48, 112), rng.integers(2, 9), t) for i, t in enumerate(burst)]
+    return specs
+
+
+def reserve_run(policy, case: tuple):
+    from minilm.sim import simulated_engine
+
+    engine = simulated_engine(
+        "llama-3-8b",
+        "h100",
+        policy=policy,
+        max_num_seqs=8,
+        num_blocks=RESERVE_BLOCKS,
+        max_model_len=512,
+    )
+    engine.add_workload(reserve_workload(*case))
+    return engine.run()
+
+
+def mean_ttft(tl) -> float:
+    return sum(r.t_first_token - r.arrival for r in tl.requests) / len(tl.requests)
+
+
+@functools.cache
+def smallest_safe_fixed(case: tuple) -> tuple[int, int, float, int]:
+    """(the smallest watermark that avoids preemption, the steps and mean TTFT it takes, the
+    preemptions at watermark 0) on a case of RESERVE_CASES, measured with the reference."""
+    for watermark in range(RESERVE_BLOCKS):
+        try:
+            tl = reserve_run(WatermarkReference(watermark), case)
+        except RuntimeError:  # some prompt can never be admitted
+            break
+        if watermark == 0:
+            at_zero = summarize(tl)["preemptions"]
+        if summarize(tl)["preemptions"] == 0:
+            return watermark, len(tl.steps), mean_ttft(tl), at_zero
+    raise AssertionError(f"no fixed watermark avoids preemption on {case}")
+
+
+def check_first_come_first_served(tl, specs, what: str) -> None:
+    """Each request was first scheduled no later than every request that arrived after it."""
+    first = {r.request_id: r.t_scheduled for r in tl.requests}
+    order = sorted(range(len(specs)), key=lambda i: (specs[i].arrival, i))
+    for a, b in zip(order, order[1:]):
+        early, late = specs[a].id, specs[b].id
+        assert first[early] <= first[late], (
+            f"{what}: {late!r} was first scheduled at {first[late]:.4f} s, before {early!r} "
+            f"({first[early]:.4f} s), which arrived earlier: the queue is first come, first served"
+        )
+
+
+def check_adaptive_reserve(make_policy) -> None:
+    rows = []
+    for case_no, case in enumerate(RESERVE_CASES, 1):
+        watermark, ref_steps, ref_ttft, at_zero = smallest_safe_fixed(case)
+        what = f"workload {case_no} of {len(RESERVE_CASES)}"
+        tl = run_policy(lambda case=case: reserve_run(make_policy(), case), what)
+        specs = reserve_workload(*case)
+        check_all_finished(tl, specs, what)
+        check_first_come_first_served(tl, specs, what)
+        hit = [s for s in tl.steps if s.num_preempted]
+        if hit:
+            first = hit[0]
+            before = [
+                (s.step, i.request_id)
+                for s in tl.steps[: first.step]
+                for i in s.items
+                if i.kind == "prefill"
+            ]
+            last = (
+                f"; the last admission before it: {before[-1][1]!r} at step {before[-1][0]}"
+                if before
+                else ""
+            )
+            raise AssertionError(
+                f"{what}: your policy preempted {sum(s.num_preempted for s in hit)} time(s), first at "
+                f"step {first.step}, with {first.num_running} requests running{last}. Some running "
+                f"request needed a fresh KV block and none was free: an admission left less room than "
+                f"the requests then running went on to need"
+            )
+        steps, ttft = len(tl.steps), mean_ttft(tl)
+        bound = 1 + RESERVE_MARGIN
+        assert ttft <= bound * ref_ttft and steps <= bound * ref_steps, (
+            f"{what}: no preemption, but a mean TTFT of {ttft * 1e3:.1f} ms in {steps} steps "
+            f"(simulated), where the smallest fixed watermark that avoids preemption ({watermark}) "
+            f"takes {ref_ttft * 1e3:.1f} ms in {ref_steps} steps; the bound is "
+            f"{RESERVE_MARGIN:.0%} more. Your reserve keeps blocks free that no running request "
+            f"gets to use before more of them come back"
+        )
+        rows.append((case_no, at_zero, watermark, ref_ttft, ttft))
+    ok(
+        f"no preemption on {len(RESERVE_CASES)} workloads, first come first served, and within "
+        f"{RESERVE_MARGIN:.0%} of the smallest safe fixed watermark. Simulated: "
+        + "; ".join(
+            f"workload {n}: watermark 0 preempts {z} time(s), the smallest safe one is {w} with a mean "
+            f"TTFT of {r * 1e3:.1f} ms, yours {t * 1e3:.1f} ms"
+            for n, z, w, r, t in rows
+        )
+    )
+
+
 # ---- exercise 4: a shared block pool and copy-on-write -----------------------------------
 def pool_get(pool, n: int):
     """pool.get_new_blocks(n), or None when it refuses with RuntimeError (as the engine's pool does)."""

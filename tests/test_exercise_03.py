@@ -428,3 +428,244 @@ def test_safe_watermark_runs_the_learners_policy():
     every watermark, so even a right search finds another answer than the reference's."""
     with pytest.raises(AssertionError):
         checks.check_safe_watermark(IgnoresWatermark, scan)
+
+
+# ---- part 3: a reserve that follows the running requests ------------------------------------
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def steps_left(req) -> int:  # the steps it still runs, this one included
+    return req.params.max_tokens - len(req.output_ids)
+
+
+class Reserve(Policy):
+    """Part 1's loops; `fits(s, requests, free)` is the admission test: `requests` the running
+    ones and the head of the queue, `free` the blocks left once the head has its own."""
+
+    name = "test-reserve"
+
+    def schedule(self, s) -> None:
+        running = [r for r in s.unscheduled_running() if s.schedule_running(r, 1)]
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n) or not self.fits(
+                s, running + [req], s.num_free_blocks - s.blocks_needed(req, n)
+            ):
+                break
+            s.admit(req, n)
+            running.append(req)
+
+    def fits(self, s, requests, free) -> bool:
+        raise NotImplementedError
+
+
+def grows_by(requests, k: int, bs: int, blocks=cdiv, alive=lambda k, r: k < steps_left(r)) -> int:
+    """Blocks the requests hold k steps from now, less what they hold once this step has run."""
+    return sum(
+        (blocks(r.num_tokens + k, bs) if alive(k, r) else 0) - blocks(r.num_tokens, bs)
+        for r in requests
+    )
+
+
+# ---- right ----
+class EveryStepAhead(Reserve):  # right: the solution's projection, step by step
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+        return all(
+            grows_by(requests, k, bs) <= free for k in range(1, max(map(steps_left, requests)))
+        )
+
+
+class BeforeEachFinish(Reserve):
+    """Right, written another way: the blocks all of them hold against the cache's size (only
+    they hold any), in the last step of each (between two finishes the need only grows)."""
+
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+        return all(
+            sum(cdiv(r.num_tokens + last, bs) for r in requests if steps_left(r) > last)
+            <= s.config.num_blocks
+            for last in {steps_left(r) - 1 for r in requests}
+        )
+
+
+RIGHT_RESERVES = [EveryStepAhead, BeforeEachFinish]
+
+
+# ---- wrong ----
+class WholeGrowth(
+    Reserve
+):  # wrong: keeps free all that every request can still grow, as if none finished first
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+        return (
+            sum(
+                cdiv(r.num_tokens + steps_left(r) - 1, bs) - cdiv(r.num_tokens, bs)
+                for r in requests
+            )
+            <= free
+        )
+
+
+class OnlyTheNewPrompt(Reserve):  # wrong: the reserve covers the new request's growth alone
+    def fits(self, s, requests, free) -> bool:
+        bs, r = s.config.block_size, requests[-1]
+        return cdiv(r.num_tokens + steps_left(r) - 1, bs) - cdiv(r.num_tokens, bs) <= free
+
+
+class ABlockEveryBlockSize(Reserve):
+    """Wrong, off by one at a block boundary: a request takes a fresh block every block_size
+    steps, wherever its last block stands (one that fills its block exactly needs one next step)."""
+
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+        return all(
+            sum(k // bs if k < steps_left(r) else -cdiv(r.num_tokens, bs) for r in requests) <= free
+            for k in range(1, max(map(steps_left, requests)))
+        )
+
+
+class FromComputedTokens(Reserve):
+    """Wrong, off by one at a block boundary: counts a running request's slots from
+    num_computed_tokens, which lags its decode scheduled in this step by one."""
+
+    def fits(self, s, requests, free) -> bool:
+        bs, new = s.config.block_size, requests[-1]
+
+        def grown(r, k):
+            t = r.num_tokens if r is new else r.num_computed_tokens
+            return (cdiv(t + k, bs) if k < steps_left(r) else 0) - cdiv(t, bs)
+
+        return all(
+            sum(grown(r, k) for r in requests) <= free
+            for k in range(1, max(map(steps_left, requests)))
+        )
+
+
+class FreedAStepEarly(
+    Reserve
+):  # wrong: a request's blocks come back in the step it samples its last token
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+        alive = lambda k, r: k < steps_left(r) - 1  # noqa: E731
+        return all(
+            grows_by(requests, k, bs, alive=alive) <= free
+            for k in range(1, max(map(steps_left, requests)))
+        )
+
+
+class NextStepOnly(Reserve):  # wrong: covers the blocks the next step needs, not the later ones
+    def fits(self, s, requests, free) -> bool:
+        return grows_by(requests, 1, s.config.block_size) <= free
+
+
+class NextBlockSizeSteps(Reserve):
+    """Wrong: covers what the requests need in the steps until the next block_size steps have
+    passed (at most a block each), not the later ones."""
+
+    def fits(self, s, requests, free) -> bool:
+        bs = s.config.block_size
+
+        def grows(k: int) -> int:  # a request that has finished by then counts for nothing
+            return sum(
+                cdiv(r.num_tokens + k, bs) - cdiv(r.num_tokens, bs)
+                for r in requests
+                if k < steps_left(r)
+            )
+
+        return all(grows(k) <= free for k in range(1, bs))
+
+
+class ABlockPerRequest(
+    Reserve
+):  # wrong: a watermark that grows with the batch, a block per request
+    def fits(self, s, requests, free) -> bool:
+        return free >= len(requests)
+
+
+class ReserveSkipsDecodes(EveryStepAhead):  # wrong: the reserve, but no decodes
+    def schedule(self, s) -> None:
+        while s.waiting and s.can_admit(s.waiting[0], s.waiting[0].num_remaining):
+            req = s.waiting[0]
+            if not self.fits(s, [req], s.num_free_blocks - s.blocks_needed(req, req.num_remaining)):
+                break
+            s.admit(req, req.num_remaining)
+
+
+class ShortestFirst(
+    EveryStepAhead
+):  # wrong: the queue by fewest output tokens, not first come, first served
+    def schedule(self, s) -> None:
+        if len(s.waiting) > 1:
+            s.reorder_waiting(sorted(s.waiting, key=lambda r: r.params.max_tokens))
+        super().schedule(s)
+
+
+class HeadStepsAside(EveryStepAhead):  # wrong: a head that does not fit goes behind the next one
+    def schedule(self, s) -> None:
+        super().schedule(s)
+        if len(s.waiting) > 1:
+            head, second, *rest = s.waiting
+            s.reorder_waiting([second, head, *rest])
+            super().schedule(s)
+
+
+WRONG_RESERVES = [
+    (WholeGrowth, "mean TTFT"),
+    (OnlyTheNewPrompt, "preempted"),
+    (ABlockEveryBlockSize, "preempted"),
+    (FromComputedTokens, "preempted"),
+    (FreedAStepEarly, "preempted"),
+    (NextStepOnly, "preempted"),
+    (NextBlockSizeSteps, "preempted"),
+    (ABlockPerRequest, "mean TTFT"),
+    (ReserveSkipsDecodes, "refused"),
+    (ShortestFirst, "first come, first served"),
+    (HeadStepsAside, "first come, first served"),
+]
+
+
+@pytest.mark.parametrize("policy", RIGHT_RESERVES, ids=lambda p: p.__name__)
+def test_reserve_accepts_a_right_policy(policy, capsys):
+    checks.check_adaptive_reserve(policy)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy, words", WRONG_RESERVES, ids=lambda x: getattr(x, "__name__", ""))
+def test_reserve_rejects_a_wrong_policy(policy, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_adaptive_reserve(policy)
+
+
+@pytest.mark.parametrize(
+    "watermark, words",
+    [
+        (0, "preempted"),
+        (1, "preempted"),
+        (2, "preempted"),
+        (5, "mean TTFT"),
+        (28, "mean TTFT"),
+        (39, "refused"),
+    ],
+)
+def test_reserve_rejects_a_fixed_watermark(watermark, words):
+    """0 (the engine's continuous batching), each workload's smallest safe one hard-coded (1,
+    2, 3, 5, 28: each preempts on a later workload or is slow on the first), a huge one."""
+    with pytest.raises(AssertionError, match=words):
+        checks.check_adaptive_reserve(lambda: Solution(watermark))
+
+
+def test_no_fixed_watermark_passes_every_workload():
+    for watermark in range(checks.RESERVE_BLOCKS + 1):
+        with pytest.raises(AssertionError):
+            checks.check_adaptive_reserve(lambda w=watermark: Solution(w))
+
+
+def test_reserve_message_names_the_step_and_the_bound():
+    with pytest.raises(AssertionError, match=r"preempted 1 time\(s\), first at step \d+") as e:
+        checks.check_adaptive_reserve(lambda: Solution(2))
+    assert "workload 3 of 5" in str(e.value)
+    with pytest.raises(AssertionError, match=r"mean TTFT of [\d.]+ ms .* takes [\d.]+ ms"):
+        checks.check_adaptive_reserve(lambda: Solution(8))

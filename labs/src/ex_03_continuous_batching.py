@@ -75,10 +75,14 @@ class MyWatermarkPolicy(Policy):
         while s.waiting:
             req = s.waiting[0]
             n = req.num_remaining
-            if not s.can_admit(req, n) or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark:
+            if (
+                not s.can_admit(req, n)
+                or s.num_free_blocks - s.blocks_needed(req, n) < self.watermark
+            ):
                 break
             s.admit(req, n)
         # END SOLUTION
+
 
 # %%
 # exercise check
@@ -118,17 +122,92 @@ def smallest_safe_watermark(run, num_blocks: int) -> int | None:
     return None
     # END SOLUTION
 
+
 # %%
 # exercise check
 checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
 
 # %% [markdown]
+# **Part 3: a reserve that follows the running requests.** Part 2 measured one number per
+# workload, and the check's five workloads need five different ones: a fixed watermark is the
+# same in every step, while what the running requests still need is not. Write
+# `MyReservePolicy()`: in-flight batching as in Part 1 (a decode for every running request,
+# oldest first, then whole prompts from the head of the queue, first come, first served),
+# with an admission test of your own design, so that no request is ever preempted and the
+# queue is still served about as fast as with the best fixed watermark.
+#
+# What your policy may read: what Part 1 used, `s.config.block_size` (tokens a KV block
+# holds) and `s.config.num_blocks`, and of each request `req.num_tokens` (prompt and output
+# so far), `req.prompt_len`, `len(req.output_ids)` and `req.params.max_tokens`, the most output
+# tokens it can have. `s.unscheduled_running()` called before the decodes lists every running
+# request; keep that list (and add what you admit). Not the scheduler's private parts
+# (`s._kv`, `s._running`), nor requests that have not arrived. What the engine does, so that
+# you need not guess: a request's K/V lives in `ceil(slots / block_size)` blocks, a slot per
+# token whose K/V is computed; a step computes one token of every decode; a request finishes
+# in the step that samples its `max_tokens`-th token (in the check every request runs that
+# long: the simulator never samples EOS), and its blocks are free before the next step is
+# planned.
+#
+# The check runs your policy once on each of five workloads on the simulated H100 (`8` seats,
+# `40` KV blocks): a phase of a few requests with long outputs among short chats, then a burst
+# of short requests. Each workload must finish with every request served first come, first
+# served and **no preemption at all**, and with a mean TTFT and a number of steps at most `10%`
+# above those of the smallest fixed watermark that avoids preemption on that workload
+# (measured with Part 1's reference). No fixed watermark passes all five. Its limits: it
+# measures these workloads only, where `max_tokens` is exact; on others a policy that passes
+# here could preempt, or wait longer than it needs.
+
+
+# %%
+class MyReservePolicy(Policy):
+    name = "my-reserve"
+
+    def schedule(self, s) -> None:
+        # BEGIN SOLUTION
+        bs = s.config.block_size
+
+        def never_runs_out(requests, free: int) -> bool:
+            """Whether `free` blocks cover what `requests` need in every later step if no one
+            else is admitted. Each step adds a token to every request still running, and a
+            request's blocks come back after the step that samples its last token: one that
+            finishes early gives its blocks to those still growing."""
+            held = sum(-(-r.num_tokens // bs) for r in requests)  # once this step has run
+            # the steps each still runs, this one included
+            left = [r.params.max_tokens - len(r.output_ids) for r in requests]
+            for k in range(1, max(left)):  # k steps from now
+                need = sum(-(-(r.num_tokens + k) // bs) for r, n in zip(requests, left) if k < n)
+                if need - held > free:
+                    return False
+            return True
+
+        # Decodes first, as in Part 1; keep the requests that hold blocks after this step.
+        running = [req for req in s.unscheduled_running() if s.schedule_running(req, 1)]
+        while s.waiting:
+            req = s.waiting[0]
+            n = req.num_remaining
+            if not s.can_admit(req, n):
+                break
+            if not never_runs_out(running + [req], s.num_free_blocks - s.blocks_needed(req, n)):
+                break  # first come, first served: nobody overtakes the head
+            s.admit(req, n)
+            running.append(req)
+        # END SOLUTION
+
+
+# %%
+# exercise check
+checks.check_adaptive_reserve(MyReservePolicy)
+
+# %% [markdown]
 # **Think further (no check).** A prompt that needs more than `num_blocks - watermark`
 # blocks can never be admitted: what does your policy do with it, and what should it do
 # (vLLM rejects such a request when it arrives)? What does the smallest safe watermark cost
-# in steps and in TTFT on the check's first workload, and why can one more block of
-# reserve bring a preemption back? Is a fixed number of blocks the right kind of reserve,
-# or should it grow with the number of running requests?
+# in steps and in TTFT on Part 2's first workload, and why can one more block of
+# reserve bring a preemption back? A real model stops at EOS, often long before
+# `max_tokens`: what does your Part 3 reserve then keep free for nothing, and what do you
+# prefer, an occasional preemption or a queue that waits? (vLLM V1 keeps no reserve by default:
+# it admits while blocks are free and preempts when they run out; recent versions add an
+# optional `watermark`, a fraction of all blocks kept free when admitting, default `0`.)
 
 # %% [markdown]
 # <details><summary>Hint for Part 1 (open it if you are stuck)</summary>
@@ -137,5 +216,15 @@ checks.check_safe_watermark(MyWatermarkPolicy, smallest_safe_watermark)
 # which do you serve first, and which request does `schedule_running` preempt when
 # blocks run out? And what does "first come, first served" ask of your loop when the
 # head of the queue cannot be admitted?
+#
+# </details>
+
+# %% [markdown]
+# <details><summary>Hint for Part 3 (open it if you are stuck)</summary>
+#
+# Reserving now for everything every running request may still grow to is safe, and the check
+# will call it slow: the requests finish at different times, and a finished request's blocks
+# serve the ones still growing. When is the need for blocks greatest, if nobody else is
+# admitted? Count in whole blocks, and mind the step in which a request's count grows.
 #
 # </details>
