@@ -22,6 +22,7 @@ every step through the scheduler.
 from __future__ import annotations
 
 import bisect
+import gc
 from dataclasses import fields
 from functools import cached_property
 
@@ -31,8 +32,6 @@ from ..core.step import StepBuilder
 from ..request import Request, Status
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
-
-RECORD_FIELDS = [f.name for f in fields(StepRecord) if f.name != "items"]
 
 
 class DecodeStep(StepRecord):
@@ -70,6 +69,17 @@ class SimulatedEngine(Engine):
     fast, fast_steps, bulk_steps = True, 0, 0
     lanes: Lanes | None = None
 
+    def add_workload(self, specs, **sampling) -> list:
+        """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
+        workload's many token lists form no cycles, but every pass re-scanned them all."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return super().add_workload(specs, **sampling)
+        finally:
+            if was_enabled:
+                gc.enable()
+
     @property
     def shortcuts(self) -> bool:
         """Lane steps price steps with the executor's cost model: not where the clock prices
@@ -103,6 +113,21 @@ class SimulatedEngine(Engine):
         if self.lanes is not None:
             self.lanes.flush()
         return super().abort(request_id, reason)
+
+
+class LaneStep(StepBuilder):
+    """A lane step's StepBuilder: the lanes are scheduled already, and the KV slots holding a
+    token once it has run are counted from the lanes' sum and the policy's work, not read from
+    every running request (whose decodes the lanes have not all applied yet)."""
+
+    num_lanes = lanes_stored = lanes_lag = 0  # the lanes; their tokens after it; not applied
+
+    def _stored_tokens(self) -> int:
+        if len(self.work) != len(self._running) - self.num_lanes:  # a prompt left out
+            return super()._stored_tokens() + self.lanes_lag
+        kv = self._kv
+        repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
+        return self.lanes_stored + sum(w.end for w in self.work) - repeats * kv.block_size
 
 
 class Lanes:
@@ -228,13 +253,17 @@ class Lanes:
             self.schedule_touch(r, st[1], g + 1, st[2])
         decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
         if ask:
-            step = StepBuilder(c, policy, kv, (s.waiting, s.running), t_start)
+            step = LaneStep(c, policy, kv, (s.waiting, s.running), t_start)
             step.scheduled.update(self.ids)
             step.budget -= n
             step.owed -= n
+            step.num_lanes, step.lanes_stored, step.lanes_lag = (
+                n,
+                decoded,
+                n * (g + 1) - self.sum_k0,
+            )
             policy.schedule(step)
-            plan = step.plan()  # its stored tokens miss the lanes' tokens not yet applied
-            plan.kv_tokens_stored += n * (g + 1) - self.sum_k0
+            plan = step.plan()
             shape = plan_shape(plan)
             pairs = sum(q * end - q * (q - 1) // 2 for q, end in shape)
             cost = e.executor.cost.cost_of_sums(
@@ -277,7 +306,8 @@ class Lanes:
         if ask:
             outputs = s.update_from_output(plan, output)
             record = e.stamp(plan, outputs, output, t_start, t_end, dt)
-            rest, fixed = record.items, {f: getattr(record, f) for f in RECORD_FIELDS}
+            fixed = vars(record)
+            rest = fixed.pop("items")
             finished += [e.requests[o.request_id] for o in outputs if o.finish_reason]
             e.bulk_steps += 1
         else:
