@@ -121,6 +121,13 @@ class LaneStep(StepBuilder):
     every running request (whose decodes the lanes have not all applied yet)."""
 
     num_lanes = lanes_stored = lanes_lag = 0  # the lanes; their tokens after it; not applied
+    others: list[Request] = []  # the running requests that are not lanes, in running order
+
+    def unscheduled_running(self):
+        """As StepBuilder's: the lanes are scheduled, so only the others are read."""
+        for req in list(self.others):
+            if req.status is Status.RUNNING and req.request_id not in self.scheduled:
+                yield req
 
     def _stored_tokens(self) -> int:
         if len(self.work) != len(self._running) - self.num_lanes:  # a prompt left out
@@ -145,6 +152,7 @@ class Lanes:
         for r in getattr(self, "reqs", ()):
             self.catch_up(r, self.g)
         self.reqs: list[Request] = []  # running order; ids and bases beside them
+        self.others: list[Request] = []  # the running requests that do not decode next
         self.ids: list[str] = []
         self.bases: list[int] = []
         self.keys: list[int] = []  # their serials
@@ -161,16 +169,17 @@ class Lanes:
         for r in self.engine.scheduler.running:
             self.serial[r.request_id] = self.next_serial
             self.next_serial += 1
-            self.add(r)
+            if not self.add(r):
+                self.others.append(r)
         self.synced = True
 
-    def add(self, r: Request) -> None:
+    def add(self, r: Request) -> bool:
         """Make `r` a lane if it decodes next (one token from its next sample, past its prompt),
-        from step g on."""
+        from step g on; whether it became one."""
         p, g = r.num_computed_tokens, self.g
         num_prompt = len(r.prompt_ids)
         if p != num_prompt + len(r.output_ids) - 1 or p < num_prompt or r.spec_token_ids:
-            return
+            return False
         self.own()
         rid, key, base = r.request_id, self.serial[r.request_id], p - g
         i = bisect.bisect(self.keys, key)
@@ -186,6 +195,7 @@ class Lanes:
         self.sum_k0 += g
         self.finish_at.setdefault(last, []).append(r)
         self.schedule_touch(r, base, g, last)
+        return True
 
     def schedule_touch(self, r: Request, base: int, h: int, last: int) -> None:
         """The next step from h on in which lane r calls the KV cache manager: its position at
@@ -240,8 +250,9 @@ class Lanes:
         if grow > kv.num_free_blocks:
             return None  # a decode may need a preemption: the scheduler's
         t_start = clock.start_step()
-        s.admit_arrivals(t_start)
-        ask = len(s.running) > n or (s.waiting and len(s.running) < c.max_num_seqs)
+        if s.pending and s.pending[0].arrival <= t_start:
+            s.admit_arrivals(t_start)
+        ask = self.others or (s.waiting and len(s.running) < c.max_num_seqs)
         if ask and getattr(policy, "prefill_only_steps", False):
             return None  # a step that admits runs only prompts: the scheduler's
         # what schedule_decodes does: one token each, oldest first, KV slots from the manager
@@ -257,11 +268,8 @@ class Lanes:
             step.scheduled.update(self.ids)
             step.budget -= n
             step.owed -= n
-            step.num_lanes, step.lanes_stored, step.lanes_lag = (
-                n,
-                decoded,
-                n * (g + 1) - self.sum_k0,
-            )
+            step.num_lanes, step.lanes_stored = n, decoded
+            step.lanes_lag, step.others = n * (g + 1) - self.sum_k0, self.others
             policy.schedule(step)
             plan = step.plan()
             shape = plan_shape(plan)
@@ -323,6 +331,7 @@ class Lanes:
         if ask:
             for rid in plan.preempted:
                 self.serial.pop(rid, None)
+            admitted = []
             for w in plan.work:
                 r = e.requests[w.request_id]
                 if r.status is not Status.RUNNING:
@@ -331,7 +340,13 @@ class Lanes:
                 if r.request_id not in self.serial:  # admitted: at the end of the running list
                     self.serial[r.request_id] = self.next_serial
                     self.next_serial += 1
+                    admitted.append(r)
                 self.add(r)
+            self.others = [
+                r
+                for r in self.others + admitted
+                if r.status is Status.RUNNING and r.request_id not in self.state
+            ]
         return record
 
     def drop(self, r: Request) -> None:
