@@ -92,3 +92,10 @@ def test_summarize_makes_no_decode_items():
     summarize(tl)
     assert not any("items" in vars(s) for s in compact)
     assert all(len(s.items) >= s.num_decodes > 0 for s in compact)  # made when read
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_same_timeline_reserved_kv(policy):
+    # reserved KV holds each request's longest length up front: a lane at a block's start
+    # takes no fresh block there (its table is never full)
+    assert same_run(policy, kv_mode="reserved", max_num_seqs=8) > 0

@@ -255,12 +255,19 @@ class Lanes:
         ask = self.others or (s.waiting and len(s.running) < c.max_num_seqs)
         if ask and getattr(policy, "prefill_only_steps", False):
             return None  # a step that admits runs only prompts: the scheduler's
-        # what schedule_decodes does: one token each, oldest first, KV slots from the manager
+        # what schedule_decodes does: one token each, oldest first, KV slots from the manager;
+        # without prefix caching its one change is a fresh block for a lane whose table is full
+        # (allocate_slots' own test), which the pool hands out without the lane's tokens
         self.touch_at.pop(g, None)
+        pool = kv.pool
         for r in touched:
-            self.catch_up(r, g)
-            kv.allocate_slots(r, 1)
-            st = state[r.request_id]
+            rid = r.request_id
+            st = state[rid]
+            if kv.caching:
+                self.catch_up(r, g)
+                kv.allocate_slots(r, 1)
+            elif len(tables[rid]) * bs <= st[1] + g:
+                tables[rid] = tables[rid] + pool.get_new_blocks(1)
             self.schedule_touch(r, st[1], g + 1, st[2])
         decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
         if ask:
