@@ -97,3 +97,10 @@ def test_summarize_makes_no_decode_items():
         assert all(i.kind == "decode" and i.num_tokens == 1 for i in s.items[:n])
     plain = next(s for s in tl.steps if not isinstance(s, DecodeStep))
     assert plain.bulk_decodes() == (0, plain.items)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_same_timeline_reserved_kv(policy):
+    # reserved KV holds each request's longest length up front: a lane at a block's start
+    # takes no fresh block there (its table is never full)
+    assert same_run(policy, kv_mode="reserved", max_num_seqs=8) > 0

@@ -271,15 +271,11 @@ class Engine:
                 disable=not progress,
             ) as bar:
                 while self.step() is not None:
-                    self.fast_forward()
                     bar.update(len(self.timeline.requests) - bar.n)
         finally:
             if gc_was_enabled:
                 gc.enable()
         return self.timeline
-
-    def fast_forward(self) -> None:
-        """A simulator's steps taken at once (sim/fastforward.py)."""
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:
         """Complete a few prompts (batched by the engine's policy); their texts."""

@@ -108,8 +108,12 @@ class KVCacheManager:
     ) -> bool:
         """The fresh blocks are free, besides the cached ones to share (they leave the free
         queue too)."""
-        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
-        return need <= self.pool.num_free_blocks - (self.pool.num_free(computed) if computed else 0)
+        return self._fresh(request, num_new_tokens, reserve_tokens, computed) is not None
+
+    def _fresh(self, request: Request, n: int, reserve: int, computed: list[int]) -> int | None:
+        need = self.blocks_needed(request, n, reserve, computed)
+        shared = self.pool.num_free(computed) if computed else 0
+        return need if need <= self.pool.num_free_blocks - shared else None
 
     def allocate_slots(
         self,
@@ -120,9 +124,9 @@ class KVCacheManager:
     ) -> list[int] | None:
         """Grow the request's table by the `computed` cached blocks it shares and fresh blocks
         for `num_new_tokens`; its table, or None (nothing changed) if too few are free."""
-        if not self.can_allocate(request, num_new_tokens, reserve_tokens, computed):
+        need = self._fresh(request, num_new_tokens, reserve_tokens, computed)
+        if need is None:
             return None
-        need = self.blocks_needed(request, num_new_tokens, reserve_tokens, computed)
         table = self.block_tables.get(request.request_id, [])
         if need or computed:
             if computed:

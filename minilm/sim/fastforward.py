@@ -1,26 +1,27 @@
-"""The simulator's fast path: decodes taken in bulk, with the records the step-by-step loop
+"""The simulator's fast path: decodes kept in bulk, with the records the step-by-step loop
 makes (docs/SIMULATOR.md, "Speed"). Most of a simulated run's Python goes to decodes: every
 running request, every step, the same few lines.
 
-`fast_forward`: between two events (an arrival that could be admitted, a request that
-finishes, a KV block that might not be there) a continuous or chunked batch does the same
-thing every step: each running request decodes one token. Which steps those are follows from
-the state the last real step left: when the next arrival comes (the step times are the cost
-model's, known ahead), when the first request reaches its `max_tokens`, and at which steps a
-request fills its last block and needs a fresh one. They are taken without asking the policy,
-through the same KV cache manager calls in the same order.
+`Lanes`: the running requests that decode, oldest first. Each step decodes every one of them
+by one token, so a lane's state follows from the step it was last brought up to date and the
+steps' end times: its new tokens are applied only when something needs them (a KV block to
+fill, its last token, a step the scheduler takes whole). A step's work is then proportional
+to what changes in it: the lanes that reach a block boundary or finish, and what the policy
+schedules beside the decodes (partial prompts, admissions) on the step's own StepBuilder. The
+policy is not asked where it could schedule nothing more (no partial prompt, and nobody
+waiting or no free seat).
 
-`bulk_step`: any other step with decodes in it has them scheduled, run and recorded in one
-loop; the policy schedules the rest (partial prompts, admissions) on the step's StepBuilder.
-
-Both append the `StepRecord`s, request records and token times `Engine.step` would; whatever
-the policy could decide otherwise is left to the scheduler. tests/test_sim_fast.py checks the
+A lane step appends the `StepRecord`s, request records and token times `Engine.step` would,
+through the same KV cache manager calls in the same order; whatever the policy could decide
+otherwise (another policy, speculation, LPM order, a decode that could need a preemption) is
+the scheduler's, with every lane brought up to date first. tests/test_sim_fast.py checks the
 two timelines are equal, field by field. `simulated_engine(..., fast_forward=False)` runs
 every step through the scheduler.
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 from dataclasses import fields
 from functools import cached_property
@@ -28,16 +29,18 @@ from functools import cached_property
 from ..core.engine import Engine
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
+from ..request import Request, Status
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
 
 
 class DecodeStep(StepRecord):
-    """A `StepRecord` whose decodes are kept as the batch's request ids and their contexts
-    before step 0 of a run (shared by the run's steps), and this step's offset in it: the
-    decodes' `StepItem`s, then `rest` (the policy's other work), are made when `items` is first
-    read: the list the scheduler's step makes. `bulk_decodes` gives their number and `rest`,
-    which `summarize` reads instead. It equals the `StepRecord` with the same fields."""
+    """A `StepRecord` whose decodes are kept as the lanes' request ids and bases (a lane's
+    context before step `offset` of the run is its base + offset: the lists are shared by
+    every step the lanes did not change), and `rest` (the policy's other work): the decodes'
+    `StepItem`s, then `rest`, are made when `items` is first read: the list the scheduler's
+    step makes. `bulk_decodes` gives their number and `rest`, which `summarize` reads
+    instead. It equals the `StepRecord` with the same fields."""
 
     def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
         self.__dict__.update(record)  # every StepRecord field but items
@@ -62,10 +65,11 @@ class DecodeStep(StepRecord):
 
 
 class SimulatedEngine(Engine):
-    """An `Engine` that takes decode-only stretches in one go and each step's decodes in bulk
-    (`fast = False`: neither); `fast_steps` and `bulk_steps` count the steps taken each way."""
+    """An `Engine` that keeps its decodes in `Lanes` (`fast = False`: never); `fast_steps`
+    and `bulk_steps` count the lane steps taken without and with the policy."""
 
     fast, fast_steps, bulk_steps = True, 0, 0
+    lanes: Lanes | None = None
 
     def add_workload(self, specs, **sampling) -> list:
         """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
@@ -80,228 +84,289 @@ class SimulatedEngine(Engine):
 
     @property
     def shortcuts(self) -> bool:
-        """Both price steps with the executor's cost model: not where the clock prices them its
-        own way (disaggregation.py's decode replicas price a received prompt by its last token)."""
-        return self.fast and self.clock.step_time == self.executor.step_time
+        """Lane steps price steps with the executor's cost model: not where the clock prices
+        them its own way (disaggregation.py's decode replicas price a received prompt by its
+        last token), and only for our in-flight policies without speculation or LPM order."""
+        c = self.config
+        return (
+            self.fast
+            and self.clock.step_time == self.executor.step_time
+            and type(self.policy) in (ContinuousPolicy, ChunkedPolicy)
+            and c.speculative_config is None
+            and c.scheduling_policy != "lpm"
+        )
 
     def step(self) -> StepRecord | None:
-        record = bulk_step(self) if self.shortcuts else None
-        if record is None:
-            return super().step()
-        self.bulk_steps += 1
-        return record
-
-    def fast_forward(self) -> None:
         if self.shortcuts:
-            self.fast_steps += fast_forward(self)
+            if self.lanes is None:
+                self.lanes = Lanes(self)
+            record = self.lanes.step()
+            if record is not None:
+                return record
+        return super().step()
+
+    def step_outputs(self):
+        """The scheduler's step, with every lane brought up to date first."""
+        if self.lanes is not None:
+            self.lanes.flush()
+        return super().step_outputs()
+
+    def abort(self, request_id: str, reason: str = "aborted") -> bool:
+        if self.lanes is not None:
+            self.lanes.flush()
+        return super().abort(request_id, reason)
 
 
-def bulk_step(engine: Engine) -> StepRecord | None:
-    """One step as `Engine.step` takes it, with the decodes scheduled, run and recorded in one
-    loop and the policy left to schedule the rest (partial prompts, admissions) on the step's
-    StepBuilder. None, with nothing changed, where the policy might decide a decode otherwise:
-    another policy, speculation, LPM order, a decode that could need a preemption."""
-    s, c, kv, clock, policy = (
-        engine.scheduler,
-        engine.config,
-        engine.kv_manager,
-        engine.clock,
-        engine.policy,
-    )
-    if (
-        not s.running
-        or type(policy) not in (ContinuousPolicy, ChunkedPolicy)
-        or getattr(policy, "prefill_only_steps", False)
-        or c.speculative_config is not None
-        or c.scheduling_policy == "lpm"
-    ):
-        return None
-    bs, tables, caching = kv.block_size, kv.block_tables, kv.caching
-    decodes, starts, touch, grow = [], [], [], 0
-    for r in s.running:
-        p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
-        if p == num_prompt + len(r.output_ids) - 1:
-            if p < num_prompt:
-                return None  # a prompt's last token: schedule_decodes takes it, as a prefill
-            decodes.append(r)
-            starts.append(p)
-            if p % bs == 0 or (caching and (p + 1) % bs == 0):
-                touch.append(r)
-                grow += len(tables[r.request_id]) * bs <= p
-    ids = [r.request_id for r in decodes]
-    if not decodes or grow > kv.num_free_blocks:
-        return None
-    t_start = clock.start_step()
-    s.admit_arrivals(t_start)
-    step = StepBuilder(c, policy, kv, (s.waiting, s.running), t_start)
-    # what schedule_decodes does: one token each, oldest first, KV slots from the manager
-    for r in touch:
-        kv.allocate_slots(r, 1)
-    n = len(decodes)
-    step.scheduled.update(ids)
-    step.budget -= n
-    step.owed -= n
-    policy.schedule(step)
-    plan = step.plan()  # the rest of the step's work; its stored tokens miss the decodes' new ones
-    plan.kv_tokens_stored += n
-    shape = plan_shape(plan)
-    decoded = sum(starts) + n  # the decodes' context after the step
-    context = decoded + sum(e for _, e in shape)  # shape: (tokens, context after) of the rest
-    pairs = decoded + sum(q * e - q * (q - 1) // 2 for q, e in shape)
-    dt = float(
-        engine.executor.cost.cost_of_sums(
-            n + len(shape), n + sum(q for q, _ in shape), context, pairs
-        ).time
-    )
-    output = engine.executor.execute(plan)
-    clock.now = t_end = t_start + dt
-    token, finished = engine.executor.token_id, []
-    # update_from_output's work for a decode (no drafts: spec_token_ids stays empty), then the engine's
-    for r, p in zip(decodes, starts):
-        r.num_computed_tokens = p + 1
-        r.token_times.append(t_end)
-        out, params = r.output_ids, r.params
-        if len(out) + 1 < params.max_tokens and not params.stop_token_ids:
-            out.append(token)  # the placeholder is never EOS: nothing else can stop it
-        elif (reason := r.append_output(token)) is not None:
-            s.finish(r, reason)
-            finished.append(r)
-    outputs = s.update_from_output(plan, output)
-    record = engine.stamp(plan, outputs, output, t_start, t_end, dt)
-    record = DecodeStep(
-        ids,
-        starts,
-        0,
-        record.items,
-        **{f.name: getattr(record, f.name) for f in fields(StepRecord) if f.name != "items"},
-    )
-    engine.timeline.steps.append(record)
-    engine.num_steps += 1
-    finished += [engine.requests[o.request_id] for o in outputs if o.finish_reason]
-    engine._retire(finished, t_end)
-    return record
+class LaneStep(StepBuilder):
+    """A lane step's StepBuilder: the lanes are scheduled already, and the KV slots holding a
+    token once it has run are counted from the lanes' sum and the policy's work, not read from
+    every running request (whose decodes the lanes have not all applied yet)."""
+
+    num_lanes = lanes_stored = lanes_lag = 0  # the lanes; their tokens after it; not applied
+    others: list[Request] = []  # the running requests that are not lanes, in running order
+
+    def unscheduled_running(self):
+        """As StepBuilder's: the lanes are scheduled, so only the others are read."""
+        for req in list(self.others):
+            if req.status is Status.RUNNING and req.request_id not in self.scheduled:
+                yield req
+
+    def _stored_tokens(self) -> int:
+        if len(self.work) != len(self._running) - self.num_lanes:  # a prompt left out
+            return super()._stored_tokens() + self.lanes_lag
+        kv = self._kv
+        repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
+        return self.lanes_stored + sum(w.end for w in self.work) - repeats * kv.block_size
 
 
-def decode_run(engine: Engine) -> list | None:
-    """The running requests, oldest first, if the next step is a plain decode of all of them
-    whatever the policy's details: an in-flight policy (ours, not a subclass), no speculation,
-    every running request one token from its next sample, past its prompt, and nothing the
-    waiting queue could change (empty, or every seat taken)."""
-    s, c = engine.scheduler, engine.config
-    running, full = s.running, len(s.running) >= c.max_num_seqs
-    if (
-        not running
-        or (not full and (s.waiting or (s.pending and s.pending[0].arrival <= engine.clock.now)))
-        or type(engine.policy) not in (ContinuousPolicy, ChunkedPolicy)
-        or c.speculative_config is not None
-        or len(engine.kv_manager.block_tables) != len(running)
-        or (c.scheduling_policy == "lpm" and len(s.waiting) + len(s.pending) > 1)
-    ):
-        return None
-    for r in running:
-        p, num_prompt = r.num_computed_tokens, len(r.prompt_ids)
+class Lanes:
+    """The running requests that decode, in running order, each with the step `k0` its state
+    was last brought to, its `base` (its context before lane step g is base + g) and the step
+    in which it takes its last token. Lane step g ends at `t_ends[g]`."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.g, self.t_ends = engine, 0, []
+        self.token = engine.executor.token_id
+        self.flush()
+
+    def flush(self) -> None:
+        """Bring every lane up to date and let go of them: the scheduler takes the next step."""
+        for r in getattr(self, "reqs", ()):
+            self.catch_up(r, self.g)
+        self.reqs: list[Request] = []  # running order; ids and bases beside them
+        self.others: list[Request] = []  # the running requests that do not decode next
+        self.ids: list[str] = []
+        self.bases: list[int] = []
+        self.keys: list[int] = []  # their serials
+        self.state: dict[str, list[int]] = {}  # lane: [k0, base, last step]
+        self.serial: dict[str, int] = {}  # every running request's place in running order
+        self.next_serial = 0
+        self.finish_at: dict[int, list[Request]] = {}
+        self.touch_at: dict[int, list[Request]] = {}  # steps that call the KV cache manager
+        self.sum_base = self.sum_k0 = 0
+        self.synced = self.shared = False
+
+    def sync(self) -> None:
+        """Take the running requests as the scheduler left them."""
+        for r in self.engine.scheduler.running:
+            self.serial[r.request_id] = self.next_serial
+            self.next_serial += 1
+            if not self.add(r):
+                self.others.append(r)
+        self.synced = True
+
+    def add(self, r: Request) -> bool:
+        """Make `r` a lane if it decodes next (one token from its next sample, past its prompt),
+        from step g on; whether it became one."""
+        p, g = r.num_computed_tokens, self.g
+        num_prompt = len(r.prompt_ids)
         if p != num_prompt + len(r.output_ids) - 1 or p < num_prompt or r.spec_token_ids:
-            return None
-    return running
+            return False
+        self.own()
+        rid, key, base = r.request_id, self.serial[r.request_id], p - g
+        i = bisect.bisect(self.keys, key)
+        self.reqs.insert(i, r)
+        self.ids.insert(i, rid)
+        self.bases.insert(i, base)
+        self.keys.insert(i, key)
+        params = r.params
+        left = 1 if self.token in params.stop_token_ids else params.max_tokens - len(r.output_ids)
+        last = g + left - 1
+        self.state[rid] = [g, base, last]
+        self.sum_base += base
+        self.sum_k0 += g
+        self.finish_at.setdefault(last, []).append(r)
+        self.schedule_touch(r, base, g, last)
+        return True
 
-
-def fast_forward(engine: Engine) -> int:
-    """Take the steps that are plain decodes of the whole batch, up to and including the first
-    in which a request finishes; how many were taken (0: the next step is the scheduler's)."""
-    running = decode_run(engine)
-    if running is None:
-        return 0
-    running = list(running)  # finishing takes requests out of the scheduler's list
-    s, kv, clock, c = engine.scheduler, engine.kv_manager, engine.clock, engine.config
-    executor = engine.executor
-    token, cost, bs = executor.token_id, executor.cost, kv.block_size
-    B, full = len(running), len(running) >= c.max_num_seqs
-    # steps until each request's last token: its max_tokens, or 1 if the placeholder stops it
-    left = [
-        1 if token in r.params.stop_token_ids else r.params.max_tokens - len(r.output_ids)
-        for r in running
-    ]
-    k_max = min(left)
-    start = [r.num_computed_tokens for r in running]  # each one's position at step 0
-    tables = [kv.block_tables[r.request_id] for r in running]
-    context0 = sum(start) + B
-    # a step that needs a fresh block (position at a block's start) or names a full one
-    # (prefix caching) calls the KV cache manager as the scheduler would, in running order;
-    # which requests depends on the step's place in a block: step j touches touch_at[j % bs]
-    touch_at: dict[int, list[int]] = {}
-    for i, p in enumerate(start):
-        touch_at.setdefault(-p % bs, []).append(i)
+    def schedule_touch(self, r: Request, base: int, h: int, last: int) -> None:
+        """The next step from h on in which lane r calls the KV cache manager: its position at
+        a block's start (a fresh block) or, with prefix caching, at a block's end (named)."""
+        kv = self.engine.kv_manager
+        p, bs = base + h, kv.block_size
+        d = -p % bs
         if kv.caching:
-            touch_at.setdefault(-(p + 1) % bs, []).append(i)
-    if kv.caching:
-        touch_at = {q: sorted(set(v)) for q, v in touch_at.items()}
-    repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
-    ids = [r.request_id for r in running]
-    done = [0] * B  # steps applied to each request's state so far
-    t_ends: list[float] = []
-    records: list[StepRecord] = []
-    pending, record_blocks = s.pending, c.record_kv_blocks
-    step_index = engine.num_steps
+            d = min(d, -(p + 1) % bs)
+        if h + d <= last:
+            self.touch_at.setdefault(h + d, []).append(r)
 
-    def catch_up(i: int, j: int) -> None:
-        """Bring request i's state to the start of step j (steps before it applied)."""
-        r, d = running[i], j - done[i]
+    def own(self) -> None:
+        """The lists are about to change: copy them if a record holds them."""
+        if self.shared:
+            self.reqs, self.ids, self.bases, self.keys = (
+                self.reqs[:],
+                self.ids[:],
+                self.bases[:],
+                self.keys[:],
+            )
+            self.shared = False
+
+    def catch_up(self, r: Request, h: int) -> None:
+        """Apply lane r's decodes before step h."""
+        st = self.state[r.request_id]
+        d = h - st[0]
         if d:
             r.num_computed_tokens += d
-            r.output_ids += [token] * d
-            r.token_times += t_ends[done[i] : j]
-            done[i] = j
+            r.output_ids += [self.token] * d
+            r.token_times += self.t_ends[st[0] : h]
+            self.sum_k0 += d
+            st[0] = h
 
-    for j in range(k_max):
-        t_start = clock.now
-        if pending and pending[0].arrival <= t_start:
-            if not full:
-                break  # an arrival the policy may admit: the scheduler's step
+    def in_order(self, reqs: list[Request]) -> list[Request]:
+        serial = self.serial
+        return sorted(reqs, key=lambda r: serial[r.request_id])
+
+    def step(self) -> StepRecord | None:
+        """One step with every lane decoding, as `Engine.step` takes it; None, with nothing
+        changed, where the scheduler must take it."""
+        e = self.engine
+        s, c, kv, clock, policy = e.scheduler, e.config, e.kv_manager, e.clock, e.policy
+        if not self.synced:
+            self.sync()
+        if not self.reqs:
+            return None
+        g, bs, n = self.g, kv.block_size, len(self.reqs)
+        state, tables = self.state, kv.block_tables
+        touched = self.in_order(self.touch_at.get(g, ()))
+        grow = sum(len(tables[r.request_id]) * bs <= state[r.request_id][1] + g for r in touched)
+        if grow > kv.num_free_blocks:
+            return None  # a decode may need a preemption: the scheduler's
+        t_start = clock.start_step()
+        if s.pending and s.pending[0].arrival <= t_start:
             s.admit_arrivals(t_start)
-        touched = touch_at.get(j % bs, ())
-        if touched:
-            need = sum(1 for i in touched if len(tables[i]) * bs <= start[i] + j)
-            if need > kv.num_free_blocks:
-                break  # a block may run out: the scheduler preempts
-            for i in touched:
-                catch_up(i, j)
-                tables[i] = kv.allocate_slots(running[i], 1)
-        blocks, cached_free = kv.snapshot() if record_blocks else (None, None)
-        context = context0 + j * B
-        dt = float(cost.cost_of_sums(B, B, context, context).time)
-        clock.now = t_end = t_start + dt
-        t_ends.append(t_end)
-        records.append(
-            DecodeStep(
-                ids,
-                start,
-                j,
-                [],
-                step=step_index + j,
-                t_start=t_start,
-                t_end=t_end,
-                num_running=B,
-                num_waiting=len(s.waiting),
-                kv_blocks_used=kv.num_used_blocks,
-                kv_blocks_total=c.num_blocks,
-                num_preempted=0,
-                kv_blocks=blocks,
-                kv_tokens_stored=context - repeats * bs,
-                model_time=dt,
-                kv_cached_free=cached_free,
-                draft_time=0.0,
+        ask = self.others or (s.waiting and len(s.running) < c.max_num_seqs)
+        if ask and getattr(policy, "prefill_only_steps", False):
+            return None  # a step that admits runs only prompts: the scheduler's
+        # what schedule_decodes does: one token each, oldest first, KV slots from the manager;
+        # without prefix caching its one change is a fresh block for a lane whose table is full
+        # (allocate_slots' own test), which the pool hands out without the lane's tokens
+        self.touch_at.pop(g, None)
+        pool = kv.pool
+        for r in touched:
+            rid = r.request_id
+            st = state[rid]
+            if kv.caching:
+                self.catch_up(r, g)
+                kv.allocate_slots(r, 1)
+            elif len(tables[rid]) * bs <= st[1] + g:
+                tables[rid] = tables[rid] + pool.get_new_blocks(1)
+            self.schedule_touch(r, st[1], g + 1, st[2])
+        decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
+        if ask:
+            step = LaneStep(c, policy, kv, (s.waiting, s.running), t_start)
+            step.scheduled.update(self.ids)
+            step.budget -= n
+            step.owed -= n
+            step.num_lanes, step.lanes_stored = n, decoded
+            step.lanes_lag, step.others = n * (g + 1) - self.sum_k0, self.others
+            policy.schedule(step)
+            plan = step.plan()
+            shape = plan_shape(plan)
+            pairs = sum(q * end - q * (q - 1) // 2 for q, end in shape)
+            cost = e.executor.cost.cost_of_sums(
+                n + len(shape),
+                n + sum(q for q, _ in shape),
+                decoded + sum(end for _, end in shape),
+                decoded + pairs,
             )
-        )
-    k = len(records)
-    if not k:
-        return 0
-    for i in range(B):
-        catch_up(i, k)
-    engine.timeline.steps += records
-    engine.num_steps += k
-    if k == k_max:  # the last step's finishes, as update_from_output makes them
-        finished = [r for r, n in zip(running, left) if n == k]
+            output = e.executor.execute(plan)
+            dt = float(cost.time)
+        else:  # the plan's figures, as the KV cache stands before the finishes
+            dt = float(e.executor.cost.cost_of_sums(n, n, decoded, decoded).time)
+            blocks, cached_free = kv.snapshot() if c.record_kv_blocks else (None, None)
+            repeats = sum(map(len, tables.values())) - kv.num_used_blocks if kv.caching else 0
+            rest, fixed = (
+                [],
+                {
+                    "step": e.num_steps,
+                    "t_start": t_start,
+                    "t_end": t_start + dt,
+                    "num_running": n,
+                    "num_waiting": len(s.waiting),
+                    "kv_blocks_used": kv.num_used_blocks,
+                    "kv_blocks_total": c.num_blocks,
+                    "num_preempted": 0,
+                    "kv_blocks": blocks,
+                    "kv_tokens_stored": decoded - repeats * bs,
+                    "model_time": dt,
+                    "kv_cached_free": cached_free,
+                    "draft_time": 0.0,
+                },
+            )
+        clock.now = t_end = t_start + dt
+        self.t_ends.append(t_end)
+        # the lanes' last tokens, as update_from_output makes them (oldest first)
+        finished = self.in_order(self.finish_at.pop(g, ()))
         for r in finished:
-            s.finish(r, "stop" if token in r.params.stop_token_ids else "length")
-        engine._retire(finished, t_ends[-1])
-    return k
+            self.catch_up(r, g + 1)
+            s.finish(r, "stop" if self.token in r.params.stop_token_ids else "length")
+        if ask:
+            outputs = s.update_from_output(plan, output)
+            record = e.stamp(plan, outputs, output, t_start, t_end, dt)
+            fixed = vars(record)
+            rest = fixed.pop("items")
+            finished += [e.requests[o.request_id] for o in outputs if o.finish_reason]
+            e.bulk_steps += 1
+        else:
+            e.fast_steps += 1
+        record = DecodeStep(self.ids, self.bases, g, rest, **fixed)
+        self.shared = True
+        e.timeline.steps.append(record)
+        e.num_steps += 1
+        e._retire(finished, t_end)
+        self.g = g + 1
+        for r in finished:
+            self.drop(r)
+        if ask:
+            for rid in plan.preempted:
+                self.serial.pop(rid, None)
+            admitted = []
+            for w in plan.work:
+                r = e.requests[w.request_id]
+                if r.status is not Status.RUNNING:
+                    self.serial.pop(r.request_id, None)
+                    continue
+                if r.request_id not in self.serial:  # admitted: at the end of the running list
+                    self.serial[r.request_id] = self.next_serial
+                    self.next_serial += 1
+                    admitted.append(r)
+                self.add(r)
+            self.others = [
+                r
+                for r in self.others + admitted
+                if r.status is Status.RUNNING and r.request_id not in self.state
+            ]
+        return record
+
+    def drop(self, r: Request) -> None:
+        """A finished request leaves (a lane, or one the policy scheduled)."""
+        rid = r.request_id
+        self.serial.pop(rid, None)
+        st = self.state.pop(rid, None)
+        if st is None:
+            return
+        self.own()
+        i = self.ids.index(rid)
+        del self.reqs[i], self.ids[i], self.bases[i], self.keys[i]
+        self.sum_base -= st[1]
+        self.sum_k0 -= st[0]
