@@ -56,7 +56,7 @@ def bisect_rate(
     """`slo_goodput` on `attainment_at(rate)` (a run's SLO attainment, or a bound of it on the
     right side of `target`). Without a `guess`: doubling from `low` until a rate fails, then
     bisection. With one (the search's estimate from the cost model): the first rate tried is
-    the guess, then steps away from it of 2 * rel_tol, doubling each time, until the boundary
+    the guess, then steps away from it of rel_tol, doubling each time, until the boundary
     lies between two rates tried (never below `low`, never above `high`), then the same
     bisection: the same tolerance, fewer runs when the guess is close."""
     tried: dict[float, float] = {}
@@ -72,7 +72,7 @@ def bisect_rate(
         while ok < high and len(tried) < max_runs and holds(bad):
             ok, bad = bad, min(bad * 2, high)
     else:
-        step, rate = 2 * rel_tol, min(max(guess, low), high)
+        step, rate = rel_tol, min(max(guess, low), high)
         if holds(rate):
             ok, bad = rate, min(rate * (1 + step), high)
             while ok < high and len(tried) < max_runs and holds(bad):

@@ -239,8 +239,9 @@ class Capacity:
     wall_s: float = field(default=0.0, compare=False)  # the host's seconds: not part of the answer
 
 
-def measure(ask: Ask, deployment: Deployment) -> Capacity:
-    """One deployment's capacity, by bisection on the rate (a task of its own: it pickles)."""
+def measure(ask: Ask, deployment: Deployment, guess: float | None = None) -> Capacity:
+    """One deployment's capacity, by bisection on the rate; with `ask.from_estimate`, from
+    `guess` (req/s), else from the cost model's estimate (`peak_rate`)."""
     start = time.perf_counter()
     try:
         fleet = deployment.build(ask.model, ask.max_model_len)
@@ -262,7 +263,10 @@ def measure(ask: Ask, deployment: Deployment) -> Capacity:
 
     low = ask.low if ask.low is not None else ask.load / 4
     high = ask.ceiling * ask.load
-    guess = peak_rate(fleet, specs, ask.tpot_slo) if ask.from_estimate else None
+    if not ask.from_estimate:
+        guess = None
+    elif guess is None:
+        guess = peak_rate(fleet, specs, ask.tpot_slo)
     g = bisect_rate(attainment_at, ask.target, low, ask.rel_tol, high=high, guess=guess)
     return Capacity(
         deployment, g.rate, tuple(g.tried.items()), tokens, all(r.served for r in runs),
@@ -278,6 +282,7 @@ class Run:
     attainment: float  # SLO attainment; stopped early: the bound that decided it (verdict.py)
     simulated: int  # requests that had arrived when it stopped (all of them: it ran to its end)
     stopped: bool  # it stopped early, its verdict known
+    steps: int  # engine steps, over the fleet's replicas
     served: bool  # every request finished once; stopped early: none twice, none not asked
 
 
@@ -289,13 +294,13 @@ def run_once(ask: Ask, deployment: Deployment, rate: float) -> Run:
         fleet.watch = EarlyVerdict(specs, ask.ttft_slo, ask.tpot_slo, ask.target)
     run = fleet.run()
     ids = [r.request_id for r in run.requests]
-    if len(ids) < len(specs):  # stopped early
+    steps = sum(len(tl.steps) for tl in run.timelines)
+    if fleet.watch is not None and fleet.watch.stopped:
         served = len(set(ids)) == len(ids) and set(ids) <= {s.id for s in specs}
-        return Run(fleet.watch.attainment, fleet.watch.arrived, True, served)
+        return Run(fleet.watch.attainment, fleet.watch.arrived, True, steps, served)
     served = sorted(ids) == sorted(s.id for s in specs)
-    return Run(
-        slo_attainment(run.timeline(), ask.ttft_slo, ask.tpot_slo), len(specs), False, served
-    )
+    attainment = slo_attainment(run.timeline(), ask.ttft_slo, ask.tpot_slo)
+    return Run(attainment, len(specs), False, steps, served)
 
 
 def decode_step_s(engine, batch: int, context: int) -> float:
@@ -326,37 +331,51 @@ def tpot_bound(fleet: Fleet, specs: list, ask: Ask) -> str:
 
 def peak_rate(fleet: Fleet, specs: list, tpot_slo: float | None) -> float:
     """The cost model's estimate of the fleet's capacity (req/s) for the workload's mean
-    request: an engine that keeps its seats full (max_num_seqs, or what the KV cache holds;
-    fewer where a step of that many would break the TPOT limit) and prices each prompt as a
-    step of its own. A guess to start the bisection from, not a bound: queueing, the spread of
-    lengths and chunked steps make the true one lower or higher."""
-    prompt = sum(len(s.prompt_ids) for s in specs) / len(specs)
-    out = sum(s.max_tokens for s in specs) / len(specs)
+    request, in a steady state: each step decodes `seats` requests and takes in the prompts
+    that arrived during it, each priced at what adding it to the step costs (`m`); a step
+    lasts t = t_decode / (1 - rate * m), a request needs `out` steps, so rate = seats /
+    (out * t_decode + seats * m). Seats: max_num_seqs or what the KV cache holds, fewer while
+    t is over the TPOT limit. A guess to start the bisection from, not a bound: queueing and
+    the spread of lengths make the true capacity lower or higher."""
+    prompt = int(sum(len(s.prompt_ids) for s in specs) / len(specs))
+    out = max(sum(s.max_tokens for s in specs) / len(specs) - 1, 1.0)  # after the first
     context = int(prompt + out / 2)
 
-    def decode(engine) -> tuple[float, float]:  # (requests/s its decodes finish, seconds a step)
-        c = engine.config
-        seats = max(1, min(c.max_num_seqs, c.num_blocks * c.block_size // int(prompt + out)))
-        while seats > 1 and tpot_slo and decode_step_s(engine, seats, context) > tpot_slo:
+    def rate(engine, with_prompts: bool) -> float:
+        c, cost = engine.config, engine.executor.cost
+        seats = max(1, min(c.max_num_seqs, c.num_blocks * c.block_size // (context + prompt)))
+        while True:
+            n = seats * context
+            t_decode = decode_step_s(engine, seats, context)
+            m = 0.0
+            if with_prompts:  # one more sequence of `prompt` new tokens in the step
+                pairs = n + prompt * (prompt + 1) // 2
+                m = cost.cost_of_sums(seats + 1, seats + prompt, n + prompt, pairs).time - t_decode
+            r = seats / (out * t_decode + seats * m)
+            if seats == 1 or not tpot_slo or t_decode / (1 - r * m) <= tpot_slo:
+                return r
             seats = seats * 3 // 4
-        step = decode_step_s(engine, seats, context)
-        return seats / (max(out - 1, 1) * step), step
 
-    def prefill_s(engine) -> float:
-        return engine.executor.cost.cost([(int(prompt), int(prompt))]).time
+    def prefill_rate(engine) -> float:  # a prefill replica: steps of budget-many prompt tokens
+        batch = max(1, (engine.config.max_num_batched_tokens or 2048) // prompt)
+        return batch / engine.executor.cost.cost([(prompt, prompt)] * batch).time
 
     if isinstance(fleet, Disaggregated):
-        p = sum(1 / prefill_s(r.engine) for r in fleet.prefill)
-        return min(p, sum(decode(r.engine)[0] for r in fleet.decode))
-    rates = []
-    for r in fleet.replicas:
-        per_decode, _ = decode(r.engine)
-        rates.append(1 / (prefill_s(r.engine) + 1 / per_decode))
-    return sum(rates)
+        p = sum(prefill_rate(r.engine) for r in fleet.prefill)
+        return min(p, sum(rate(r.engine, False) for r in fleet.decode))
+    return sum(rate(r.engine, True) for r in fleet.replicas)
 
 
-def measure_pair(pair: tuple[Ask, Deployment]) -> Capacity:
-    return measure(*pair)
+def measure_family(task: tuple[Ask, list[Deployment]]) -> list[Capacity]:
+    """Deployments of the same GPUs in the same layout, a knob apart, one after another (a
+    task of its own: it pickles): each bisection starts from the capacity found just before,
+    which a sibling's tends to be near, and takes fewer runs than from the cost model's."""
+    ask, family = task
+    caps: list[Capacity] = []
+    for d in family:
+        found = [c.goodput for c in caps if c.goodput > 0]
+        caps.append(measure(ask, d, found[-1] if found else None))
+    return caps
 
 
 def search(
@@ -367,18 +386,21 @@ def search(
     instance, `ray="ADDRESS"` joins a running cluster (`pip install minilm-lab[ray]`)."""
     if not deployments:
         raise InvalidValue("deployments", deployments, "the space is empty")
-    # deployments that simulate alike are measured once (Deployment.simulated_as)
-    unique = list(dict.fromkeys(d.simulated_as for d in deployments))
-    pairs = [(ask, d) for d in unique]
+    # deployments that simulate alike are measured once (Deployment.simulated_as); a task is
+    # a family: the same GPUs in the same layout (measure_family)
+    families: dict[tuple, list[Deployment]] = {}
+    for d in dict.fromkeys(d.simulated_as for d in deployments):
+        families.setdefault((d.device, d.tp, d.replicas, d.decode), []).append(d)
+    tasks = [(ask, f) for f in families.values()]
     workers = workers or os.cpu_count() or 1
     if ray is not None:
-        caps = on_ray(measure_pair, pairs, ray)
+        done = on_ray(measure_family, tasks, ray)
     elif workers == 1:
-        caps = [measure_pair(p) for p in pairs]
+        done = [measure_family(t) for t in tasks]
     else:
-        with ProcessPoolExecutor(min(workers, len(pairs))) as pool:
-            caps = list(pool.map(measure_pair, pairs))
-    by = dict(zip(unique, caps))
+        with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+            done = list(pool.map(measure_family, tasks))
+    by = {c.deployment: c for caps in done for c in caps}
     return [
         by[d]
         if d == d.simulated_as

@@ -41,6 +41,7 @@ class EarlyVerdict:
     met: int = 0
     missed: int = 0
     verdict: bool | None = None
+    stopped: bool = False  # the run stopped with requests still to serve
     arrived: int = 0  # of the specs in arrival order, those that had arrived by the last check
     open: dict[str, RequestSpec] = field(default_factory=dict)  # arrived, not yet decided
     decided: set[str] = field(default_factory=set)
@@ -64,8 +65,10 @@ class EarlyVerdict:
         self.decide()
 
     def check(self, horizon: float, progress: Progress) -> bool:
-        """True once the verdict is known; every token still to come is at or after `horizon`."""
+        """True once the verdict is known (the run stops); every token still to come, and
+        every request still to arrive, is at or after `horizon`."""
         if self.verdict is not None:
+            self.stopped = True
             return True
         while self.arrived < self.total and self.specs[self.arrived].arrival <= horizon:
             s = self.specs[self.arrived]
@@ -79,7 +82,8 @@ class EarlyVerdict:
                 self.decided.add(rid)
                 self.missed += 1
             self.decide()
-        return self.verdict is not None
+        self.stopped = self.verdict is not None
+        return self.stopped
 
     def missed_by(self, s: RequestSpec, horizon: float, progress: Progress) -> bool:
         first, tokens = progress(s.id)
