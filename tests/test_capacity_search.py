@@ -2,6 +2,8 @@
 deployment's capacity by bisection (sim/capacity.py), run serially, in local processes or on
 Ray with the same answer. Tiny workloads: seconds (Ray's own start is most of its test)."""
 
+from dataclasses import replace
+
 import pytest
 
 from minilm.cli import main
@@ -11,13 +13,18 @@ from minilm.sim.search import (
     GPU_PRICES,
     Ask,
     Deployment,
+    capacity_text,
     cheapest,
+    decode_step_s,
     deployment_space,
     layout_arg,
     measure,
     pareto,
+    peak_rate,
     rank,
+    run_once,
     search,
+    tpot_bound,
 )
 from widgets import capacity_figure
 
@@ -182,3 +189,95 @@ def test_bad_asks_and_prices_are_refused(capsys):
         assert "KIND=USD_PER_GPU_HOUR" in capsys.readouterr().err
     assert main("capacity --load 1 --layouts 0:1".split()) == 2  # layout_arg's InvalidValue
     assert "layout" in capsys.readouterr().err
+
+
+# ---- the shortcuts: early verdicts, the cost model's start, the TPOT bound, alike deployments
+OFF = dict(early_stop=False, from_estimate=False, skip_bound=False)
+PLAIN = replace(ASK, **OFF)
+
+
+@pytest.mark.parametrize("slos", [(0.5, 0.02), (0.2, None), (None, 0.015)])
+def test_early_verdicts_equal_full_run_verdicts(slos):
+    ask = replace(ASK, num_requests=120, ttft_slo=slos[0], tpot_slo=slos[1])
+    full_ask = replace(ask, early_stop=False)
+    stopped = 0
+    for dep in (Deployment("a100"), Deployment("a100", replicas=2), Deployment("a100", decode=1)):
+        for rate in (20.0, 45.0, 70.0, 100.0, 160.0):
+            early, full = run_once(ask, dep, rate), run_once(full_ask, dep, rate)
+            assert (early.attainment >= ask.target) == (full.attainment >= ask.target)
+            assert early.served and full.served and not full.stopped
+            if early.stopped:  # its bound is on the right side of the full run's attainment
+                stopped += 1
+                assert early.steps < full.steps and early.simulated <= full.simulated
+                if early.attainment >= ask.target:
+                    assert early.attainment <= full.attainment
+                else:
+                    assert early.attainment >= full.attainment
+            else:
+                assert early == full
+    assert stopped >= 5  # the early stop does happen: > 10% missed, or 90% met, before the end
+
+
+def test_the_tpot_bound_rules_out_only_what_cannot_hold():
+    l4 = Deployment("l4")
+    cap = measure(ASK, l4)
+    assert cap.goodput == 0.0 and cap.tried == () and "TPOT limit 20 ms" in cap.bound
+    assert measure(PLAIN, l4).goodput == 0.0  # the plain search finds the same by running it
+    assert rank(ASK, [cap])[0]["bound"] == cap.bound and capacity_text(rank(ASK, [cap])[0]) == (
+        "0 (bound)"
+    )
+    # the floor is a floor: no decode step of a run is shorter (L4 and A100, one and two GPUs)
+    for dep in (l4, Deployment("a100", tp=2)):
+        fleet = dep.build(ASK.model, ASK.max_model_len)
+        floor = decode_step_s(fleet.replicas[0].engine, 1, 1)
+        fleet.add_workload(ASK.specs(5.0, fleet.replicas[0].engine.model_config.vocab_size))
+        steps = fleet.run().timeline().steps
+        assert min(s.t_end - s.t_start for s in steps) >= floor * (1 - 1e-9)
+    assert tpot_bound(fleet, ASK.specs(5.0, 128256), ASK) == ""  # an A100 can decode in time
+
+
+def test_bisection_from_any_guess_lands_within_the_tolerance():
+    # the brute-force boundary of test_bisection_matches_a_brute_force_scan_of_the_rate
+    ask = Ask("llama-3-8b", "mixed", 20.0, 0.5, 0.02, num_requests=100, rel_tol=0.05)
+    dep = Deployment("a100")
+    fleet = dep.build(ask.model, ask.max_model_len)
+    estimate = peak_rate(fleet, ask.specs(ask.load, 128256), ask.tpot_slo)
+    plain = measure(replace(ask, from_estimate=False), dep)
+    for guess in (None, 6.0, 60.0, 150.0):
+        cap = measure(ask, dep, guess)
+        assert cap.estimate == (estimate if guess is None else guess)
+        assert dict(cap.tried)[cap.goodput] >= ask.target and not cap.capped
+        bad = min(r for r, a in cap.tried if a < ask.target and r > cap.goodput)
+        assert bad - cap.goodput <= ask.rel_tol * cap.goodput  # the same tolerance
+        # and the plain bisection's answer is within that tolerance of it, either way
+        assert abs(cap.goodput - plain.goodput) <= 2 * ask.rel_tol * max(cap.goodput, plain.goodput)
+    assert len(measure(ask, dep, plain.goodput).tried) <= 3  # a guess on the mark: few runs
+
+
+def test_deployments_that_simulate_alike_are_run_once():
+    lor = Deployment("a100", replicas=1, decode=1, router="least_outstanding")
+    rr = replace(lor, router="round_robin")
+    assert rr.simulated_as == lor and Deployment("a100", replicas=2).simulated_as.replicas == 2
+    # one prefill replica: the router has nothing to choose; the runs are the same, bit for bit
+    runs = [one.build(ASK.model, ASK.max_model_len) for one in (lor, rr)]
+    for fleet in runs:
+        fleet.add_workload(ASK.specs(60.0, 128256))
+    a, b = (f.run() for f in runs)
+    assert a.requests == b.requests and a.transfers == b.transfers
+    caps = search(ASK, [lor, rr], workers=1)
+    assert caps[1].same_as == lor.label and caps[1].deployment == rr and caps[1].wall_s == 0.0
+    assert replace(caps[1], deployment=lor, same_as="") == replace(caps[0], wall_s=0.0)
+
+
+def test_the_shortcuts_keep_the_answer_with_fewer_requests():
+    ask = replace(ASK, num_requests=100)
+    space = [Deployment("a100"), Deployment("l4"), Deployment("a100", replicas=2)]
+    space += [Deployment("h100", policy="continuous"), Deployment("a100", decode=1)]
+    fast, plain = search(ask, space, workers=1), search(replace(ask, **OFF), space, workers=1)
+    assert cheapest(rank(ask, fast))["deployment"] == cheapest(rank(ask, plain))["deployment"]
+    for f, p in zip(fast, plain):
+        assert f.goodput >= ask.load if p.goodput >= ask.load else f.goodput < ask.load
+        assert abs(f.goodput - p.goodput) <= 2 * ask.rel_tol * max(f.goodput, p.goodput)
+    # 100 requests a run: 74% of the plain search's requests (at 10,000: bench/capacity_search.py)
+    assert sum(len(c.tried) for c in fast) < sum(len(c.tried) for c in plain)
+    assert sum(c.simulated for c in fast) < 0.8 * sum(c.simulated for c in plain)

@@ -30,6 +30,7 @@ from ..router import ReplicaLoad, Route, RouterPolicy, make_router, route
 from ..timeline import RequestRecord, StepRecord, Timeline
 from ..workload import RequestSpec
 from .executor import simulated_engine
+from .verdict import EarlyVerdict
 
 
 def next_step_time(engine: Engine) -> float:
@@ -141,6 +142,8 @@ class Fleet(ABC):
         self.routes: list[Route] = []
         self.ids: set[str] = set()  # every request id queued so far
         self.num_events = 0
+        self.where: dict[str, Replica] = {}  # the replica each request was last routed to
+        self.watch: EarlyVerdict | None = None  # set: the loop stops once it has a verdict
 
     def push(self, t: float, event) -> None:
         heapq.heappush(self.events, (t, self.num_events, event))
@@ -167,10 +170,12 @@ class Fleet(ABC):
         self.routes.append(decision)
         chosen = pool[decision.replica]
         chosen.accept(spec, sampling)
+        self.where[spec.id] = chosen
         return chosen
 
     def loop(self) -> None:
-        """Handle events and steps in time order until nothing is left."""
+        """Handle events and steps in time order until nothing is left (or, with a `watch`,
+        until its verdict is known: nothing that happens from then on can change it)."""
         while True:
             t_event = self.events[0][0] if self.events else math.inf
             t_step, replica = min(
@@ -178,6 +183,8 @@ class Fleet(ABC):
                 default=(math.inf, 0),
             )
             if t_event == math.inf and t_step == math.inf:
+                return
+            if self.watch and self.watch.check(min(t_event, t_step), self.progress):
                 return
             if t_event <= t_step:
                 t, _, event = heapq.heappop(self.events)
@@ -192,8 +199,20 @@ class Fleet(ABC):
     def handle(self, t: float, event) -> None:
         """Act on one timed event: an arrival to route (`Cluster`), a KV transfer (`Disaggregated`)."""
 
-    def finished(self, replica: Replica, record: RequestRecord) -> None:  # noqa: B027 (a hook: most fleets do nothing)
-        """A replica finished a request (a hook: disaggregation sends its KV on)."""
+    @abstractmethod
+    def finished(self, replica: Replica, record: RequestRecord) -> None:
+        """A replica finished a request: its client's record is done (`served`), or (the
+        prefill side of disaggregation) its KV goes on."""
+
+    def served(self, record: RequestRecord) -> None:
+        """A request is done, as its client sees it."""
+        if self.watch:
+            self.watch.served(record)
+
+    @abstractmethod
+    def progress(self, rid: str) -> tuple[float | None, int]:
+        """A request's first token time (None: not yet) and its tokens so far, as its client
+        has them now (what an EarlyVerdict reads)."""
 
     def check_workload(self, specs: list[RequestSpec], engines: list[Engine], **sampling):
         """Every request checked against each kind of engine before any is queued."""
@@ -237,6 +256,15 @@ class Cluster(Fleet):
     def handle(self, t: float, event: tuple[RequestSpec, dict]) -> None:
         spec, sampling = event
         self.route_to(self.replicas, self.router, spec, t, sampling)
+
+    def finished(self, replica: Replica, record: RequestRecord) -> None:
+        self.served(record)
+
+    def progress(self, rid: str) -> tuple[float | None, int]:
+        if rid not in self.where:
+            return None, 0
+        req = self.where[rid].engine.requests[rid]
+        return req.t_first_token, len(req.token_times)
 
     def run(self) -> FleetRun:
         self.loop()

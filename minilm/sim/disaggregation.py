@@ -200,11 +200,22 @@ class Disaggregated(Fleet):
         )
 
     def finished(self, replica: Replica, record: RequestRecord) -> None:
+        rid = record.request_id
         if replica not in self.prefill:
+            self.served(joined(self.asked[rid], self.first[rid][1], record))
             return
-        self.first[record.request_id] = (self.prefill.index(replica), record)
-        if self.asked[record.request_id].max_tokens > 1:
-            self.push(record.t_finished, ("send", self.asked[record.request_id]))
+        self.first[rid] = (self.prefill.index(replica), record)
+        if self.asked[rid].max_tokens > 1:
+            self.push(record.t_finished, ("send", self.asked[rid]))
+        else:
+            self.served(record)
+
+    def progress(self, rid: str) -> tuple[float | None, int]:
+        if rid not in self.first:  # the prefill side finishes a request with its first token
+            return None, 0
+        decoding = self.where[rid]
+        rest = decoding.engine.requests[rid].token_times if decoding in self.decode else []
+        return self.first[rid][1].t_first_token, 1 + len(rest)
 
     def run(self) -> FleetRun:
         self.loop()

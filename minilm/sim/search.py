@@ -24,18 +24,20 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..config import InvalidValue
 from ..core.policies import POLICIES
+from ..metrics import slo_attainment
 from ..router import ROUTERS
 from ..workload import PRESETS, make_workload
-from .capacity import slo_goodput
+from .capacity import bisect_rate
 from .cluster import Fleet, simulated_cluster
 from .costmodel import DEVICE_SPECS
-from .disaggregation import LINK_NAMES, simulated_disaggregated
+from .disaggregation import LINK_NAMES, Disaggregated, simulated_disaggregated
 from .executor import vllm_default_budget
+from .verdict import EarlyVerdict
 
 # $/GPU-hour, ASSUMED: round figures of the order of on-demand cloud prices for one GPU of an
 # 8-GPU server in 2025, not any one provider's quote (prices vary 2x between providers and
@@ -80,6 +82,13 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidValue(name, value, f"must be an integer >= {low}")
+
+    @property
+    def simulated_as(self) -> Deployment:
+        """The deployment whose simulation this one's is: one prefill replica has nothing to
+        route among, so its router does not matter (one colocated replica's neither, but
+        deployment_space gives those one router already)."""
+        return replace(self, router="least_outstanding") if self.replicas == 1 else self
 
     @property
     def gpus(self) -> int:
@@ -182,8 +191,12 @@ class Ask:
     seed: int = 0
     max_model_len: int = 4096
     rel_tol: float = 0.05  # bisection stops when the bounds are this close
-    low: float | None = None  # the first rate tried; None: load / 4
-    ceiling: float = 8.0  # doubling stops at this many times the load: enough is enough
+    low: float | None = None  # the lowest rate tried (None: load / 4); below it: capacity 0
+    ceiling: float = 8.0  # the search stops at this many times the load: enough is enough
+    # the three shortcuts (off: Vidur-Search's plain bisection, every run to its end)
+    early_stop: bool = True  # stop a run once its verdict is certain (verdict.py): exact
+    from_estimate: bool = True  # bisection from the cost model's estimate, not from `low`
+    skip_bound: bool = True  # no run where the cost model proves no rate holds: exact
 
     def __post_init__(self) -> None:
         if self.workload not in PRESETS:
@@ -219,38 +232,150 @@ class Capacity:
     all_served: bool  # every run finished each of its requests exactly once
     error: str = ""  # why it could not be built (the weights do not fit): then no capacity
     capped: bool = False  # it held at the ceiling: the capacity is at least `goodput`
+    bound: str = ""  # decided without a run: why no rate can hold (then goodput 0.0)
+    same_as: str = ""  # not run: it simulates as this deployment does, whose answer it has
+    estimate: float = 0.0  # the cost model's guess (req/s) the bisection started from
+    simulated: int = 0  # requests that had arrived when each run stopped, over its runs
     wall_s: float = field(default=0.0, compare=False)  # the host's seconds: not part of the answer
 
 
-def measure(ask: Ask, deployment: Deployment) -> Capacity:
-    """One deployment's capacity, by bisection on the rate (a task of its own: it pickles)."""
+def measure(ask: Ask, deployment: Deployment, guess: float | None = None) -> Capacity:
+    """One deployment's capacity, by bisection on the rate; with `ask.from_estimate`, from
+    `guess` (req/s), else from the cost model's estimate (`peak_rate`)."""
     start = time.perf_counter()
     try:
-        deployment.build(ask.model, ask.max_model_len)
-    except ValueError as e:  # does not fit, too many GPUs for one NVLink server
-        return Capacity(deployment, 0.0, (), 0.0, True, str(e), False, time.perf_counter() - start)
-    served, tokens = [], []
-
-    def run_at(rate: float):
         fleet = deployment.build(ask.model, ask.max_model_len)
-        specs = ask.specs(rate, fleet.replicas[0].engine.model_config.vocab_size)
-        fleet.add_workload(specs)
-        run = fleet.run()
-        served.append(sorted(r.request_id for r in run.requests) == sorted(s.id for s in specs))
-        tokens.append(sum(s.max_tokens for s in specs) / len(specs))
-        return run.timeline()
+    except ValueError as e:  # does not fit, too many GPUs for one NVLink server
+        return Capacity(deployment, 0.0, (), 0.0, True, str(e), wall_s=time.perf_counter() - start)
+    vocab = fleet.replicas[0].engine.model_config.vocab_size
+    specs = ask.specs(ask.load, vocab)  # lengths do not depend on the rate; arrivals do
+    tokens = sum(s.max_tokens for s in specs) / len(specs)
+    bound = tpot_bound(fleet, specs, ask) if ask.skip_bound else ""
+    if bound:
+        return Capacity(
+            deployment, 0.0, (), tokens, True, bound=bound, wall_s=time.perf_counter() - start
+        )
+    runs: list[Run] = []
+
+    def attainment_at(rate: float) -> float:
+        runs.append(run_once(ask, deployment, rate))
+        return runs[-1].attainment
 
     low = ask.low if ask.low is not None else ask.load / 4
     high = ask.ceiling * ask.load
-    g = slo_goodput(run_at, ask.ttft_slo, ask.tpot_slo, ask.target, low, ask.rel_tol, high=high)
+    if not ask.from_estimate:
+        guess = None
+    elif guess is None:
+        guess = peak_rate(fleet, specs, ask.tpot_slo)
+    g = bisect_rate(attainment_at, ask.target, low, ask.rel_tol, high=high, guess=guess)
     return Capacity(
-        deployment, g.rate, tuple(g.tried.items()), tokens[0], all(served), "",
-        g.rate >= high, time.perf_counter() - start,
+        deployment, g.rate, tuple(g.tried.items()), tokens, all(r.served for r in runs),
+        capped=g.rate >= high, estimate=guess or 0.0, simulated=sum(r.simulated for r in runs),
+        wall_s=time.perf_counter() - start,
     )  # fmt: skip
 
 
-def measure_pair(pair: tuple[Ask, Deployment]) -> Capacity:
-    return measure(*pair)
+@dataclass(frozen=True)
+class Run:
+    """One simulated run of a deployment at a rate, as the search sees it."""
+
+    attainment: float  # SLO attainment; stopped early: the bound that decided it (verdict.py)
+    simulated: int  # requests that had arrived when it stopped (all of them: it ran to its end)
+    stopped: bool  # it stopped early, its verdict known
+    steps: int  # engine steps, over the fleet's replicas
+    served: bool  # every request finished once; stopped early: none twice, none not asked
+
+
+def run_once(ask: Ask, deployment: Deployment, rate: float) -> Run:
+    fleet = deployment.build(ask.model, ask.max_model_len)
+    specs = ask.specs(rate, fleet.replicas[0].engine.model_config.vocab_size)
+    fleet.add_workload(specs)
+    if ask.early_stop:
+        fleet.watch = EarlyVerdict(specs, ask.ttft_slo, ask.tpot_slo, ask.target)
+    run = fleet.run()
+    ids = [r.request_id for r in run.requests]
+    steps = sum(len(tl.steps) for tl in run.timelines)
+    if fleet.watch is not None and fleet.watch.stopped:
+        served = len(set(ids)) == len(ids) and set(ids) <= {s.id for s in specs}
+        return Run(fleet.watch.attainment, fleet.watch.arrived, True, steps, served)
+    served = sorted(ids) == sorted(s.id for s in specs)
+    attainment = slo_attainment(run.timeline(), ask.ttft_slo, ask.tpot_slo)
+    return Run(attainment, len(specs), False, steps, served)
+
+
+def decode_step_s(engine, batch: int, context: int) -> float:
+    """The cost model's seconds for a decode-only step of `batch` sequences at `context` tokens."""
+    n = batch * context
+    return engine.executor.cost.cost_of_sums(batch, batch, n, n).time
+
+
+def tpot_bound(fleet: Fleet, specs: list, ask: Ask) -> str:
+    """Why no rate can hold the SLOs (empty: some may): every token after a request's first
+    comes from a decode step of its own, and no decode step is shorter than one of a single
+    sequence at one token of context; when that is over the TPOT limit, only requests of one
+    output token can meet it. (The cost model only grows with batch and context; the test
+    checks it against every step of a run.)"""
+    if ask.tpot_slo is None:
+        return ""
+    decoders = fleet.decode if isinstance(fleet, Disaggregated) else fleet.replicas
+    floor = min(decode_step_s(r.engine, 1, 1) for r in decoders)
+    single = sum(s.max_tokens == 1 for s in specs)
+    # a margin of a part in 10^9 over the clock's float sums of step times
+    if floor <= ask.tpot_slo * (1 + 1e-9) or single / len(specs) >= ask.target:
+        return ""
+    return (
+        f"no decode step is shorter than {floor * 1000:.1f} ms > TPOT limit "
+        f"{ask.tpot_slo * 1000:.0f} ms; {single / len(specs):.0%} of requests have one token"
+    )
+
+
+def peak_rate(fleet: Fleet, specs: list, tpot_slo: float | None) -> float:
+    """The cost model's estimate of the fleet's capacity (req/s) for the workload's mean
+    request, in a steady state: each step decodes `seats` requests and takes in the prompts
+    that arrived during it, each priced at what adding it to the step costs (`m`); a step
+    lasts t = t_decode / (1 - rate * m), a request needs `out` steps, so rate = seats /
+    (out * t_decode + seats * m). Seats: max_num_seqs or what the KV cache holds, fewer while
+    t is over the TPOT limit. A guess to start the bisection from, not a bound: queueing and
+    the spread of lengths make the true capacity lower or higher."""
+    prompt = int(sum(len(s.prompt_ids) for s in specs) / len(specs))
+    out = max(sum(s.max_tokens for s in specs) / len(specs) - 1, 1.0)  # after the first
+    context = int(prompt + out / 2)
+
+    def rate(engine, with_prompts: bool) -> float:
+        c, cost = engine.config, engine.executor.cost
+        seats = max(1, min(c.max_num_seqs, c.num_blocks * c.block_size // (context + prompt)))
+        while True:
+            n = seats * context
+            t_decode = decode_step_s(engine, seats, context)
+            m = 0.0
+            if with_prompts:  # one more sequence of `prompt` new tokens in the step
+                pairs = n + prompt * (prompt + 1) // 2
+                m = cost.cost_of_sums(seats + 1, seats + prompt, n + prompt, pairs).time - t_decode
+            r = seats / (out * t_decode + seats * m)
+            if seats == 1 or not tpot_slo or t_decode / (1 - r * m) <= tpot_slo:
+                return r
+            seats = seats * 3 // 4
+
+    def prefill_rate(engine) -> float:  # a prefill replica: steps of budget-many prompt tokens
+        batch = max(1, (engine.config.max_num_batched_tokens or 2048) // prompt)
+        return batch / engine.executor.cost.cost([(prompt, prompt)] * batch).time
+
+    if isinstance(fleet, Disaggregated):
+        p = sum(prefill_rate(r.engine) for r in fleet.prefill)
+        return min(p, sum(rate(r.engine, False) for r in fleet.decode))
+    return sum(rate(r.engine, True) for r in fleet.replicas)
+
+
+def measure_family(task: tuple[Ask, list[Deployment]]) -> list[Capacity]:
+    """Deployments of the same GPUs in the same layout, a knob apart, one after another (a
+    task of its own: it pickles): each bisection starts from the capacity found just before,
+    which a sibling's tends to be near, and takes fewer runs than from the cost model's."""
+    ask, family = task
+    caps: list[Capacity] = []
+    for d in family:
+        found = [c.goodput for c in caps if c.goodput > 0]
+        caps.append(measure(ask, d, found[-1] if found else None))
+    return caps
 
 
 def search(
@@ -261,14 +386,27 @@ def search(
     instance, `ray="ADDRESS"` joins a running cluster (`pip install minilm-lab[ray]`)."""
     if not deployments:
         raise InvalidValue("deployments", deployments, "the space is empty")
-    pairs = [(ask, d) for d in deployments]
-    if ray is not None:
-        return on_ray(measure_pair, pairs, ray)
+    # deployments that simulate alike are measured once (Deployment.simulated_as); a task is
+    # a family: the same GPUs in the same layout (measure_family)
+    families: dict[tuple, list[Deployment]] = {}
+    for d in dict.fromkeys(d.simulated_as for d in deployments):
+        families.setdefault((d.device, d.tp, d.replicas, d.decode), []).append(d)
+    tasks = [(ask, f) for f in families.values()]
     workers = workers or os.cpu_count() or 1
-    if workers == 1:
-        return [measure_pair(p) for p in pairs]
-    with ProcessPoolExecutor(min(workers, len(pairs))) as pool:
-        return list(pool.map(measure_pair, pairs))
+    if ray is not None:
+        done = on_ray(measure_family, tasks, ray)
+    elif workers == 1:
+        done = [measure_family(t) for t in tasks]
+    else:
+        with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+            done = list(pool.map(measure_family, tasks))
+    by = {c.deployment: c for caps in done for c in caps}
+    return [
+        by[d]
+        if d == d.simulated_as
+        else replace(by[d.simulated_as], deployment=d, same_as=d.simulated_as.label, wall_s=0.0)
+        for d in deployments
+    ]
 
 
 def on_ray(fn: Callable, items: list, address: str) -> list:
@@ -324,6 +462,10 @@ def rank(ask: Ask, caps: Sequence[Capacity], prices: dict[str, float] | None = N
                     per_hour / tokens_per_hour(c.goodput, c) if c.goodput > 0 else None
                 ),
                 "runs": len(c.tried),
+                "simulated_requests": c.simulated,
+                "estimate_req_per_s": c.estimate,
+                "bound": c.bound,
+                "same_as": c.same_as,
                 "lowest_rate": min((rate for rate, _ in c.tried), default=None),
                 "all_served": c.all_served,
                 "error": c.error,
@@ -402,8 +544,10 @@ def table_text(rows: list[dict], limit: int | None = None) -> str:
 def capacity_text(row: dict) -> str:
     if row["error"]:
         return "not built"  # the row's error says why (the weights do not fit, ...)
+    if row["bound"]:
+        return "0 (bound)"  # the cost model shows no rate can hold: the row's bound says why
     if row["goodput_req_per_s"] == 0:
-        return f"< {row['lowest_rate']:.1f}"  # not even the first rate tried held
+        return f"< {row['lowest_rate']:.1f}"  # not even the lowest rate tried held
     return (">= " if row["capped"] else "") + f"{row['goodput_req_per_s']:.1f}"
 
 
