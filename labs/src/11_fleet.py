@@ -331,8 +331,11 @@ say(f"With long prompts and a tight TPOT limit, one prefill and three decode GPU
 # see their first token within `500` ms and then a token every `20` ms or faster. Which
 # deployment is the cheapest that keeps it? `minilm/sim/search.py` (`python -m minilm
 # capacity`) finds each candidate's capacity, the highest rate that keeps the promise, by
-# doubling the rate and then bisecting to `10%` (as Vidur-Search does), and ranks the candidates
-# that reach the load by their price. GPU prices are **assumptions**
+# bisection on the rate to `10%` (as Vidur-Search does), and ranks the candidates that reach
+# the load by their price. Three shortcuts keep it cheap: the bisection starts from the cost
+# model's estimate of the capacity, a run stops as soon as its verdict is certain (enough
+# requests already missed, or met), and a candidate whose fastest possible decode step is
+# slower than the TPOT promise is not run at all: its capacity reads `0 (bound)`. GPU prices are **assumptions**
 # (`search.GPU_PRICES`, $/GPU-hour, as in lesson 7b), not quotes.
 
 # %%

@@ -6,13 +6,19 @@
     rows = rank(ask, caps)               # cheapest that meets the load first, $/h and $/M tokens
 
 As Vidur-Search does (Agrawal et al., MLSys 2024), it finds each deployment's capacity by
-bisection on the request rate, not on a fixed grid of rates: `slo_goodput` (capacity.py)
-doubles the rate until fewer than 90% of requests meet both SLO limits, then bisects. A
+bisection on the request rate, not on a fixed grid of rates (`bisect_rate`, capacity.py). A
 deployment meets the load when its capacity is at least the load; the cheapest of those
-wins. Each deployment's bisection is one task; the tasks run in local processes
-(concurrent.futures) or on Ray (`ray="local"` or a cluster's address), and every run is
-simulated, so any of them gives the same answer, bit for bit. GPU prices are ASSUMPTIONS
-(GPU_PRICES); pass your own.
+wins. Three shortcuts make it cheaper (`Ask(early_stop=False, from_estimate=False,
+skip_bound=False)` is the plain bisection): a run stops once its verdict is certain
+(verdict.py: the same verdict as the whole run); a deployment whose fastest decode step is
+over the TPOT limit is not run (`tpot_bound`: no rate could hold); and the bisection starts
+from the cost model's steady-state estimate (`peak_rate`) or a sibling's capacity, not from
+a quarter of the load (the same boundary, within the same tolerance). The tests check all
+three. Deployments that simulate alike (`Deployment.simulated_as`) are run once.
+A family of deployments (the same GPUs in the same layout) is one task; the tasks run in
+local processes (concurrent.futures) or on Ray (`ray="local"` or a cluster's address), and
+every run is simulated, so any of them gives the same answer, bit for bit. GPU prices are
+ASSUMPTIONS (GPU_PRICES); pass your own.
 """
 
 from __future__ import annotations
