@@ -104,7 +104,9 @@ checks.check_split_budget_long(split_budget_long)
 # in the engine's chunked prefill); without a limit your policy runs exactly the engine's
 # `chunked` policy; with one, a long prompt is one with more than the cap left, whether it
 # is new or part-done, at most `max_long` of them get tokens in a step, the oldest, and
-# what a long prompt past the limit would have taken goes to the prompts behind it. When
+# what a long prompt past the limit would have taken goes to the prompts behind it; a
+# waiting prompt that `can_admit` refuses ends the step's admissions (first come, first
+# served: none behind it goes first). When
 # the engine's cap is `0` (its "no cap"), no prompt is long: the limit holds nobody back.
 # The KV cache has room for every request (nothing is preempted); you may reorder the
 # queue if every request left in it is back in its place, in its order, when `schedule`

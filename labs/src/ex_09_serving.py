@@ -24,6 +24,8 @@
 #   which the lab's server does not have), the stop string too.
 # - With `final=True`, nothing is held back any more.
 #
+# Stop strings are never empty (the server refuses an empty one: it would stop at once).
+#
 # Before you code: stops `["abc"]`, pieces `"xa"`, `"b"`, `"d"`: what is sent after each?
 # And stops `["cd", "bcdx"]`, pieces `"abc"`, `"d"`?
 
