@@ -117,6 +117,18 @@ class SimulatedEngine(Engine):
         return super().abort(request_id, reason)
 
 
+class Scheduled(set):
+    """A lane step's scheduled ids: the lanes, read from their state rather than copied into
+    the set every step, and what the policy schedules."""
+
+    def __init__(self, lanes: dict[str, list[int]]):
+        super().__init__()
+        self.lanes = lanes
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.lanes or set.__contains__(self, rid)
+
+
 class LaneStep(StepBuilder):
     """A lane step's StepBuilder: the lanes are scheduled already, and the KV slots holding a
     token once it has run are counted from the lanes' sum and the policy's work, not read from
@@ -274,7 +286,7 @@ class Lanes:
         decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
         if ask:
             step = LaneStep(c, policy, kv, (s.waiting, s.running), t_start)
-            step.scheduled.update(self.ids)
+            step.scheduled = Scheduled(state)
             step.budget -= n
             step.owed -= n
             step.num_lanes, step.lanes_stored = n, decoded
