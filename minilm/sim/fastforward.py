@@ -260,8 +260,8 @@ class Lanes:
         g, bs, n = self.g, kv.block_size, len(self.reqs)
         state, tables = self.state, kv.block_tables
         touched = self.in_order(self.touch_at.get(g, ()))
-        grow = sum(len(tables[r.request_id]) * bs <= state[r.request_id][1] + g for r in touched)
-        if grow > kv.num_free_blocks:
+        full = [r for r in touched if len(tables[r.request_id]) * bs <= state[r.request_id][1] + g]
+        if len(full) > kv.num_free_blocks:
             return None  # a decode may need a preemption: the scheduler's
         t_start = clock.start_step()
         if s.pending and s.pending[0].arrival <= t_start:
@@ -273,16 +273,18 @@ class Lanes:
         # without prefix caching its one change is a fresh block for a lane whose table is full
         # (allocate_slots' own test), which the pool hands out without the lane's tokens
         self.touch_at.pop(g, None)
-        pool = kv.pool
-        for r in touched:
-            rid = r.request_id
-            st = state[rid]
-            if kv.caching:
+        if kv.caching:
+            for r in touched:
                 self.catch_up(r, g)
                 kv.allocate_slots(r, 1)
-            elif len(tables[rid]) * bs <= st[1] + g:
-                tables[rid] = tables[rid] + pool.get_new_blocks(1)
-            self.schedule_touch(r, st[1], g + 1, st[2])
+                st = state[r.request_id]
+                self.schedule_touch(r, st[1], g + 1, st[2])
+        else:  # each touched lane is at a block's start: its next touch is a block on
+            pool = kv.pool
+            for r in full:
+                tables[r.request_id] = tables[r.request_id] + pool.get_new_blocks(1)
+            if on := [r for r in touched if state[r.request_id][2] >= g + bs]:
+                self.touch_at.setdefault(g + bs, []).extend(on)
         decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
         if ask:
             step = LaneStep(c, policy, kv, (s.waiting, s.running), t_start)
