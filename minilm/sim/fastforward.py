@@ -42,7 +42,7 @@ class DecodeStep(StepRecord):
     step makes. `bulk_decodes` gives their number and `rest`, which `summarize` reads
     instead. It equals the `StepRecord` with the same fields."""
 
-    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
+    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, record: dict):
         self.__dict__.update(record)  # every StepRecord field but items
         self.ids, self.starts, self.offset, self.rest = ids, starts, offset, rest
 
@@ -245,6 +245,8 @@ class Lanes:
             st[0] = h
 
     def in_order(self, reqs: list[Request]) -> list[Request]:
+        if len(reqs) < 2:  # most steps: none or one
+            return list(reqs)
         serial = self.serial
         return sorted(reqs, key=lambda r: serial[r.request_id])
 
@@ -343,7 +345,7 @@ class Lanes:
             e.bulk_steps += 1
         else:
             e.fast_steps += 1
-        record = DecodeStep(self.ids, self.bases, g, rest, **fixed)
+        record = DecodeStep(self.ids, self.bases, g, rest, fixed)
         self.shared = True
         e.timeline.steps.append(record)
         e.num_steps += 1
