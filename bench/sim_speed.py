@@ -115,6 +115,7 @@ def simulate(case: Case, policy: str, fast: bool, num_requests: int):
         "requests": m["requests"],
         "steps": m["steps"],
         "fast_forwarded_steps": engine.fast_steps,
+        "policy_lane_steps": engine.bulk_steps,
         "simulated_s": m["wall_s"],
         "simulated_output_tok_per_s": m["output_tok_per_s"],
     }
@@ -159,6 +160,7 @@ COLUMNS = [
     report.Column("load (1 min)", "load_avg_1min", ".1f"),
     report.Column("steps (count)", "steps", "d"),
     report.Column("fast-forwarded (count)", "fast_forwarded_steps", "d"),
+    report.Column("lanes + policy (count)", "policy_lane_steps", "d"),
     report.Column("wall (s)", "wall_s", ".2f"),
     report.Column("min (s)", "wall_s_min", ".2f"),
     report.Column("max (s)", "wall_s_max", ".2f"),

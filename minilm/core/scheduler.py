@@ -35,10 +35,10 @@ class Scheduler:
         if running:
             req.status = Status.RUNNING
             return self.running.append(req)
-        req.status = Status.PENDING
-        self.pending.insert(
-            bisect.bisect_right(self.pending, req.arrival, key=lambda r: r.arrival), req
-        )
+        req.status, p = Status.PENDING, self.pending
+        if p and p[-1].arrival > req.arrival:
+            return p.insert(bisect.bisect_right(p, req.arrival, key=lambda r: r.arrival), req)
+        p.append(req)  # in arrival order (a workload's usual): no search
 
     def admit_arrivals(self, now: float) -> None:
         arrived = bisect.bisect_right(self.pending, now, key=lambda r: r.arrival)

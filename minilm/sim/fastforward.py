@@ -27,6 +27,7 @@ from dataclasses import fields
 from functools import cached_property
 
 from ..core.engine import Engine
+from ..core.kv_cache import BlockPool
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
 from ..request import Request, Status
@@ -42,7 +43,7 @@ class DecodeStep(StepRecord):
     step makes. `bulk_decodes` gives their number and `rest`, which `summarize` reads
     instead. It equals the `StepRecord` with the same fields."""
 
-    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, **record):
+    def __init__(self, ids: list[str], starts: list[int], offset: int, rest: list, record: dict):
         self.__dict__.update(record)  # every StepRecord field but items
         self.ids, self.starts, self.offset, self.rest = ids, starts, offset, rest
 
@@ -115,6 +116,18 @@ class SimulatedEngine(Engine):
         if self.lanes is not None:
             self.lanes.flush()
         return super().abort(request_id, reason)
+
+
+class Scheduled(set):
+    """A lane step's scheduled ids: the lanes, read from their state rather than copied into
+    the set every step, and what the policy schedules."""
+
+    def __init__(self, lanes: dict[str, list[int]]):
+        super().__init__()
+        self.lanes = lanes
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.lanes or set.__contains__(self, rid)
 
 
 class LaneStep(StepBuilder):
@@ -233,6 +246,8 @@ class Lanes:
             st[0] = h
 
     def in_order(self, reqs: list[Request]) -> list[Request]:
+        if len(reqs) < 2:  # most steps: none or one
+            return list(reqs)
         serial = self.serial
         return sorted(reqs, key=lambda r: serial[r.request_id])
 
@@ -248,8 +263,8 @@ class Lanes:
         g, bs, n = self.g, kv.block_size, len(self.reqs)
         state, tables = self.state, kv.block_tables
         touched = self.in_order(self.touch_at.get(g, ()))
-        grow = sum(len(tables[r.request_id]) * bs <= state[r.request_id][1] + g for r in touched)
-        if grow > kv.num_free_blocks:
+        full = [r for r in touched if len(tables[r.request_id]) * bs <= state[r.request_id][1] + g]
+        if len(full) > kv.num_free_blocks:
             return None  # a decode may need a preemption: the scheduler's
         t_start = clock.start_step()
         if s.pending and s.pending[0].arrival <= t_start:
@@ -261,20 +276,26 @@ class Lanes:
         # without prefix caching its one change is a fresh block for a lane whose table is full
         # (allocate_slots' own test), which the pool hands out without the lane's tokens
         self.touch_at.pop(g, None)
-        pool = kv.pool
-        for r in touched:
-            rid = r.request_id
-            st = state[rid]
-            if kv.caching:
+        if kv.caching:
+            for r in touched:
                 self.catch_up(r, g)
                 kv.allocate_slots(r, 1)
-            elif len(tables[rid]) * bs <= st[1] + g:
-                tables[rid] = tables[rid] + pool.get_new_blocks(1)
-            self.schedule_touch(r, st[1], g + 1, st[2])
+                st = state[r.request_id]
+                self.schedule_touch(r, st[1], g + 1, st[2])
+        else:  # each touched lane is at a block's start: its next touch is a block on
+            pool = kv.pool
+            if type(pool) is BlockPool:  # n blocks at once: the ones n calls of one would give
+                for r, block in zip(full, pool.get_new_blocks(len(full))):
+                    tables[r.request_id] = tables[r.request_id] + [block]
+            else:  # a pool of your own (exercise 4): asked as schedule_running asks it
+                for r in full:
+                    tables[r.request_id] = tables[r.request_id] + pool.get_new_blocks(1)
+            if on := [r for r in touched if state[r.request_id][2] >= g + bs]:
+                self.touch_at.setdefault(g + bs, []).extend(on)
         decoded = self.sum_base + (g + 1) * n  # the lanes' context after the step
         if ask:
             step = LaneStep(c, policy, kv, (s.waiting, s.running), t_start)
-            step.scheduled.update(self.ids)
+            step.scheduled = Scheduled(state)
             step.budget -= n
             step.owed -= n
             step.num_lanes, step.lanes_stored = n, decoded
@@ -329,7 +350,7 @@ class Lanes:
             e.bulk_steps += 1
         else:
             e.fast_steps += 1
-        record = DecodeStep(self.ids, self.bases, g, rest, **fixed)
+        record = DecodeStep(self.ids, self.bases, g, rest, fixed)
         self.shared = True
         e.timeline.steps.append(record)
         e.num_steps += 1
