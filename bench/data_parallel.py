@@ -105,8 +105,19 @@ def measured(args, tmp: Path, n: int, k: int) -> dict:
         "loadavg_before": load_before,
         "load_1min": load_before[0],
         "loadavg_after": os.getloadavg(),
+        "loaded": loaded(load_before[0], os.getloadavg()[0]),
         "meta": Timeline.from_json(files[0]).meta,
     }
+
+
+def loaded(load_before: float | None, load_after: float | None) -> bool | None:
+    """Whether a repeat ran on a loaded machine: a 1-minute load average above the CPU count
+    before it, or above the CPU count plus what the run itself keeps runnable (the engine
+    cores, the API process, the load generator: 4) after it. None for a simulated row."""
+    if load_before is None or load_after is None:
+        return None
+    cpus = os.cpu_count() or 1
+    return load_before > cpus or load_after > cpus + 4
 
 
 def is_engine_core(pid: int) -> bool:
@@ -174,6 +185,9 @@ def main() -> None:
         "router": args.router,
         "prefix_caching": True,
         "shared_machine": "other sessions ran on the same 2 cores: see the load averages",
+        "loaded_means": "1-min load average > CPUs before a repeat, or > CPUs + 4 after it",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": command,
     }
     rows = []
     t0 = time.perf_counter()
@@ -195,6 +209,7 @@ def main() -> None:
         rows.append(
             {"kind": "simulated", "repeat": None, "load_1min": None}
             | {"tok_per_core_cpu_s": None, "engine_cores_busy": None, "other_cpu_share": None}
+            | {"loadavg_before": None, "loadavg_after": None, "loaded": None}
             | simulated(args, n, meta)
         )
     conditions["loadavg_after"] = os.getloadavg()
@@ -209,6 +224,10 @@ def main() -> None:
 def median_row(rows: list[dict], kind: str, n: int, key: str) -> tuple[float, list[float]]:
     values = [r[key] for r in rows if r["kind"] == kind and r["n"] == n]
     return float(np.median(values)), values
+
+
+def measured_rows(rows: list[dict], n: int) -> list[dict]:
+    return [r | load_cells(r) for r in rows if r["kind"] == "measured" and r["n"] == n]
 
 
 def checks(rows: list[dict]) -> list[dict]:
@@ -229,6 +248,24 @@ def checks(rows: list[dict]) -> list[dict]:
             repeats=ratios,
         )
     )
+    quiet = [
+        r
+        for (r, a, b) in zip(ratios, measured_rows(rows, 1), measured_rows(rows, 2))
+        if not (a["loaded"] or b["loaded"])
+    ]
+    out.append(
+        report.check(
+            "repeats on a loaded machine (either N's run loaded)", len(ratios) - len(quiet)
+        )
+    )
+    if quiet:
+        out.append(
+            report.check(
+                "measured N=2 / N=1 output tok/s, quiet repeats only (median)",
+                float(np.median(quiet)),
+                repeats=quiet,
+            )
+        )
     out.append(report.check("simulated N=2 / N=1 output tok/s", simulated_ratio))
     out.append(
         report.check(
@@ -300,7 +337,9 @@ COLUMNS = [
     report.Column("tok per core CPU-s (tok/s)", "tok_per_core_cpu_s", ".0f"),
     report.Column("engine cores got (CPUs)", "engine_cores_busy", ".2f"),
     report.Column("others' CPU (share)", "other_cpu_share", ".0%"),
-    report.Column("load avg 1 min (procs)", "load_1min", ".2f"),
+    report.Column("load 1 min before (procs)", "load_before", ".2f"),
+    report.Column("load 1 min after (procs)", "load_after", ".2f"),
+    report.Column("loaded machine", "loaded"),
 ]
 
 
@@ -311,8 +350,19 @@ def show(res: dict) -> None:
         f"per core, router {c['router']}, 1 torch thread per core, {c['cpus']} CPUs; load average "
         f"{c['loadavg_before'][0]:.2f} before, {c['loadavg_after'][0]:.2f} after (a shared machine)"
     )
-    report.print_table(res["rows"], COLUMNS)
+    if "date" in c:
+        print(f"run {c['date']}: {c['command']}; loaded: {c['loaded_means']}")
+    rows = [r | load_cells(r) for r in res["rows"]]
+    report.print_table(rows, COLUMNS)
     report.print_checks(res["checks"])
+
+
+def load_cells(row: dict) -> dict:
+    """A row's 1-minute load before and after, and whether it ran loaded (an older result
+    recorded the load averages but not the verdict)."""
+    before, after = row.get("loadavg_before"), row.get("loadavg_after")
+    b, a = (None if x is None else x[0] for x in (before, after))
+    return {"load_before": b, "load_after": a, "loaded": row.get("loaded", loaded(b, a))}
 
 
 if __name__ == "__main__":

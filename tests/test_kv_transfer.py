@@ -342,3 +342,46 @@ def test_server_decode_side_preempts_and_outputs_match():
         data = h.get("/timeline").json()
         assert sum(s["num_preempted"] for s in data["steps"]) > 0, "expected a preemption"
         assert data["kv_free_blocks"] == 4
+
+
+def test_a_request_begins_with_accepted_when_the_api_process_falls_behind():
+    """The two cores' events come on two sockets. While this process is stalled (time.sleep in
+    its event loop, as a loaded machine deschedules it), the decode core's socket has something
+    to read first (a snapshot's answer), then the prefill core's Accepted comes and, after the
+    transfer, the decode core's tokens. The decode socket's reader takes all it holds without
+    yielding: unordered, a stream began with a token (the server answered 500) and its Accepted
+    came after its end. Three requests, one after the other (the first one's order varies)."""
+    from minilm.serve.kv_transfer import DECODE
+    from minilm.serve.messages import Snapshot
+    from minilm.serve.openai_api import COMPLETIONS, GenerateRequest
+
+    async def run() -> list[list]:
+        client = DisaggEngineClient(
+            "docstrings",
+            config(cpu_threads=1),
+            config(cpu_threads=1),
+            ServerMetrics("docstrings", None),
+        )
+        await client.start()
+        try:
+            runs = []
+            for i in range(3):
+                client.send(Snapshot(next(client.keys), 0, 0), DECODE)
+                time.sleep(0.3)  # its answer waits on the decode core's socket
+                req = GenerateRequest(COMPLETIONS, PROMPTS[1], 3, {"ignore_eos": True})
+                stream = client.add(f"r{i}", req, time.perf_counter(), "c", 0)
+                time.sleep(1.0)  # Accepted, the transfer, the decode core's tokens
+                events = [await stream.queue.get()]
+                while not isinstance(events[-1], Tokens) or events[-1].finish_reason is None:
+                    events.append(await asyncio.wait_for(stream.queue.get(), 60))
+                await asyncio.sleep(0.1)  # nothing more may come
+                assert stream.queue.empty() and not client.streams
+                runs.append(events)
+            return runs
+        finally:
+            await client.stop()
+
+    for events in asyncio.run(run()):
+        assert type(events[0]).__name__ == "Accepted", events
+        assert sum(len(e.token_ids) for e in events[1:]) == 3
+        assert [e.finish_reason for e in events[1:]][-1] == "length"

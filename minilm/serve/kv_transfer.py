@@ -52,10 +52,12 @@ from ..plan import NewRequest
 from ..request import Request
 from ..timeline import StepItem, StepRecord
 from ..workload import RequestSpec
+from .engine_client import RequestStream
 from .engine_core import ProcessEngineClient
 from .engine_loop import EngineLoop
 from .messages import (
     Abort,
+    Accepted,
     Command,
     Event,
     KVBlocks,
@@ -66,6 +68,7 @@ from .messages import (
     encode,
 )
 from .metrics import ServerMetrics
+from .openai_api import GenerateRequest
 
 ROLES = ("kv_producer", "kv_consumer")
 
@@ -370,6 +373,9 @@ class DisaggEngineClient(ProcessEngineClient):
         **options,
     ):
         super().__init__(model, decode, metrics, data_parallel_size=2, **options)
+        # keys sent to the prefill core whose Accepted (or refusal) has not come back yet, each
+        # with the decode core's events for it that came first (see `dispatch`)
+        self.early: dict[int, list[Event]] = {}
         port = kv_port or free_tcp_port(kv_ip)
         self.sides = (
             (prefill, "prefill", KVTransferConfig("kv_producer", kv_ip, port)),
@@ -399,6 +405,14 @@ class DisaggEngineClient(ProcessEngineClient):
     def place(self, request_ids, prompt_ids) -> int:
         return PREFILL
 
+    def add(
+        self, request_id: str, req: GenerateRequest, arrival: float, client: str = "", core: int = 0
+    ) -> RequestStream:
+        stream = super().add(request_id, req, arrival, client, core)
+        if stream.key in self.streams:  # sent to the prefill core (not refused here at once)
+            self.early[stream.key] = []
+        return stream
+
     def abort(self, stream, reason: str = "aborted") -> None:
         """To both sides: the prefill core also passes it down the link after any KV it sent."""
         if stream.key in self.streams and self.error is None:
@@ -418,14 +432,28 @@ class DisaggEngineClient(ProcessEngineClient):
         """The decode core's events all go on; of the prefill core's, a request's refusal or its
         end there (a first token that stopped it, an abort before the transfer) and snapshots:
         its first token comes from the decode core, once the KV has arrived, so the client's
-        time to first token includes the transfer. The metrics are the decode core's."""
+        time to first token includes the transfer. The metrics are the decode core's.
+
+        The two cores' events come on two sockets, read by two tasks, so nothing orders one
+        request's Accepted (prefill) before its first token (decode): a task reads what its
+        socket holds without yielding, so when this process falls behind (a loaded machine)
+        the decode core's tokens can come first. A request's decode events wait in `early`
+        until its Accepted has gone on: every stream still begins with Accepted or Rejected."""
         if core == PREFILL:
-            events = [
-                e
-                for e in events
-                if not isinstance(e, StepStats)
-                and not (isinstance(e, Tokens) and e.finish_reason in (None, "transferred"))
-            ]
+            out = []
+            for e in events:
+                if isinstance(e, Accepted | Rejected) and e.key in self.early:
+                    out += [e, *self.early.pop(e.key)]
+                elif not isinstance(e, StepStats) and not (
+                    isinstance(e, Tokens) and e.finish_reason in (None, "transferred")
+                ):
+                    out.append(e)
+            events = out
+        else:  # (a snapshot's key is never a stream's: one counter gives both)
+            for e in events:
+                if getattr(e, "key", None) in self.early:
+                    self.early[e.key].append(e)
+            events = [e for e in events if getattr(e, "key", None) not in self.early]
         super().dispatch(events, core)
 
     def label(self, core: int) -> str:
@@ -433,5 +461,6 @@ class DisaggEngineClient(ProcessEngineClient):
 
     def fail(self, core: int, error: str) -> None:
         """One side stopped: the pair cannot serve, so every stream ends with its error."""
+        self.early.clear()
         for c in (PREFILL, DECODE):
             super().fail(c, error if c == core else f"its {self.sides[core][1]} side stopped")

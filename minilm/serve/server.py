@@ -338,7 +338,8 @@ class OpenAIServer:
         finally:
             gone.cancel()
             if not result.done():
-                result.cancel()
+                result.cancel()  # its choices end cancelled: the gather's outcome is taken
+                result.add_done_callback(lambda f: f.cancelled() or f.exception())  # (not logged)
                 for s in streams:
                     self.client.abort(s)
         if not result.done() or result.cancelled():
