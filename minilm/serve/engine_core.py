@@ -213,9 +213,12 @@ class ProcessEngineClient(EngineClient):
         firsts = await asyncio.gather(
             *(asyncio.wait_for(p.events.recv(), timeout) for p in self.procs)
         )
-        for first in (decode_events(f)[0] for f in firsts):
-            if isinstance(first, EngineError):
-                raise RuntimeError(f"the engine-core process failed to start: {first.message}")
+        errors = [
+            e.message for e in (decode_events(f)[0] for f in firsts) if isinstance(e, EngineError)
+        ]
+        if errors:
+            await self.stop()  # the cores that did start: none may linger on a socket
+            raise RuntimeError(f"the engine-core process failed to start: {errors[0]}")
         ready = decode_events(firsts[0])[0]
         self.ready(EngineInfo(ready.meta, ready.max_model_len))
         for i, proc in enumerate(self.procs):
