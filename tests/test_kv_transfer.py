@@ -385,3 +385,52 @@ def test_a_request_begins_with_accepted_when_the_api_process_falls_behind():
         assert type(events[0]).__name__ == "Accepted", events
         assert sum(len(e.token_ids) for e in events[1:]) == 3
         assert [e.finish_reason for e in events[1:]][-1] == "length"
+
+
+def test_a_second_pair_on_the_same_kv_port_fails_and_the_first_serves_on(reference):
+    """Two pairs given one kv_port: the second fails at its start, naming kv_port, and leaves
+    no process behind; the first pair's answers are all there and right (when the prefill core
+    bound the link, the second pair's decode core joined the first pair's link and took every
+    other KV message)."""
+    from minilm.serve.kv_transfer import free_tcp_port
+    from minilm.serve.openai_api import COMPLETIONS, GenerateRequest
+
+    def pair(port: int) -> DisaggEngineClient:
+        knobs = config(cpu_threads=1)
+        return DisaggEngineClient(
+            "docstrings", knobs, knobs, ServerMetrics("docstrings", None), kv_port=port
+        )
+
+    async def tokens(stream) -> list[int]:
+        out: list[int] = []
+        while True:
+            e = await asyncio.wait_for(stream.queue.get(), 60)
+            if isinstance(e, Tokens):
+                out += e.token_ids
+                if e.finish_reason is not None:
+                    return out
+
+    async def run() -> tuple[list[list[int]], str, list]:
+        port = free_tcp_port("127.0.0.1")
+        first, second = pair(port), pair(port)
+        await first.start()
+        try:
+            with pytest.raises(RuntimeError) as failed:
+                await second.start()
+            streams = [
+                first.add(
+                    str(i),
+                    GenerateRequest(COMPLETIONS, p, m, {"ignore_eos": True}),
+                    time.perf_counter(),
+                )
+                for i, (p, m) in enumerate(zip(PROMPTS, MAX_TOKENS))
+            ]
+            outputs = await asyncio.gather(*(tokens(s) for s in streams))
+            return outputs, str(failed.value), [p.process for p in second.procs]
+        finally:
+            await first.stop()
+
+    outputs, error, processes = asyncio.run(run())
+    assert "kv_port" in error and "cannot be bound" in error, error
+    assert not any(p.is_alive() for p in processes)
+    assert outputs == reference

@@ -790,6 +790,23 @@ def test_a_killed_engine_process_ends_streams_with_an_error_and_new_requests_get
         assert httpx.get(f"{url}/health").status_code == 503
 
 
+def test_a_command_to_a_core_that_closed_its_end_never_blocks_the_event_loop():
+    """A core that is exiting (its sockets closed, its process not yet reaped) has no end on the
+    command socket: a blocking send waited for it for good, and the server hung at stop."""
+    from minilm import EngineConfig
+    from minilm.serve.engine_core import ProcessEngineClient
+    from minilm.serve.messages import Stop
+    from minilm.serve.metrics import ServerMetrics
+
+    client = ProcessEngineClient("docstrings", EngineConfig(), ServerMetrics("docstrings", None))
+    sent = threading.Thread(target=client.send, args=(Stop(), 0), daemon=True)
+    sent.start()
+    sent.join(5)
+    assert not sent.is_alive(), "send() waited for a core that is not there"
+    asyncio.run(client.stop())
+    assert not os.path.exists(client.folder)
+
+
 # ---- speculative decoding (lesson 10): a step can hand over several tokens of one request ------------
 NGRAM = {
     "method": "ngram",

@@ -163,8 +163,8 @@ class ProcessEngineClient(EngineClient):
     ):
         super().__init__(metrics, data_parallel_size, router)
         self.args = (model, config, max_waiting, stream_interval, timeline_path, window)
-        # commands go out from the event loop's thread and never block (PUSH queues them): a plain
-        # socket; events come in with an await: an asyncio socket
+        # commands go out from the event loop's thread and must never block it (see `send`): a
+        # plain socket; events come in with an await: an asyncio socket
         self.sync_ctx, self.ctx = zmq.Context(), zmq.asyncio.Context()
         self.folder = tempfile.mkdtemp(prefix="minilm-engine-")
         self.procs = [self.sockets(i) for i in range(data_parallel_size)]
@@ -172,6 +172,7 @@ class ProcessEngineClient(EngineClient):
     def sockets(self, core: int) -> CoreProcess:
         addrs = (f"ipc://{self.folder}/commands{core}", f"ipc://{self.folder}/events{core}")
         commands, events = self.sync_ctx.socket(zmq.PUSH), self.ctx.socket(zmq.PULL)
+        commands.setsockopt(zmq.SNDHWM, 0)  # queue every command, however many: none refused
         commands.bind(addrs[0])
         events.bind(addrs[1])
         return CoreProcess(addrs, commands, events)
@@ -213,9 +214,12 @@ class ProcessEngineClient(EngineClient):
         firsts = await asyncio.gather(
             *(asyncio.wait_for(p.events.recv(), timeout) for p in self.procs)
         )
-        for first in (decode_events(f)[0] for f in firsts):
-            if isinstance(first, EngineError):
-                raise RuntimeError(f"the engine-core process failed to start: {first.message}")
+        errors = [
+            e.message for e in (decode_events(f)[0] for f in firsts) if isinstance(e, EngineError)
+        ]
+        if errors:
+            await self.stop()  # the cores that did start: none may linger on a socket
+            raise RuntimeError(f"the engine-core process failed to start: {errors[0]}")
         ready = decode_events(firsts[0])[0]
         self.ready(EngineInfo(ready.meta, ready.max_model_len))
         for i, proc in enumerate(self.procs):
@@ -243,7 +247,14 @@ class ProcessEngineClient(EngineClient):
         return self.args[1], core_timeline_path(self.args[4], core, len(self.procs)), None
 
     def send(self, command: Command, core: int = 0) -> None:
-        self.procs[core].commands.send(encode([command]))
+        """Never waits: a PUSH socket whose peer has closed its end (a core that is exiting, alive
+        until it is reaped) would block the event loop for good. Such a core's command is
+        dropped: `exited` ends its streams with an error once the process is gone. (A starting
+        core connects before it builds its engine, so its end is there before its Ready.)"""
+        try:
+            self.procs[core].commands.send(encode([command]), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     async def stop(self) -> None:
         """Stop every core at once (each drains its own requests), then wait for all of them."""

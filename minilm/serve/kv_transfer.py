@@ -16,8 +16,8 @@ token as if it had computed the prompt itself (`Scheduler.add` with `running`). 
 its KV held in the decode process's memory (`ConsumerLoop.held`), nothing lost; once admitted
 it is an ordinary running request: preempted, it is recomputed from its tokens.
 
-The link is a ZeroMQ PUSH socket bound by the prefill core on tcp://kv_ip:kv_port, to which
-the decode core's command socket also connects: KV messages and the API's commands arrive on
+The link is a ZeroMQ PUSH socket of the prefill core connected to tcp://kv_ip:kv_port, which
+the decode core's command socket also binds: KV messages and the API's commands arrive on
 one socket, each decoded the same way, so another machine could be on the other end. The link
 keeps order, which is how an abort during a transfer frees both sides: the API sends it to
 both cores, and the prefill core passes it down the link (`KVCancel`) after any KVBlocks it
@@ -120,9 +120,16 @@ def make_loop(
     """The engine-core process's loop for its role (engine_core.py `run_engine_core`)."""
     if kv.kv_role == "kv_producer":
         link = ctx.socket(zmq.PUSH)
-        link.bind(kv.address)
+        link.connect(kv.address)
         return ProducerLoop(engine, link, *options)
-    commands.connect(kv.address)  # the link's messages arrive among the commands
+    # The decode side binds: a second pair given the same port fails here, at its start. Were
+    # the prefill side to bind, a second pair's decode core could connect to the first pair's
+    # link, and the PUSH socket would deal its KV messages round-robin to both decode cores.
+    try:
+        commands.bind(kv.address)  # the link's messages arrive among the commands
+    except zmq.ZMQError as e:
+        why = f"{kv.address} cannot be bound ({e}): another pair's link? leave kv_port out"
+        raise InvalidValue("kv_port", kv.kv_port, why) from None
     return ConsumerLoop(engine, *options)
 
 
@@ -346,7 +353,7 @@ class ConsumerLoop(KVStatus, EngineLoop):
 
 
 def free_tcp_port(host: str) -> int:
-    """A port no one listens on now, for the KV link (the prefill core binds it)."""
+    """A port no one listens on now, for the KV link (the decode core binds it)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
