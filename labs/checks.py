@@ -4565,6 +4565,17 @@ def router_traps() -> dict[str, dict]:
             "what": "300 requests at 40 req/s, three quarters of them behind one system prompt; "
             "4 replicas of 4 seats",
         },
+        "twenty-four prompts": {
+            "specs": system_prompt_workload(24, 60.0, 300, seed=ROUTER_SEED),
+            "knobs": CACHED_FLEET,
+            "min_within_slo": 0.99,
+            "min_hit_rate": 0.8,
+            "what": "300 requests at 60 req/s behind 24 equally popular system prompts; 4 replicas "
+            "of 16 seats, each cache holding about six of them",
+            "hit_hint": "Requests went to a replica without their prompt while the one that had it "
+            "could have run them at once. How many requests can a replica run at once, here and "
+            "on the hot prompt's fleet, and does your rule know?",
+        },
     }
 
 
@@ -4658,10 +4669,14 @@ def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
             )
         return f"{where}; at least {trap['min_within_slo']:.0%} must. {hint}"
     if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:
+        hint = trap.get(
+            "hit_hint",
+            "Each replica caches only the prompts it served: spread every prompt over every "
+            "replica and each cache must hold them all. What does prefix_match(replica, "
+            "prompt_ids) tell you?",
+        )
         return (
-            f"{where}; a hit rate of at least {trap['min_hit_rate']:.0%} is reachable here. Each "
-            "replica caches only the prompts it served: spread every prompt over every replica and "
-            "each cache must hold them all. What does prefix_match(replica, prompt_ids) tell you?"
+            f"{where}; a hit rate of at least {trap['min_hit_rate']:.0%} is reachable here. {hint}"
         )
     return None
 
@@ -4687,16 +4702,28 @@ def check_load_router(make_router) -> None:
     )
 
 
-def check_cache_router(make_router) -> None:
-    """Part 2: one router for all three traps: skewed lengths, sixteen prompts, one hot prompt."""
-    ms = check_router_traps(
-        make_router, ["skewed lengths", "sixteen prompts", "one hot prompt"], "your router"
-    )
+def check_router_fleets(make_router, names: list[str]) -> None:
+    """One router for every fleet named; what it reached on each."""
+    ms = check_router_traps(make_router, names, "your router")
     ok(
-        "your router passed all three fleets (simulated): "
+        f"your router passed all {len(names)} fleets (simulated): "
         + "; ".join(
             f"{name} {m['slo_attainment']:.1%} within the SLOs"
             + (f", hit rate {m['prefix_cache_hit_rate']:.0%}" if name != "skewed lengths" else "")
-            for name, m in zip(("skewed lengths", "sixteen prompts", "one hot prompt"), ms)
+            for name, m in zip(names, ms)
         )
+    )
+
+
+def check_cache_router(make_router) -> None:
+    """Part 2: one router for three traps: skewed lengths, sixteen prompts, one hot prompt."""
+    check_router_fleets(make_router, ["skewed lengths", "sixteen prompts", "one hot prompt"])
+
+
+def check_fleet_router(make_router) -> None:
+    """Part 3: part 2's traps and twenty-four prompts on replicas of 16 seats, where no bound of
+    a fixed number of requests that passes the hot prompt's fleet keeps the hit rate."""
+    check_router_fleets(
+        make_router,
+        ["skewed lengths", "sixteen prompts", "one hot prompt", "twenty-four prompts"],
     )

@@ -2,7 +2,7 @@
 
 It sees plain values, what a router in front of real engines can know: each replica's load as
 it was when the request arrived (`ReplicaLoad`: requests routed to it and not finished, KV
-blocks in use) and `prefix_match(replica, prompt_ids)`, how many of the prompt's first tokens
+blocks in use, its seats) and `prefix_match(replica, prompt_ids)`, how many of the prompt's first tokens
 that replica's prefix cache holds. The simulator (sim/cluster.py) calls `route` with the
 loads it reconstructs for the arrival time; the server over several engine cores
 (`serve --data-parallel-size N`, serve/engine_client.py) calls it with the loads the cores
@@ -37,6 +37,7 @@ class ReplicaLoad:
     outstanding: int  # requests routed to it that have not finished
     kv_blocks_used: int  # as of its last step that ended by then
     kv_blocks_total: int
+    max_num_seqs: int  # its seats: requests routed beyond them wait for one (lesson 11)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from serving import free_port, serving_process, wait_healthy
 
 from minilm import Engine, Timeline
 from minilm.router import RoutedPrefixes
+from minilm.serve.engine_client import load
 from minilm.workload import DOCSTRINGS_HELDOUT, docstring_prompt
 
 PROMPTS = [docstring_prompt(d) for d in json.loads(DOCSTRINGS_HELDOUT.read_text())[:4]]
@@ -136,6 +137,7 @@ def test_least_outstanding_spreads_concurrent_requests_evenly_and_sequential_one
     for _ in range(3):
         httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
     assert [d.replica for d in list(client.routes)[-3:]] == [0, 0, 0]
+    assert [load(c).max_num_seqs for c in client.cores] == [16, 16]  # the seats a router sees
 
 
 def test_an_abort_frees_the_kv_of_the_core_that_served_it(dp_server):

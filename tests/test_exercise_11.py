@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(
     0, str(Path(__file__).resolve().parent.parent)
 )  # `labs` is a folder of the repository
-from labs.checks import check_cache_router, check_load_router  # noqa: E402
+from labs.checks import check_cache_router, check_fleet_router, check_load_router  # noqa: E402
 from minilm.router import Choice, LeastOutstanding, PrefixAware  # noqa: E402
 
 
@@ -134,6 +134,42 @@ class ForwardingMadeEarly:
         return self.inner.choose(prompt_ids, loads, prefix_match)
 
 
+class FixedBound:
+    """Wrong for part 3: part 2's rule with a bound of `slack` outstanding requests, whatever the
+    seats (every bound fails one of the hot prompt's fleet and twenty-four prompts)."""
+
+    slack = 2
+
+    def __init__(self):
+        self.name = f"bound-{self.slack}"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + self.slack]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding, -i))
+        return Choice(i, f"the longest match within {self.slack} of the least loaded")
+
+
+def fixed_bound(slack: int) -> type:
+    return type(f"FixedBound{slack}", (FixedBound,), {"slack": slack})
+
+
+class FreeSeat:
+    """Wrong for part 3: the cached replica while it has a free seat; a queue is not the only
+    cost (on the hot prompt's fleet a full batch slows every request in it)."""
+
+    name = "free-seat"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        free = [i for i, r in enumerate(loads) if r.outstanding < r.max_num_seqs]
+        if free:
+            i = max(free, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding))
+            if prefix_match(i, prompt_ids) > 0:
+                return Choice(i, "cached, with a free seat")
+        i = min(range(len(loads)), key=lambda i: loads[i].outstanding)
+        return Choice(i, "the fewest outstanding")
+
+
 # ---- right ------------------------------------------------------------------------------------
 class FewestBlocks:
     """Right for part 1: the fewest KV blocks in use, then the fewest outstanding."""
@@ -169,6 +205,33 @@ class CachedTokensMinusLoad:
         scores = [prefix_match(i, prompt_ids) - 400 * r.outstanding for i, r in enumerate(loads)]
         best = max(scores)
         return Choice(scores.index(best), f"the best score, {best}")
+
+
+class HalfTheSeats:
+    """Right for part 3: part 2's rule with a bound of half the seats."""
+
+    name = "half-the-seats"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + r.max_num_seqs // 2]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding))
+        return Choice(i, "the longest match within half the seats of the least loaded")
+
+
+class CachedTokensMinusSeatShare:
+    """Right for part 3, written as a score: cached tokens less 1,600 tokens for each seat's worth
+    of the replica outstanding (100 tokens a request on 16 seats, 400 on 4)."""
+
+    name = "score-per-seat"
+
+    def choose(self, prompt_ids, loads, prefix_match):
+        scores = [
+            prefix_match(i, prompt_ids) - 1600 * r.outstanding / r.max_num_seqs
+            for i, r in enumerate(loads)
+        ]
+        i = scores.index(max(scores))
+        return Choice(i, f"the best score, {scores[i]:.0f}")
 
 
 @pytest.mark.parametrize(
@@ -215,6 +278,35 @@ def test_part_2_rejects(router, hint):
 )
 def test_part_2_accepts(router, capsys):
     check_cache_router(router)
+    assert "passed:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("router", "hint"),
+    [
+        (fixed_bound(4), "How many requests can a replica run at once"),  # the tightest that
+        (fixed_bound(5), "How much more loaded"),  # the loosest that: keep the hot queue short
+        (CachedTokensMinusLoad, "How many requests can a replica run at once"),
+        (FreeSeat, "How much more loaded"),
+        (LeastLoaded, "prefix_match"),
+    ],
+    ids=lambda x: getattr(x, "name", getattr(x, "__name__", "")),
+)
+def test_part_3_rejects(router, hint):
+    with pytest.raises(AssertionError, match=hint):
+        check_fleet_router(router)
+
+
+@pytest.mark.parametrize("slack", range(13))
+def test_part_3_rejects_every_fixed_bound(slack):
+    """The claim exercise 11 makes: no bound from 0 to 12 requests passes part 3."""
+    with pytest.raises(AssertionError, match="How much more loaded|at least 80% is reachable"):
+        check_fleet_router(fixed_bound(slack))
+
+
+@pytest.mark.parametrize("router", [HalfTheSeats, CachedTokensMinusSeatShare], ids=lambda r: r.name)
+def test_part_3_accepts(router, capsys):
+    check_fleet_router(router)
     assert "passed:" in capsys.readouterr().out
 
 

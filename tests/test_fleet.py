@@ -38,7 +38,7 @@ def workload(name="mixed", n=24, rate=40.0, seed=1):
 
 # ---- the router on states built by hand ---------------------------------------------------
 def loads(*pairs):
-    return [ReplicaLoad(o, kv, 100) for o, kv in pairs]
+    return [ReplicaLoad(o, kv, 100, 16) for o, kv in pairs]
 
 
 def test_each_policy_chooses_what_it_promises():
@@ -141,12 +141,12 @@ def test_the_router_sees_the_load_as_it_was_at_arrival():
     replica = Replica("r", simulated_engine(policy="chunked", **KNOBS))
     replica.accept(RequestSpec("a", [1] * 100, 4, 0.0), {})
     record, done = replica.step()  # the prompt: blocks held from t_end on
-    assert done == [] and replica.load_at(record.t_end / 2) == ReplicaLoad(1, 0, 400)
+    assert done == [] and replica.load_at(record.t_end / 2) == ReplicaLoad(1, 0, 400, 8)
     assert replica.load_at(record.t_end).kv_blocks_used == 7  # 101 tokens, 16 a block
     while not done:
         record, done = replica.step()
     assert replica.load_at(record.t_start).outstanding == 1  # it finishes at the step's end
-    assert replica.load_at(record.t_end) == ReplicaLoad(0, 0, 400)
+    assert replica.load_at(record.t_end) == ReplicaLoad(0, 0, 400, 8)
 
 
 def test_fleet_metrics_are_the_sums_of_its_replicas():

@@ -15,7 +15,8 @@
 #
 # * `prompt_ids`: the request's prompt (a list of token ids);
 # * `loads`: one `ReplicaLoad` a replica, as it stood at that moment: `outstanding`
-#   (requests routed to it and not finished), `kv_blocks_used` and `kv_blocks_total`;
+#   (requests routed to it and not finished), `kv_blocks_used`, `kv_blocks_total` and
+#   `max_num_seqs` (its seats: the requests it can run at once);
 # * `prefix_match(i, prompt_ids)`: how many of the prompt's first tokens replica `i`'s
 #   prefix cache holds now (`0` without caching);
 # * return `Choice(i, reason)`: the replica's index in `loads` and a short sentence saying
@@ -84,3 +85,32 @@ class MyCacheRouter:
 # %%
 # exercise check
 checks.check_cache_router(MyCacheRouter)
+
+# %% [markdown]
+# **Part 3: one rule for fleets of any size (design).** Write `MyFleetRouter`, which passes
+# part 2's three fleets and a fourth: twenty-four equally popular system prompts at `60`
+# req/s on replicas of `16` seats (the same caches, about six system prompts each), where it
+# must keep `99%` within the limits and a hit rate of at least `80%`. Run your part 2 router
+# on it first. A bound of a fixed number of outstanding requests that keeps the hot prompt's
+# queue short on replicas of `4` seats sends requests away from their cache here, and one loose
+# enough for this fleet queues the hot prompt there: the check's tests try every bound from
+# `0` to `12`. Decide what one more outstanding request costs on a replica of `4` seats and on
+# one of `16`, and what a cache hit saves, before you code. State the rule in the `reason`.
+
+# %%
+class MyFleetRouter:
+    name = "my-fleet"
+
+    def choose(self, prompt_ids, loads, prefix_match) -> Choice:
+        # BEGIN SOLUTION
+        # one more request costs a queue only once the seats are full: the imbalance a cache hit
+        # may buy grows with the seats (half of them: a hot prompt still spreads before it queues)
+        least = min(r.outstanding for r in loads)
+        near = [i for i, r in enumerate(loads) if r.outstanding <= least + r.max_num_seqs // 2]
+        i = max(near, key=lambda i: (prefix_match(i, prompt_ids), -loads[i].outstanding, -i))
+        return Choice(i, "the longest cached prefix among replicas within half their seats of the least loaded")
+        # END SOLUTION
+
+# %%
+# exercise check
+checks.check_fleet_router(MyFleetRouter)

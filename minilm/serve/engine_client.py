@@ -85,11 +85,14 @@ class Core:
     outstanding: int = 0  # its streams still open
     kv_blocks_used: int = 0  # as of its last step's stats
     kv_blocks_total: int = 0
+    max_num_seqs: int = 0  # its seats, from its knobs at start
     error: str | None = None  # why it stopped, if it did
 
 
 def load(core: Core) -> ReplicaLoad:
-    return ReplicaLoad(core.outstanding, core.kv_blocks_used, core.kv_blocks_total)
+    return ReplicaLoad(
+        core.outstanding, core.kv_blocks_used, core.kv_blocks_total, core.max_num_seqs
+    )
 
 
 class EngineClient(ABC):
@@ -128,6 +131,8 @@ class EngineClient(ABC):
     def ready(self, info: EngineInfo) -> None:
         """The cores are up (alike: the first one's info stands for all)."""
         self.info = info
+        for core in self.cores:
+            core.max_num_seqs = info.meta["max_num_seqs"]
         self.prefixes = [RoutedPrefixes(info.meta["block_size"]) for _ in self.cores]
 
     # ---- what the HTTP side calls ---------------------------------------------------------

@@ -58,7 +58,8 @@ class Replica:
             self.outstanding -= 1
         while len(self.kv_seen) > 1 and self.kv_seen[1][0] <= t:
             self.kv_seen.pop(0)
-        return ReplicaLoad(self.outstanding, self.kv_seen[0][1], self.engine.config.num_blocks)
+        c = self.engine.config
+        return ReplicaLoad(self.outstanding, self.kv_seen[0][1], c.num_blocks, c.max_num_seqs)
 
     def accept(self, spec: RequestSpec, sampling: dict) -> None:
         self.engine.add_workload([spec], **sampling)
