@@ -127,7 +127,9 @@ checks.check_shared_pool(MyBlockPool, fork, append_slot)
 # `prompt_len >= 1`, every `max_tokens[i] >= 1`, `block_size >= 1`. The answer must come from
 # reasoning: the check calls your function with your `MyBlockPool`, `fork` and `append_slot`
 # (and the engine's own pool) unavailable, then runs the sampling above on your pool and
-# compares your number with the most blocks it held.
+# compares your number with the most blocks it held. It also asks about samplings far too
+# long to follow a step at a time (a prompt of a million tokens, samples of a billion), and
+# allows `10` seconds a call: decide which steps can hold the most before you count.
 
 # %%
 def peak_blocks(prompt_len: int, max_tokens: list[int], block_size: int) -> int:
