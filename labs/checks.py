@@ -4684,11 +4684,17 @@ def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
                 "not equal: what in `loads` grows while a replica is busy, whatever the reason?"
             )
         else:
+            short = (
+                f" The hit rate is short too (at least {trap['min_hit_rate']:.0%} is reachable): "
+                "requests left the replica that cached their prompt."
+                if hit < trap["min_hit_rate"]
+                else ""
+            )
             hint = (
                 f"requests waited in a queue of up to {queue} on one replica (the busiest got "
                 f"{max(requests) / sum(requests):.0%} of the requests). A cache hit saves one prefill; "
                 "a queue delays every request in it. How much more loaded than the least loaded "
-                "replica may a cached replica be before the hit is not worth it?"
+                f"replica may a cached replica be before the hit is not worth it?{short}"
             )
         return f"{where}; at least {trap['min_within_slo']:.0%} must. {hint}"
     if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:
@@ -4725,8 +4731,11 @@ def check_load_router(make_router) -> None:
     )
 
 
-def check_router_fleets(make_router, names: list[str]) -> None:
-    """One router for every fleet named; what it reached on each."""
+def check_cache_router(make_router) -> None:
+    """Part 2: one router for four traps: skewed lengths, sixteen prompts, one hot prompt (4
+    seats) and twenty-four prompts (16 seats), where no bound of a fixed number of requests
+    passes both of the last two."""
+    names = ["skewed lengths", "sixteen prompts", "one hot prompt", "twenty-four prompts"]
     ms = check_router_traps(make_router, names, "your router")
     ok(
         f"your router passed all {len(names)} fleets (simulated): "
@@ -4735,18 +4744,4 @@ def check_router_fleets(make_router, names: list[str]) -> None:
             + (f", hit rate {m['prefix_cache_hit_rate']:.0%}" if name != "skewed lengths" else "")
             for name, m in zip(names, ms)
         )
-    )
-
-
-def check_cache_router(make_router) -> None:
-    """Part 2: one router for three traps: skewed lengths, sixteen prompts, one hot prompt."""
-    check_router_fleets(make_router, ["skewed lengths", "sixteen prompts", "one hot prompt"])
-
-
-def check_fleet_router(make_router) -> None:
-    """Part 3: part 2's traps and twenty-four prompts on replicas of 16 seats, where no bound of
-    a fixed number of requests that passes the hot prompt's fleet keeps the hit rate."""
-    check_router_fleets(
-        make_router,
-        ["skewed lengths", "sixteen prompts", "one hot prompt", "twenty-four prompts"],
     )
