@@ -100,9 +100,16 @@ def test_local_processes_equal_serial():
 
 
 def test_ray_equals_local():
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     space = [Deployment("a100"), Deployment("l4"), Deployment("a100", replicas=1, decode=1)]
-    assert search(ASK, space, ray="local") == search(ASK, space, workers=2)
+    try:
+        on_ray = search(ASK, space, ray="local")
+    except Exception as e:  # Ray gives its node 30 s to start (ray/_private/node.py, fixed)
+        if "timed out during startup" not in str(e):  # a loaded 2-core machine can take longer
+            raise
+        ray.shutdown()
+        on_ray = search(ASK, space, ray="local")  # one more start: the result is what is tested
+    assert on_ray == search(ASK, space, workers=2)
 
 
 def test_a_deployment_that_does_not_fit_is_reported_not_run():
