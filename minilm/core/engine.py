@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from tqdm.auto import tqdm
@@ -32,6 +33,26 @@ META_KNOBS = (
     "enable_prefix_caching",
     "scheduling_policy",
 )
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off inside, for code that makes many objects that form no cycles (a run's
+    records, a workload's requests and token lists): every collection would re-scan them all.
+    On the way out what was made meanwhile goes to the oldest generation unscanned (`freeze`
+    then `unfreeze`), else the first collection after (in whatever code runs next) would scan
+    it all at once: 0.3 s of a 10,000-request simulation. A cycle among them is still freed,
+    by the next full collection."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:  # none frozen by the caller: unfreeze lets go of ours only
+            gc.freeze()
+            gc.unfreeze()
+        if was_enabled:
+            gc.enable()
 
 
 class Engine:
@@ -260,21 +281,18 @@ class Engine:
         """Step until every request has finished; returns the timeline."""
         # The timeline's small records form no cycles, yet the cyclic GC re-scanned them
         # all on every pass (half of a simulated 1,000-request run): paused.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with tqdm(
+        with (
+            gc_paused(),
+            tqdm(
                 total=len(self.requests),
                 desc=self.policy.name,
                 unit="req",
                 delay=2,
                 disable=not progress,
-            ) as bar:
-                while self.step() is not None:
-                    bar.update(len(self.timeline.requests) - bar.n)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+            ) as bar,
+        ):
+            while self.step() is not None:
+                bar.update(len(self.timeline.requests) - bar.n)
         return self.timeline
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:

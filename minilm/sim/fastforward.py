@@ -22,12 +22,11 @@ every step through the scheduler.
 from __future__ import annotations
 
 import bisect
-import gc
 import weakref
 from dataclasses import fields
 from functools import cached_property
 
-from ..core.engine import Engine
+from ..core.engine import Engine, gc_paused
 from ..core.kv_cache import BlockPool
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
@@ -76,13 +75,8 @@ class SimulatedEngine(Engine):
     def add_workload(self, specs, **sampling) -> list:
         """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
         workload's many token lists form no cycles, but every pass re-scanned them all."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return super().add_workload(specs, **sampling)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     @property
     def shortcuts(self) -> bool:
