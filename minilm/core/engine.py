@@ -7,15 +7,14 @@ timeline = engine.run()
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import replace
 
 from tqdm.auto import tqdm
 
 from ..config import EngineConfig, InvalidValue
+from ..gcpause import gc_paused
 from ..plan import RequestOutput, StepPlan
 from ..request import Request, SamplingParams
 from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
@@ -33,26 +32,6 @@ META_KNOBS = (
     "enable_prefix_caching",
     "scheduling_policy",
 )
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic GC off inside, for code that makes many objects that form no cycles (a run's
-    records, a workload's requests and token lists): every collection would re-scan them all.
-    On the way out what was made meanwhile goes to the oldest generation unscanned (`freeze`
-    then `unfreeze`), else the first collection after (in whatever code runs next) would scan
-    it all at once: 0.3 s of a 10,000-request simulation. A cycle among them is still freed,
-    by the next full collection."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:  # none frozen by the caller: unfreeze lets go of ours only
-            gc.freeze()
-            gc.unfreeze()
-        if was_enabled:
-            gc.enable()
 
 
 class Engine:

@@ -26,10 +26,11 @@ import weakref
 from dataclasses import fields
 from functools import cached_property
 
-from ..core.engine import Engine, gc_paused
+from ..core.engine import Engine
 from ..core.kv_cache import BlockPool
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
+from ..gcpause import gc_paused
 from ..request import Request, Status
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
