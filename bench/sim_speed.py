@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import report  # noqa: E402
+from minilm.gcpause import gc_paused  # noqa: E402
 from minilm.metrics import summarize  # noqa: E402
 from minilm.sim import simulated_engine  # noqa: E402
 from minilm.workload import RequestSpec, make_workload, poisson_arrivals  # noqa: E402
@@ -73,6 +74,7 @@ CASES = {
 MODEL, MAX_MODEL_LEN = "llama-3-8b", 2048
 
 
+@gc_paused()  # as make_workload: 10,000 token lists, none in a cycle
 def workload(case: Case, vocab_size: int, num_requests: int) -> list[RequestSpec]:
     if case.fixed is None:
         return make_workload(

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import InvalidValue
+from .gcpause import gc_paused
 
 PRESETS = (
     "uniform",
@@ -108,6 +109,7 @@ def poisson_arrivals(rng: np.random.Generator, rate: float | None, n: int) -> np
     return np.cumsum(rng.exponential(1.0 / rate, n)) if rate is not None else np.zeros(n)
 
 
+@gc_paused()  # thousands of token lists, none in a cycle (gcpause.py)
 def make_workload(
     name: str = "mixed",
     num_requests: int = 64,

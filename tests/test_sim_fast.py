@@ -2,6 +2,9 @@
 loop makes: the same steps (count, times, items, KV figures, block tables) and the same
 request records, on every policy, with prefix caching, speculation and preemption."""
 
+import gc
+import weakref
+
 import pytest
 
 from minilm.config import EngineConfig
@@ -102,6 +105,22 @@ def test_summarize_makes_no_decode_items():
         assert all(i.kind == "decode" and i.num_tokens == 1 for i in s.items[:n])
     plain = next(s for s in tl.steps if not isinstance(s, DecodeStep))
     assert plain.bulk_decodes() == (0, plain.items)
+
+
+def test_a_dropped_engine_goes_at_once():
+    # the lanes hold their engine weakly: no cycle, so the engine and its requests are freed
+    # when dropped, not in whatever code the next cyclic collection interrupts
+    fast, _ = run(True, "chunked", max_num_seqs=8)
+    assert fast.lanes is not None  # the fast path ran
+    gone = weakref.ref(fast)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del fast
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])

@@ -7,7 +7,6 @@ timeline = engine.run()
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
@@ -15,6 +14,7 @@ from dataclasses import replace
 from tqdm.auto import tqdm
 
 from ..config import EngineConfig, InvalidValue
+from ..gcpause import gc_paused
 from ..plan import RequestOutput, StepPlan
 from ..request import Request, SamplingParams
 from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
@@ -260,21 +260,18 @@ class Engine:
         """Step until every request has finished; returns the timeline."""
         # The timeline's small records form no cycles, yet the cyclic GC re-scanned them
         # all on every pass (half of a simulated 1,000-request run): paused.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with tqdm(
+        with (
+            gc_paused(),
+            tqdm(
                 total=len(self.requests),
                 desc=self.policy.name,
                 unit="req",
                 delay=2,
                 disable=not progress,
-            ) as bar:
-                while self.step() is not None:
-                    bar.update(len(self.timeline.requests) - bar.n)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+            ) as bar,
+        ):
+            while self.step() is not None:
+                bar.update(len(self.timeline.requests) - bar.n)
         return self.timeline
 
     def generate(self, prompts: list[str], max_tokens: int = 32, **sampling) -> list[str]:

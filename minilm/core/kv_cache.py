@@ -34,7 +34,10 @@ class BlockPool:
     def get_new_blocks(self, n: int) -> list[int]:
         if n > len(self.free):
             raise RuntimeError(f"asked for {n} KV blocks, {len(self.free)} free")
-        return [self.free.pop() for _ in range(n)]
+        rest = len(self.free) - n
+        blocks = self.free[rest:][::-1]  # what n pops give, in one slice
+        del self.free[rest:]
+        return blocks
 
     def free_blocks(self, blocks: list[int]) -> None:
         """Give blocks back; the first of `blocks` is the first handed out again."""

@@ -22,7 +22,7 @@ every step through the scheduler.
 from __future__ import annotations
 
 import bisect
-import gc
+import weakref
 from dataclasses import fields
 from functools import cached_property
 
@@ -30,6 +30,7 @@ from ..core.engine import Engine
 from ..core.kv_cache import BlockPool
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
+from ..gcpause import gc_paused
 from ..request import Request, Status
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
@@ -75,13 +76,8 @@ class SimulatedEngine(Engine):
     def add_workload(self, specs, **sampling) -> list:
         """`Engine.add_workload` with the cyclic GC paused, as `run` pauses it: a simulated
         workload's many token lists form no cycles, but every pass re-scanned them all."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return super().add_workload(specs, **sampling)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     @property
     def shortcuts(self) -> bool:
@@ -158,9 +154,16 @@ class Lanes:
     in which it takes its last token. Lane step g ends at `t_ends[g]`."""
 
     def __init__(self, engine: Engine):
-        self.engine, self.g, self.t_ends = engine, 0, []
+        # a weak reference: the engine holds its lanes, and lanes holding the engine back
+        # would make a cycle, so a dropped engine (a 10,000-request run's millions of
+        # objects) would wait for the cyclic GC, in whatever code runs next, not go at once
+        self._engine, self.g, self.t_ends = weakref.ref(engine), 0, []
         self.token = engine.executor.token_id
         self.flush()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine()
 
     def flush(self) -> None:
         """Bring every lane up to date and let go of them: the scheduler takes the next step."""
