@@ -4700,9 +4700,9 @@ def router_verdict(run, m: dict, trap: dict, name: str) -> str | None:
     if trap["min_hit_rate"] is not None and hit < trap["min_hit_rate"]:
         hint = trap.get(
             "hit_hint",
-            "Each replica caches only the prompts it served: spread every prompt over every "
-            "replica and each cache must hold them all. What does prefix_match(replica, "
-            "prompt_ids) tell you?",
+            "Each replica caches only the prompts it served: a request sent away from the "
+            "replica that caches its prompt misses there, and that cache must hold one more "
+            "prompt. When did yours leave a replica prefix_match(replica, prompt_ids) found?",
         )
         return (
             f"{where}; a hit rate of at least {trap['min_hit_rate']:.0%} is reachable here. {hint}"

@@ -55,7 +55,8 @@ checks.check_load_router(MyLoadRouter)
 # `MyCacheRouter`, one router that passes four fleets, each with prefix caching on and room
 # in each replica's cache (`600` blocks of `16` tokens) for only a few system prompts:
 #
-# * the skewed lengths of part 1 (no shared prompts at all): `99%` within the limits;
+# * the skewed lengths of part 1 (no shared prompts at all, replicas of `4` seats): `99%`
+#   within the limits;
 # * sixteen equally popular system prompts at `20` req/s on replicas of `16` seats: `99%`
 #   within the limits and a prefix-cache hit rate of at least `80%`;
 # * one system prompt behind three quarters of the requests, at `40` req/s, more than one
@@ -72,7 +73,8 @@ checks.check_load_router(MyLoadRouter)
 # check's tests try every bound from `0` to `12`). Decide before you code: what does one more
 # outstanding request cost on a replica of `4` seats, and on one of `16`? What does a cache hit
 # save? What should happen when no replica caches anything of the prompt? The check runs one
-# seeded workload a fleet; state your rule in the `reason`.
+# seeded workload a fleet (other seeds can land either side of its limits: do not tune to it);
+# state your rule in the `reason`, which the fleet's log keeps and the check does not read.
 
 # %%
 class MyCacheRouter:
