@@ -1635,6 +1635,8 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
     end("a")
     for name in list(live):
         end(name)
+    refused_copy(start, split, end, live, pool, append_slot, num_blocks, bs)
+    invariants("after the refused copy")
     # random: up to six sequences growing, forking and ending
     rng = random.Random(4)
     for i in range(300):
@@ -1650,6 +1652,42 @@ def check_copy_on_write(make_pool, fork, append_slot) -> tuple[int, int]:
     for name in list(live):
         end(name)
     return counts["appends"], counts["copies"]
+
+
+def refused_copy(
+    start, split, end, live: dict, pool, append_slot, num_blocks: int, bs: int
+) -> None:
+    """A full pool: the copy a shared last block needs cannot be had. The append must let the
+    pool's RuntimeError through and change nothing (the engine preempts, then tries again)."""
+    start("p", [1, 2, 3, 4, 5, 6])  # a full block and half of one
+    split("p", "q")  # the half-full block is shared
+    start("full", list(range(bs * pool.num_free_blocks)))  # every other block taken
+    p, before = live["p"], list(live["p"].table)
+    what = f"append_slot(pool, {before}, 6, {bs}) with no block free and block {before[-1]} shared with q"
+    try:
+        append_slot(pool, p.table, 6, bs)
+    except RuntimeError:
+        pass
+    except (AssertionError, NotImplementedError, TookTooLong):
+        raise
+    except Exception as e:  # noqa: BLE001 - the learner's error, as a failed check
+        raise AssertionError(
+            f"{what} raised {type(e).__name__}: {e}; the pool's RuntimeError is what it must pass on"
+        ) from e
+    else:
+        raise AssertionError(f"{what} returned, but the copy needs a block and none is free")
+    assert p.table == before and pool.num_free_blocks == 0, f"{what} raised, but changed " + (
+        "the table it was given" if p.table != before else "the pool's free blocks"
+    )
+    end("full")
+    call(pool.free_blocks, list(live.pop("p").table), what=f"free_blocks({before})")
+    want = num_blocks - len(live["q"].table)  # q still reads every block p had
+    assert pool.num_free_blocks == want, (
+        f"after {what} was refused, freeing p's table {before} left {pool.num_free_blocks} blocks "
+        f"free, not {want}: q still holds {live['q'].table}. The refused call changed the "
+        f"holders of block {before[-1]}"
+    )
+    end("q")
 
 
 def check_pool_in_engine(make_pool) -> int:

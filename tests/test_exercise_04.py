@@ -583,3 +583,48 @@ def test_the_pool_comes_back_after_a_prediction_that_tried_it():
 def test_the_peak_check_needs_a_right_part_2():
     with pytest.raises(AssertionError, match="pass part 2's check first"):
         checks.check_peak_blocks(peak_closed_form, StackPool, fork, append_never_copies)
+
+
+def append_lets_go_first(pool, table, num_tokens, block_size):
+    # wrong: lets go of the shared block before the copy's block is had: refused, it has still
+    # taken a holder from a block another sequence reads
+    if num_tokens % block_size == 0:
+        return table + pool.get_new_blocks(1), None
+    last = table[-1]
+    if pool.holders[last] == 1:
+        return table, None
+    pool.free_blocks([last])
+    new = pool.get_new_blocks(1)[0]
+    return table[:-1] + [new], (last, new)
+
+
+def append_swallows_a_full_pool(pool, table, num_tokens, block_size):
+    # wrong: a full pool's refusal caught, the shared block written in place
+    try:
+        return append_slot(pool, table, num_tokens, block_size)
+    except RuntimeError:
+        return table, None
+
+
+def append_pops_first(pool, table, num_tokens, block_size):
+    # wrong: takes the shared block off the table it was given before asking for the copy's
+    if num_tokens % block_size == 0 or pool.holders[table[-1]] == 1:
+        return append_slot(pool, table, num_tokens, block_size)
+    last = table.pop()
+    new = pool.get_new_blocks(1)[0]
+    pool.free_blocks([last])
+    return table + [new], (last, new)
+
+
+@pytest.mark.parametrize(
+    "append, words",
+    [
+        (append_lets_go_first, "changed the holders of block"),
+        (append_swallows_a_full_pool, "none is free"),
+        (append_pops_first, "changed the table it was given"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_a_refused_copy_must_change_nothing(append, words):
+    with pytest.raises(AssertionError, match=words):
+        checks.check_shared_pool(StackPool, fork, append)

@@ -40,7 +40,9 @@
 # What it assumes, so that you need not guess: it never frees a block that has no holder
 # (what your pool does then is yours to choose; raising is kindest); `append_slot` may
 # return the table it was given, changed in place, or a new list (the check keeps the one
-# you return); `fork` returns a new list.
+# you return); `fork` returns a new list. When the pool has no block for what an append
+# needs, `append_slot` lets the pool's `RuntimeError` through and leaves the pool and the
+# table it was given as they were: the engine then preempts a sequence and tries again.
 
 # %%
 from labs import checks
