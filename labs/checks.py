@@ -1874,6 +1874,18 @@ HUGE_PEAK_CASES = [
 PEAK_SECONDS = 10  # a call's time limit
 
 
+def predicted_peak(peak_blocks, pool_parts: tuple, case: tuple, slow: str | None = None) -> int:
+    """The learner's peak_blocks on one case, with their pool unavailable and a time limit
+    (`slow`: why a case would take too long)."""
+    name = f"peak_blocks({case[0]}, {case[1]}, {case[2]})"
+    with pool_unavailable(peak_blocks, pool_parts, name):
+        with time_limit(PEAK_SECONDS, name, *([slow] if slow else [])):
+            got = call(peak_blocks, case[0], list(case[1]), case[2], what=name)
+    if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+        raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
+    return got
+
+
 def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
     rng = random.Random(45)
     cases = PEAK_CASES + [
@@ -1884,11 +1896,10 @@ def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
         )
         for _ in range(40)
     ]
+    parts = (make_pool, fork, append_slot)
     for prompt_len, max_tokens, bs in cases:
         name = f"peak_blocks({prompt_len}, {max_tokens}, {bs})"
-        with pool_unavailable(peak_blocks, (make_pool, fork, append_slot), name):
-            with time_limit(PEAK_SECONDS, name):
-                got = call(peak_blocks, prompt_len, list(max_tokens), bs, what=name)
+        got = predicted_peak(peak_blocks, parts, (prompt_len, max_tokens, bs))
         held, step, running, shared, own = call(
             sampling_peak,
             make_pool,
@@ -1903,23 +1914,16 @@ def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
             f"your part-2 pool, fork and append_slot held at most {held} blocks running part 3's sampling "
             f"for {name}, not what the check's own count says: pass part 2's check first"
         )
-        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
-            raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
         if got != held:
             raise AssertionError(
                 f"{name} = {got}: your pool, fork and append_slot, run as part 3 states, held at most {held} "
                 f"blocks at once (yours is {'higher' if got > held else 'lower'}), first in step {step}, with "
                 f"{running} sequence(s) holding blocks: {shared} block(s) in more than one table, {own} in one table only"
             )
-    for prompt_len, max_tokens, bs in HUGE_PEAK_CASES:
-        name = f"peak_blocks({prompt_len}, {max_tokens}, {bs})"
-        with pool_unavailable(peak_blocks, (make_pool, fork, append_slot), name):
-            slow = "a billion steps cannot be followed one at a time: at which steps can the held blocks be the most?"
-            with time_limit(PEAK_SECONDS, name, slow):
-                got = call(peak_blocks, prompt_len, list(max_tokens), bs, what=name)
-        want = peak_reference(prompt_len, max_tokens, bs)
-        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
-            raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
+    slow = "a billion steps cannot be followed one at a time: at which steps can the held blocks be the most?"
+    for case in HUGE_PEAK_CASES:
+        name = f"peak_blocks({case[0]}, {case[1]}, {case[2]})"
+        got, want = predicted_peak(peak_blocks, parts, case, slow), peak_reference(*case)
         if got != want:
             raise AssertionError(
                 f"{name} = {got}: {'too many' if got > want else 'too few'} blocks. Your count "
