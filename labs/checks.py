@@ -67,8 +67,8 @@ class TookTooLong(BaseException):
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, what: str, why: str = "does a loop in it never end?"):
-    """Stop a loop that never ends (or one too slow for its input: `why` says which). Needs
+def time_limit(seconds: float, what: str, why: str | None = None):
+    """Stop a loop that never ends (or one too slow for its input: `why` says so). Needs
     SIGALRM and the main thread (a notebook's cells run there); elsewhere it only waits."""
     if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         yield
@@ -82,6 +82,7 @@ def time_limit(seconds: float, what: str, why: str = "does a loop in it never en
     try:
         yield
     except TookTooLong:
+        why = why or "does a loop in it never end?"
         raise AssertionError(f"{what} ran for more than {seconds:g} s: {why}") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -1874,12 +1875,17 @@ HUGE_PEAK_CASES = [
 PEAK_SECONDS = 10  # a call's time limit
 
 
+def peak_call(case: tuple) -> str:
+    """How a message names the call on `case` (prompt_len, max_tokens, block_size)."""
+    return f"peak_blocks({case[0]}, {case[1]}, {case[2]})"
+
+
 def predicted_peak(peak_blocks, pool_parts: tuple, case: tuple, slow: str | None = None) -> int:
     """The learner's peak_blocks on one case, with their pool unavailable and a time limit
     (`slow`: why a case would take too long)."""
-    name = f"peak_blocks({case[0]}, {case[1]}, {case[2]})"
+    name = peak_call(case)
     with pool_unavailable(peak_blocks, pool_parts, name):
-        with time_limit(PEAK_SECONDS, name, *([slow] if slow else [])):
+        with time_limit(PEAK_SECONDS, name, slow):
             got = call(peak_blocks, case[0], list(case[1]), case[2], what=name)
     if not isinstance(got, numbers.Integral) or isinstance(got, bool):
         raise AssertionError(f"{name} = {got!r}: return a whole number of blocks")
@@ -1898,7 +1904,7 @@ def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
     ]
     parts = (make_pool, fork, append_slot)
     for prompt_len, max_tokens, bs in cases:
-        name = f"peak_blocks({prompt_len}, {max_tokens}, {bs})"
+        name = peak_call((prompt_len, max_tokens, bs))
         got = predicted_peak(peak_blocks, parts, (prompt_len, max_tokens, bs))
         held, step, running, shared, own = call(
             sampling_peak,
@@ -1922,7 +1928,7 @@ def check_peak_blocks(peak_blocks, make_pool, fork, append_slot) -> None:
             )
     slow = "a billion steps cannot be followed one at a time: at which steps can the held blocks be the most?"
     for case in HUGE_PEAK_CASES:
-        name = f"peak_blocks({case[0]}, {case[1]}, {case[2]})"
+        name = peak_call(case)
         got, want = predicted_peak(peak_blocks, parts, case, slow), peak_reference(*case)
         if got != want:
             raise AssertionError(

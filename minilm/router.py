@@ -2,8 +2,8 @@
 
 It sees plain values, what a router in front of real engines can know: each replica's load as
 it was when the request arrived (`ReplicaLoad`: requests routed to it and not finished, KV
-blocks in use, its seats) and `prefix_match(replica, prompt_ids)`, how many of the prompt's first tokens
-that replica's prefix cache holds. The simulator (sim/cluster.py) calls `route` with the
+blocks in use, its seats) and `prefix_match(replica, prompt_ids)`, how many of the prompt's
+first tokens that replica's prefix cache holds. The simulator (sim/cluster.py) calls `route` with the
 loads it reconstructs for the arrival time; the server over several engine cores
 (`serve --data-parallel-size N`, serve/engine_client.py) calls it with the loads the cores
 report with their outputs, and `RoutedPrefixes` as its prefix match: it cannot read a core's
