@@ -1,7 +1,6 @@
 """For every test run, tests/ and labs/ alike (nbval's notebook cells are pytest items too)."""
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -54,12 +53,15 @@ class FiguresDrawInChromium(pytest.Item):
             self.figures.append((label, fig))
 
     def runtest(self) -> None:
+        from labs import build_site
         from tests.chromium import CHROMIUM, FigurePage
 
         global figure_page
 
         if not self.cells_run:
             pytest.skip("none of this notebook's cells ran")
+        rel = Path(self.parent.path).resolve().relative_to(build_site.LABS)
+        build_site.save_executed(self.parent.nb, self.parent.outputs_seen, str(rel))
         if not self.figures:
             pytest.skip("the notebook shows no Plotly figure")
         if not Path(CHROMIUM).exists():
@@ -81,14 +83,62 @@ class FiguresDrawInChromium(pytest.Item):
         return self.path, None, f"{self.path.name}: {self.name}"
 
 
+# Lessons whose asserts read times measured on this CPU (a step's milliseconds, a server's TTFT):
+# scripts/test.sh runs them one after the other with nothing beside them (`--notebooks timed`),
+# and every other notebook beside the tests, on two workers (`--notebooks untimed`). Their other
+# measured outputs are never compared (nbval-lax), so a neighbour changes numbers, not verdicts.
+TIMED_NOTEBOOKS = (
+    "01_prefill_decode.ipynb",
+    "06_chunked_prefill.ipynb",
+    "08_prefix_caching.ipynb",
+    "09_serving.ipynb",
+    "10_speculation_quantization.ipynb",
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--notebooks",
+        choices=("all", "timed", "untimed"),
+        default="all",
+        help="which notebooks run: all, only the lessons that assert on times measured here "
+        "(TIMED_NOTEBOOKS in conftest.py), or all the others",
+    )
+    parser.addoption(
+        "--site",
+        action="store_true",
+        help="build and check the site after this run, from the notebooks it ran and those "
+        "an earlier run left in labs/site/executed (scripts/test.sh's second run)",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     skip_triton_cells(items)
     try:
         from nbval.plugin import IPyNbCell
     except ImportError:  # no notebooks collected
         return
+    keep_notebooks(config, items, IPyNbCell)
     add_figure_checks(items, IPyNbCell)
-    add_site_check(items, IPyNbCell)
+    add_site_check(config, items, IPyNbCell)
+
+
+def keep_notebooks(config, items, cell_type) -> None:
+    """Deselect the notebooks `--notebooks` leaves out (tests/ are kept either way)."""
+    which = config.getoption("notebooks")
+    if which == "all":
+        return
+    here = Path(__file__).parent
+    timed = {here / "labs" / name for name in TIMED_NOTEBOOKS}
+    dropped = [
+        i
+        for i in items
+        if isinstance(i, cell_type) and (Path(i.parent.path) in timed) != (which == "timed")
+    ]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [i for i in items if id(i) not in gone]
 
 
 def add_figure_checks(items, cell_type) -> None:
@@ -103,6 +153,7 @@ def add_figure_checks(items, cell_type) -> None:
         notebook.figure_check = FiguresDrawInChromium.from_parent(
             notebook, name="figures draw in Chromium"
         )
+        notebook.outputs_seen = {}  # cell number: what it showed, for the site's executed copy
         items.insert(i + 1, notebook.figure_check)
 
 
@@ -110,31 +161,41 @@ def pytest_runtest_makereport(item, call):
     check = getattr(item.parent, "figure_check", None)
     if call.when == "call" and check is not None and item is not check:
         check.collect_figures(item)
-        seen = getattr(item.parent, "outputs_seen", None)  # only when the site is checked
-        if seen is not None:
-            seen[item.cell_num] = item.test_outputs
+        item.parent.outputs_seen[item.cell_num] = item.test_outputs
 
 
 class SiteBuilds(pytest.Item):
     """After every notebook, one more item: the site (labs/build_site.py) builds from the notebooks
     as nbval ran them, and every page loads in headless Chromium with no console error, no request
     off the machine, its figures drawn at the page's width and its links to pages that exist
-    (tests/chromium.py). Added only when every notebook of the site was collected."""
+    (tests/chromium.py). Added when every notebook of the site was collected, or with `--site`:
+    then the ones this run did not hold come from the executed copies an earlier run wrote
+    (scripts/test.sh clears them first, so they are its own first run's)."""
 
     def __init__(self, notebooks, **kwargs):
         super().__init__(**kwargs)
-        self.notebooks = notebooks  # {path relative to labs/: its nbval file node}
+        self.notebooks = notebooks  # {path relative to labs/: its nbval file node, None: not here}
 
     def runtest(self) -> None:
         from labs import build_site
         from tests.chromium import CHROMIUM, site_problems
 
-        unrun = [rel for rel, nb in self.notebooks.items() if not nb.outputs_seen]
+        unrun = [
+            rel for rel, nb in self.notebooks.items() if nb is not None and not nb.outputs_seen
+        ]
         if unrun:
             pytest.skip(f"these notebooks did not run: {unrun}")
-        shutil.rmtree(build_site.EXECUTED, ignore_errors=True)
-        for rel, node in self.notebooks.items():
-            build_site.save_executed(node.nb, node.outputs_seen, rel)
+        absent = [
+            rel
+            for rel, nb in self.notebooks.items()
+            if nb is None and not (build_site.EXECUTED / rel).exists()
+        ]
+        if absent:
+            pytest.fail(
+                f"no executed copy in {build_site.EXECUTED} of {absent}: run them first "
+                f"(scripts/test.sh's first run does)",
+                pytrace=False,
+            )
         seconds = build_site.build()
         print(f"site built in {seconds:.1f} s")
         if not Path(CHROMIUM).exists():
@@ -148,20 +209,25 @@ class SiteBuilds(pytest.Item):
         return self.path, None, "the lab's site builds and its pages work in Chromium"
 
 
-def add_site_check(items, cell_type) -> None:
-    """One SiteBuilds after everything, when the run holds every notebook the site shows."""
-    from labs.build_site import LABS, site_notebooks
+def add_site_check(config, items, cell_type) -> None:
+    """One SiteBuilds after everything, when the run holds every notebook the site shows (or
+    `--site` asks for it)."""
+    from labs.build_site import EXECUTED, LABS, site_notebooks
 
     files = {item.parent for item in items if isinstance(item, cell_type)}
     by_rel = {str(Path(f.path).relative_to(LABS)): f for f in files if LABS in Path(f.path).parents}
     wanted = site_notebooks()
-    if not all(rel in by_rel for rel in wanted):
+    if not config.getoption("site") and not all(rel in by_rel for rel in wanted):
         return
-    for f in by_rel.values():
-        f.outputs_seen = {}
-    session = items[0].session
+    for rel in set(wanted) & set(by_rel):  # a notebook that fails to run leaves no old copy
+        (EXECUTED / rel).unlink(missing_ok=True)
+    session = items[0].session if items else None
+    if session is None:
+        return
     items.append(
-        SiteBuilds.from_parent(session, name="site", notebooks={rel: by_rel[rel] for rel in wanted})
+        SiteBuilds.from_parent(
+            session, name="site", notebooks={rel: by_rel.get(rel) for rel in wanted}
+        )
     )
 
 

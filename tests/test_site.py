@@ -1,7 +1,8 @@
 """The site's builder (labs/build_site.py) and its browser check (tests/chromium.py site_problems)
 on three small notebooks: what a page shows, and that the check catches a console error, a
 request off the machine and a link to a missing page. The lab's own site is built and checked
-by the last item of a run that holds every notebook (conftest.py SiteBuilds)."""
+by the last item of a run that holds every notebook, or of one run with `--site` (conftest.py
+SiteBuilds)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,41 @@ def test_a_stored_cell_keeps_its_text_and_figure_json_and_no_other_cell_keeps_an
     big = {"data": [{"type": "scatter", "y": list(range(10_000))}]}
     nb.cells[1].outputs = [new_output("display_data", data={build_site.PLOTLY_MIME: big})]
     assert any("over the 32 KB" in e for e in keep_checked_outputs(nb, "lesson"))
+
+
+def collected(*args: str) -> set[str]:
+    """The item ids `pytest --collect-only` finds with these arguments (no notebook runs)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval-lax", *args],
+        cwd=build_site.LABS.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {line for line in out.splitlines() if "::" in line}
+
+
+def test_the_two_runs_of_the_test_command_hold_every_notebook_once_and_the_site_last():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "root_conftest", build_site.LABS.parent / "conftest.py"
+    )
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+
+    def notebooks(items: set[str]) -> set[str]:
+        return {i.split("::")[0] for i in items if i.startswith("labs/")}
+
+    every = notebooks(collected("labs"))
+    timed = collected("labs", "--notebooks", "timed", "--site")
+    untimed = collected("labs", "--notebooks", "untimed")
+    assert notebooks(timed) == {f"labs/{n}" for n in conftest.TIMED_NOTEBOOKS}  # each exists
+    assert notebooks(timed) | notebooks(untimed) == every
+    assert not notebooks(timed) & notebooks(untimed)
+    assert "::site" in timed and "::site" not in untimed  # the site: once, after both
+    script = (build_site.LABS.parent / "scripts" / "test.sh").read_text()
+    assert "--notebooks untimed -n 2" in script and "--notebooks timed --site" in script
