@@ -92,7 +92,6 @@ TIMED_NOTEBOOKS = (
     "06_chunked_prefill.ipynb",
     "08_prefix_caching.ipynb",
     "09_serving.ipynb",
-    "10_speculation_quantization.ipynb",
 )
 
 
@@ -212,15 +211,13 @@ class SiteBuilds(pytest.Item):
 def add_site_check(config, items, cell_type) -> None:
     """One SiteBuilds after everything, when the run holds every notebook the site shows (or
     `--site` asks for it)."""
-    from labs.build_site import EXECUTED, LABS, site_notebooks
+    from labs.build_site import LABS, site_notebooks
 
     files = {item.parent for item in items if isinstance(item, cell_type)}
     by_rel = {str(Path(f.path).relative_to(LABS)): f for f in files if LABS in Path(f.path).parents}
     wanted = site_notebooks()
     if not config.getoption("site") and not all(rel in by_rel for rel in wanted):
         return
-    for rel in set(wanted) & set(by_rel):  # a notebook that fails to run leaves no old copy
-        (EXECUTED / rel).unlink(missing_ok=True)
     session = items[0].session if items else None
     if session is None:
         return
