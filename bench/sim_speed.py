@@ -1,15 +1,20 @@
 """How fast the simulator runs, fast path on and off (issue 4, issue 27 section 1).
 
-    python bench/sim_speed.py [--cases mixed-1k,poisson-10k,mixed-100k] [--repeats 3] [--out FILE]
+    python bench/sim_speed.py [--cases mixed-1k,poisson-10k,mixed-100k,mixed-1m] [--repeats 3] [--out FILE]
     python bench/sim_speed.py --show bench/results/sim_speed.json   # print a saved result
 
-Three cases, each timed as `compare` runs a policy: build the simulated engine, make and
+Four cases, each timed as `compare` runs a policy: build the simulated engine, make and
 queue the workload, run it, summarize.
     mixed-1k     1,000 `mixed` requests at t=0, Llama-3-8B on an H100, 16 seats, every policy (limit 1 s)
     poisson-10k  10,000 requests of 512 prompt / 128 output tokens, Poisson at 13 req/s,
                  Llama-3-8B on an A100, 128 seats, continuous and chunked (limit 2 s)
     mixed-100k   100,000 `mixed` requests at t=0, Llama-3-8B on an H100, 256 seats,
                  continuous and chunked (limit 10 s)
+    mixed-1m     1,000,000 `mixed` requests at t=0, as mixed-100k, with compact prompts and
+                 record="aggregate" (docs/SIMULATOR.md, "Memory"): peak RSS <= 4,096 MB (its
+                 times reported, without a limit); one repeat whatever --repeats says (minutes)
+Every run is a fresh subprocess, so that its peak RSS (the child's own ru_maxrss, read at
+its end) is its own: each row gives the highest of its repeats.
 Each row is one (case, policy, path): `fast` is the simulator's default (sim/fastforward.py),
 `step` every step through the scheduler (`fast_forward=False`, the reference), run
 `--step-repeats` times on the cases in `--step-cases` (it is slow). Wall and CPU seconds are
@@ -23,9 +28,12 @@ and the checks; writes bench/results/sim_speed.json in bench/report.py's shape.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -49,9 +57,12 @@ class Case:
     num_requests: int
     max_num_seqs: int
     policies: tuple[str, ...]
-    limit_s: float
+    limit_s: float | None  # None: times reported without a limit
     record_kv_blocks: bool
     fixed: tuple[int, int, float] | None = None  # (prompt, output, req/s); None: `mixed` at t=0
+    compact: bool = False  # prompts as numpy int32 arrays, the timeline as totals (aggregate)
+    rss_limit_mb: float | None = None  # a check of the peak RSS, where given
+    max_repeats: int | None = None  # at most this many repeats (a slow case)
 
 
 CASES = {
@@ -69,6 +80,18 @@ CASES = {
             (512, 128, 13.0),
         ),
         Case("mixed-100k", "h100", 100_000, 256, ("continuous", "chunked"), 10.0, False),
+        Case(
+            "mixed-1m",
+            "h100",
+            1_000_000,
+            256,
+            ("continuous", "chunked"),
+            None,
+            False,
+            compact=True,
+            rss_limit_mb=4096.0,
+            max_repeats=1,
+        ),
     )
 }
 MODEL, MAX_MODEL_LEN = "llama-3-8b", 2048
@@ -78,7 +101,12 @@ MODEL, MAX_MODEL_LEN = "llama-3-8b", 2048
 def workload(case: Case, vocab_size: int, num_requests: int) -> list[RequestSpec]:
     if case.fixed is None:
         return make_workload(
-            "mixed", num_requests, seed=0, vocab_size=vocab_size, max_model_len=MAX_MODEL_LEN
+            "mixed",
+            num_requests,
+            seed=0,
+            vocab_size=vocab_size,
+            max_model_len=MAX_MODEL_LEN,
+            compact=case.compact,
         )
     prompt, output, rate = case.fixed
     rng = np.random.default_rng(0)
@@ -100,6 +128,7 @@ def simulate(case: Case, policy: str, fast: bool, num_requests: int):
         max_num_seqs=case.max_num_seqs,
         max_model_len=MAX_MODEL_LEN,
         record_kv_blocks=case.record_kv_blocks,
+        record="aggregate" if case.compact else "full",
     )
     engine.add_workload(workload(case, engine.model_config.vocab_size, num_requests))
     c_run = time.process_time()
@@ -124,21 +153,46 @@ def simulate(case: Case, policy: str, fast: bool, num_requests: int):
     return times, facts, timeline
 
 
-def fingerprint(timeline) -> tuple:
-    """What "the same run" means here: every step's times, every request's times, in order."""
-    return (
+def fingerprint(timeline) -> str:
+    """What "the same run" means here: every step's times, every request's times, in order
+    (a digest of their exact reprs, so that a child process can hand it back)."""
+    values = (
         [(s.t_start, s.t_end) for s in timeline.steps],
         [(r.request_id, r.arrival, r.t_first_token, r.t_finished) for r in timeline.requests],
     )
+    return hashlib.sha256(repr(values).encode()).hexdigest()
 
 
-def row(case: Case, policy: str, fast: bool, repeats: int, num_requests: int) -> tuple[dict, tuple]:
+def child(name: str, policy: str, fast: bool, num_requests: int) -> dict:
+    """One run, in this (fresh) process: its times, facts, fingerprint and peak RSS."""
+    times, facts, timeline = simulate(CASES[name], policy, fast, num_requests)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return {"times": times, "facts": facts, "print": fingerprint(timeline), "peak_rss_mb": rss}
+
+
+def run_child(case: Case, policy: str, fast: bool, num_requests: int) -> dict:
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        case.name,
+        policy,
+        str(int(fast)),
+        str(num_requests),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{case.name} {policy}: the run failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def row(case: Case, policy: str, fast: bool, repeats: int, num_requests: int) -> tuple[dict, str]:
     load = os.getloadavg()[0]
+    repeats = min(repeats, case.max_repeats or repeats)
     runs = []
-    for _ in range(repeats):  # each timeline let go before the next build: the GC scans what lives
-        times, facts, timeline = simulate(case, policy, fast, num_requests)
-        runs.append((times, facts, fingerprint(timeline)))
-        del timeline
+    for _ in range(repeats):  # each run a fresh process: its own memory, its own GC
+        r = run_child(case, policy, fast, num_requests)
+        runs.append((r["times"], r["facts"] | {"peak_rss_mb": r["peak_rss_mb"]}, r["print"]))
     out = {
         "case": case.name,
         "policy": policy,
@@ -151,7 +205,8 @@ def row(case: Case, policy: str, fast: bool, repeats: int, num_requests: int) ->
         out[key] = statistics.median(values)
         if key in ("wall_s", "cpu_s"):
             out[f"{key}_min"], out[f"{key}_max"] = min(values), max(values)
-    return out | runs[0][1], runs[-1][2]
+    peak = max(r[1]["peak_rss_mb"] for r in runs)
+    return out | runs[0][1] | {"peak_rss_mb": peak}, runs[-1][2]
 
 
 COLUMNS = [
@@ -173,6 +228,7 @@ COLUMNS = [
     report.Column("run cpu (s)", "run_cpu_s", ".2f"),
     report.Column("summarize cpu (s)", "summarize_cpu_s", ".2f"),
     report.Column("simulated (s)", "simulated_s", ".1f"),
+    report.Column("peak RSS (MB)", "peak_rss_mb", ".0f"),
 ]
 
 
@@ -181,13 +237,23 @@ def checks(rows: list[dict], same: dict[tuple, bool], limits: dict[str, float]) 
     for r in rows:
         if r["path"] != "fast":
             continue
+        if (rss_limit := CASES[r["case"]].rss_limit_mb) is not None:
+            out.append(
+                report.check(
+                    f"{r['case']} {r['policy']}: peak RSS of its process (MB), highest repeat",
+                    r["peak_rss_mb"],
+                    "<=",
+                    rss_limit,
+                )
+            )
+        limit = limits[r["case"]]
         for clock in ("wall", "cpu"):
             out.append(
                 report.check(
                     f"{r['case']} {r['policy']}: {clock} time, build + run + summarize (s), median",
                     r[f"{clock}_s"],
-                    "<=",
-                    limits[r["case"]],
+                    None if limit is None else "<=",
+                    limit,
                     min=r[f"{clock}_s_min"],
                     max=r[f"{clock}_s_max"],
                     load_avg=r["load_avg_1min"],
@@ -230,7 +296,9 @@ def show(res: dict) -> None:
     )
     for name, case in c["cases"].items():
         print(f"  {name}: {case}")
-    report.print_table(res["rows"], COLUMNS)
+    # a result saved before the rows had their peak RSS prints without it
+    rss = all("peak_rss_mb" in r for r in res["rows"])
+    report.print_table(res["rows"], [c for c in COLUMNS if rss or c.key != "peak_rss_mb"])
     print()
     report.print_checks(res["checks"])
 
@@ -252,8 +320,13 @@ def main() -> int:
         help="cap every case's request count (a quick try)",
     )
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_speed.json")
+    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)  # case policy fast n: one run
     report.add_show_option(p)
     args = p.parse_args()
+    if args.child:
+        name, policy, fast, n = args.child
+        print(json.dumps(child(name, policy, fast == "1", int(n))))
+        return 0
     if args.show:
         return show(report.load(args.show))
     names = args.cases.split(",")
@@ -281,7 +354,10 @@ def main() -> int:
                 if c.fixed is None
                 else f"{c.fixed[0]} prompt / {c.fixed[1]} output tokens, Poisson at {c.fixed[2]:g} req/s",
                 "record_kv_blocks": c.record_kv_blocks,
+                "compact_prompts_aggregate_record": c.compact,
                 "limit_s": c.limit_s,
+                "rss_limit_mb": c.rss_limit_mb,
+                "max_repeats": c.max_repeats,
             }
             for name, c in CASES.items()
             if name in names
@@ -291,7 +367,11 @@ def main() -> int:
         "repeats": args.repeats,
         "step_repeats": args.step_repeats,
         "load_avg_end": list(os.getloadavg()),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # the highest of this process's and its runs' (each a child process)
+        "peak_rss_mb": max(
+            [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]
+            + [r["peak_rss_mb"] for r in rows]
+        ),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     limits = {name: c.limit_s for name, c in CASES.items()}

@@ -15,6 +15,7 @@ import psutil
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 ATTENTION_BACKENDS = ("reference", "sdpa", "triton")  # minilm/model/attention/
+RECORD_MODES = ("full", "aggregate")  # minilm/record.py
 KV_MODES = ("paged", "reserved")
 SCHEDULING_POLICIES = ("fcfs", "lpm")  # vLLM's word: the waiting queue's order
 QUANTIZATIONS = (
@@ -179,6 +180,7 @@ class EngineConfig:
     seed: int = knob(0, "of random weights and sampling")
     cpu_threads: int | None = knob(None, "torch threads on CPU (default: PyTorch's)", low=1)
     record_kv_blocks: bool = knob(True, "keep each step's block tables (for the KV map)")
+    record: str = knob("full", "aggregate: totals, no token times (a million)", RECORD_MODES)
     speculative_config: Any = knob(None, 'vLLM\'s keys, e.g. {"method": "ngram"} (lesson 10)')
 
     def resolve(self, model: ModelConfig, policy: Any, kv_num_blocks: Callable) -> EngineConfig:

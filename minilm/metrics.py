@@ -77,12 +77,53 @@ def _gaps(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
     return gaps[keep], ends - lens - np.arange(len(lens))
 
 
+def aggregate(tl: Timeline) -> bool:
+    """Recorded with record="aggregate" (minilm/record.py): totals, no token times."""
+    return tl.meta.get("record") == "aggregate"
+
+
+def gap_counts(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """record="aggregate": the run's inter-token gaps as (values, how many times each): each
+    step's own gap (its t_end - the previous step's) weighed by its `num_follow`, then the
+    timeline's other_gaps, once each. The same multiset `_gaps` gives a full timeline."""
+    steps, other = tl.steps, np.asarray(tl.other_gaps, float)
+    ends = np.fromiter((s.t_end for s in steps), float, len(steps))
+    follows = np.fromiter((s.num_follow for s in steps), int, len(steps))
+    values = np.concatenate([np.diff(ends), other])
+    counts = np.concatenate([follows[1:], np.ones(len(other), int)])
+    return values[counts > 0], counts[counts > 0]
+
+
+def weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs) -> list[float]:
+    """np.percentile(np.repeat(values, counts), qs), its default (linear) method step by step,
+    bit for bit, without making the repeated array (tens of millions of gaps)."""
+    order = np.argsort(values, kind="stable")
+    v, ends = values[order], np.cumsum(counts[order])  # sorted rank k: v[first end > k]
+    n = int(ends[-1]) if len(ends) else 0
+    if n == 0:
+        return [float("nan")] * len(qs)
+    virtual = (n - 1) * np.true_divide(np.asarray(qs, float), 100)  # numpy's virtual index
+    prev, last = np.floor(virtual), virtual >= n - 1
+    lo = np.where(last, n - 1, prev).astype(np.intp)
+    hi = np.where(last, n - 1, prev + 1).astype(np.intp)
+    gamma = virtual - np.where(last, -1, prev)  # numpy's (moot where last: a == b)
+    a, b = v[np.searchsorted(ends, lo, side="right")], v[np.searchsorted(ends, hi, side="right")]
+    d = b - a  # numpy's lerp: from the nearer end
+    return np.where(gamma >= 0.5, b - d * (1 - gamma), a + d * gamma).tolist()
+
+
 def itls(tl: Timeline) -> list[float]:
+    """Every gap between consecutive tokens of a request (record="aggregate": the same gaps,
+    in step order, not request by request)."""
+    if aggregate(tl):
+        return np.repeat(*gap_counts(tl)).tolist()
     return _gaps(tl)[0].tolist()
 
 
 def worst_itls(tl: Timeline) -> list[float]:
     """Each request's longest gap between two of its tokens."""
+    if aggregate(tl):
+        return [r.worst_gap for r in completed_requests(tl) if r.worst_gap is not None]
     gaps, starts = _gaps(tl)
     return np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []
 
@@ -177,7 +218,13 @@ def summarize(
     prompt_tokens = sum(r.prompt_len for r in done)
     computed = padding = drafts = accepted = verifies = 0
     batch_sizes = []  # requests doing real (non-padding) work in each step
-    for s in steps:
+    if aggregate(tl):  # AggregateSteps (minilm/record.py): counted as they ran
+        sums = [s.sums for s in steps]
+        computed = sum(t.prefill + t.decode + t.padding for t in sums)
+        padding, batch_sizes = sum(t.padding for t in sums), [t.batch_size for t in sums]
+        drafts, accepted = sum(t.num_draft for t in sums), sum(t.num_accepted for t in sums)
+        verifies = sum(t.num_verifies for t in sums)
+    for s in () if aggregate(tl) else steps:
         n, items = s.bulk_decodes()  # a simulated step's decodes counted, not made
         real, computed = set(), computed + n
         for i in items:
@@ -230,7 +277,11 @@ def summarize(
         "spec_acceptance_rate": accepted / drafts if drafts else None,
         "spec_mean_acceptance_length": 1 + accepted / verifies if verifies else None,
     }
-    gaps, starts = _gaps(tl)
+    if aggregate(tl):  # no token times: the gaps counted, each request's worst kept
+        gaps, worst = gap_counts(tl), worst_itls(tl)
+    else:
+        gaps, starts = _gaps(tl)
+        worst = np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []  # worst_itls
     for name, values in (
         ("ttft", ttfts(tl)),
         ("itl", gaps),
@@ -238,9 +289,11 @@ def summarize(
         ("e2e", e2e_latencies(tl)),
     ):
         # the three in one pass over the values (np.percentile partitions them once)
-        qs = np.percentile(values, (50, 90, 99)).tolist() if len(values) else [float("nan")] * 3
+        if isinstance(values, tuple):  # (values, counts)
+            qs = weighted_percentiles(*values, (50, 90, 99))
+        else:
+            qs = np.percentile(values, (50, 90, 99)).tolist() if len(values) else [float("nan")] * 3
         m.update((f"{name}_p{q}", x) for q, x in zip((50, 90, 99), qs))
-    worst = np.maximum.reduceat(gaps, starts).tolist() if len(starts) else []  # worst_itls
     m["itl_max"] = max(worst, default=float("nan"))
     m["itl_worst_p99"] = percentile(worst, 99)
     if ttft_slo is not None or tpot_slo is not None:

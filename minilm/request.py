@@ -10,7 +10,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .config import InvalidValue, check_int
+
+TokenIds = list[int] | np.ndarray  # an array: a compact prompt (docs/SIMULATOR.md, "Memory")
+
+
+def token_list(ids: TokenIds) -> list[int]:
+    return ids.tolist() if isinstance(ids, np.ndarray) else ids
 
 
 class Status(enum.Enum):
@@ -56,7 +64,7 @@ class SamplingParams:
 @dataclass(eq=False, slots=True)
 class Request:
     request_id: str
-    prompt_ids: list[int]
+    prompt_ids: TokenIds
     params: SamplingParams
     arrival: float = 0.0
     eos_token_id: int | None = None
@@ -75,6 +83,9 @@ class Request:
     # with params.logprobs, one a token: [logprob, [[id, logprob], ...]]
     output_logprobs: list = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)  # drafts to verify next (lesson 10)
+    # record="aggregate"'s, in place of token_times (minilm/record.py)
+    t_last_token: float | None = None
+    worst_gap: float | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -99,14 +110,14 @@ class Request:
     def finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def token_ids(self, start: int, n: int) -> list[int]:
+    def token_ids(self, start: int, n: int) -> TokenIds:
         """Tokens `start : start + n` of prompt + output, without building the sequence."""
         p = len(self.prompt_ids)
         if start + n <= p:
             return self.prompt_ids[start : start + n]
         if start >= p:
             return self.output_ids[start - p : start - p + n]
-        return self.prompt_ids[start:] + self.output_ids[: start + n - p]
+        return token_list(self.prompt_ids[start:]) + self.output_ids[: start + n - p]
 
     def append_output(self, token: int) -> str | None:
         """Add a sampled token; the reason to stop after it (EOS, a stop id, max_tokens) or None."""

@@ -79,6 +79,7 @@ class RequestRecord:
     output_ids: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     error: str = ""  # why it failed (finish_reason in FAILED), as the client reported it
+    worst_gap: float | None = None  # record="aggregate"'s, token_times empty
 
     @property
     def failed(self) -> bool:
@@ -90,6 +91,7 @@ class Timeline:
     steps: list[StepRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # policy, model, clock, knobs
+    other_gaps: list[float] = field(default_factory=list)  # record="aggregate"'s
 
     # ---- JSON ----
     def to_dict(self) -> dict[str, Any]:

@@ -29,9 +29,17 @@ PARTS = {  # name -> files; the first three are the engine core
         f for f in sorted((M / "model").rglob("*.py")) if f != KERNEL
     ],
     "Triton kernel (model/attention/triton_paged.py)": [KERNEL],
-    "workload, metrics, trace, router, quiet, gcpause": [
+    "workload, metrics, record, trace, router, quiet, gcpause": [
         M / f
-        for f in ("workload.py", "metrics.py", "trace.py", "router.py", "quiet.py", "gcpause.py")
+        for f in (
+            "workload.py",
+            "metrics.py",
+            "record.py",
+            "trace.py",
+            "router.py",
+            "quiet.py",
+            "gcpause.py",
+        )
     ],
     "spec_decode/ (speculative decoding: config, proposers, executor)": sorted(
         (M / "spec_decode").rglob("*.py")

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # the contracts, core/ and model/ without the Triton kernel (docs/DESIGN.md, "Size")
-CORE_CHAR_LIMIT = 116_547  # characters (scripts/count_lines.py): the core's size before ruff
+CORE_CHAR_LIMIT = 118_413  # characters (scripts/count_lines.py); history: DESIGN.md, "Size"
 CORE_CHARS_PER_LINE = 50  # mean length of a non-blank line: no density bought with long lines
 
 

@@ -11,11 +11,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from ..config import EngineConfig, InvalidValue
 from ..gcpause import gc_paused
 from ..plan import RequestOutput, StepPlan
+from ..record import AGGREGATE, AggregateStep, note_gaps
 from ..request import Request, SamplingParams
 from ..timeline import CACHED, RequestRecord, StepItem, StepRecord, Timeline
 from ..workload import RequestSpec
@@ -31,6 +33,7 @@ META_KNOBS = (
     "kv_mode",
     "enable_prefix_caching",
     "scheduling_policy",
+    "record",
 )
 
 
@@ -60,6 +63,8 @@ class Engine:
         self.model_config = self.executor.model_config
         self.scheduler = Scheduler(self.config, self.kv_manager, self.policy)
         self.requests: dict[str, Request] = {}
+        self.aggregate = self.config.record == AGGREGATE  # minilm/record.py
+        self.finished_ids: set[str] = set()
         self.timeline = Timeline(meta=self.describe())
         self.num_steps = 0
 
@@ -126,9 +131,10 @@ class Engine:
             raise InvalidValue("prompt", None, "give prompt_ids or prompt", spec.id)
         ids = spec.prompt_ids
         eos = self.model_config.eos_token_id
+        ids = self.tokenizer.encode(spec.prompt) if ids is None else ids
         return Request(
             spec.id,
-            list(self.tokenizer.encode(spec.prompt) if ids is None else ids),
+            ids if isinstance(ids, np.ndarray) else list(ids),
             SamplingParams(max_tokens=spec.max_tokens, **sampling),
             float(spec.arrival),
             eos_token_id=self.tokenizer.eos_token_id if eos is None else eos,
@@ -137,10 +143,10 @@ class Engine:
     def check_request(self, req: Request) -> None:
         """Every check of a request, in one place (docs/DESIGN.md, "Bad input")."""
         rid, c = req.request_id, self.config
-        if rid in self.requests:
+        if rid in self.requests or rid in self.finished_ids:
             raise InvalidValue("request_id", rid, "already in use; request ids must be unique")
         req.params.validate(rid)
-        if not req.prompt_ids:
+        if len(req.prompt_ids) == 0:
             raise InvalidValue(
                 "prompt", req.prompt_ids, "empty; a prompt needs at least one token", rid
             )
@@ -149,6 +155,9 @@ class Engine:
             ("prompt", req.prompt_ids),
             ("stop_token_ids", req.params.stop_token_ids),
         ):
+            if isinstance(ids, np.ndarray):  # compact: its first bad id, found in C
+                ids = (ids[(ids < 0) | (ids >= vocab)] if ids.dtype.kind in "iu" else ids)[:1]
+                ids = ids.tolist()
             if set(map(type, ids)) <= {int} and (not ids or 0 <= min(ids) and max(ids) < vocab):
                 continue  # in C: a simulation checks millions
             for t in ids:
@@ -183,9 +192,9 @@ class Engine:
         """Finish an unfinished request now, between steps, with `reason` (False if it had
         already finished)."""
         req = self.requests.get(request_id)
-        if req is None:
+        if req is None and request_id not in self.finished_ids:
             raise InvalidValue("request_id", request_id, "unknown")
-        if req.finished:
+        if req is None or req.finished:
             return False
         self.scheduler.finish(req, reason)
         self._retire([req], self.clock.now)
@@ -226,13 +235,17 @@ class Engine:
         return record, outputs
 
     def stamp(self, plan, outputs, output, t_start, t_end, model_time) -> StepRecord:
-        """Bookkeeping once the clock stopped: token times, then the step's record."""
+        """Bookkeeping once the clock stopped: token times (or gaps), then the step's record."""
+        tl, follows = self.timeline, 0
         for out in outputs:
-            req = self.requests[out.request_id]
-            req.token_times += [t_end] * len(out.new_token_ids)
+            req, n = self.requests[out.request_id], len(out.new_token_ids)
+            if self.aggregate:
+                follows += note_gaps(tl, req, n, t_end, tl.steps[-1].t_end if tl.steps else None)
+            else:
+                req.token_times += [t_end] * n
             if req.t_first_token is None:
                 req.t_first_token = t_end
-        return record_step(
+        record = record_step(
             index=self.num_steps,
             plan=plan,
             outputs=outputs,
@@ -242,16 +255,21 @@ class Engine:
             kv_blocks_total=self.config.num_blocks,
             draft_time=output.draft_time,
         )
+        return AggregateStep.of(record, num_follow=follows) if self.aggregate else record
 
     def _retire(self, finished: list[Request], t: float) -> None:
         """Finished requests (by a stop rule or an abort) leave for the timeline."""
         for req in finished:
             req.t_finished = t
-            self.timeline.requests.append(record_request(req))
+            self.timeline.requests.append(record_request(req, keep_tokens=not self.aggregate))
             self.executor.forget(req.request_id)
+            if self.aggregate:
+                self.finished_ids.add(self.requests.pop(req.request_id).request_id)
 
     def release(self, rid: str) -> None:
         """A server forgets a finished request (serve/history.py)."""
+        if rid in self.finished_ids:
+            return self.finished_ids.remove(rid)
         if not getattr(self.requests.get(rid), "finished", False):
             raise InvalidValue("request_id", rid, "not a finished request")
         del self.requests[rid]
@@ -331,7 +349,7 @@ def record_step(
     )
 
 
-def record_request(req: Request) -> RequestRecord:
+def record_request(req: Request, keep_tokens: bool = True) -> RequestRecord:
     return RequestRecord(
         request_id=req.request_id,
         arrival=req.arrival,
@@ -339,13 +357,14 @@ def record_request(req: Request) -> RequestRecord:
         max_tokens=req.params.max_tokens,
         t_scheduled=req.t_scheduled,
         t_first_token=req.t_first_token,
-        token_times=list(req.token_times),
+        token_times=list(req.token_times) if keep_tokens else [],
         t_finished=req.t_finished,
         output_len=len(req.output_ids),
         finish_reason=req.finish_reason,
         preemptions=req.preemptions,
-        output_ids=list(req.output_ids),
+        output_ids=list(req.output_ids) if keep_tokens else [],
         num_cached_tokens=req.num_cached_tokens,
+        worst_gap=req.worst_gap,
     )
 
 

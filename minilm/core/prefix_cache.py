@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..request import Request
+from ..request import Request, token_list
 
 
 def block_keys(request: Request, block_size: int, num_blocks: int) -> list[tuple]:
@@ -24,7 +24,7 @@ def block_keys(request: Request, block_size: int, num_blocks: int) -> list[tuple
         i = len(keys)
         # ints and tuples of ints hash the same in every process
         parent = hash(keys[-1]) if keys else 0
-        keys.append((parent, tuple(request.token_ids(i * block_size, block_size))))
+        keys.append((parent, tuple(token_list(request.token_ids(i * block_size, block_size)))))
     return keys[:num_blocks]
 
 

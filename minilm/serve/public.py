@@ -43,6 +43,7 @@ PUBLIC_FIELDS: dict[type, tuple[str, ...]] = {
         "finish_reason",
         "preemptions",
         "num_cached_tokens",
+        "worst_gap",  # record="aggregate"'s stand-in for token_times: timing, as they are
     ),
 }
 

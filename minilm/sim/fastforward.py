@@ -31,6 +31,7 @@ from ..core.kv_cache import BlockPool
 from ..core.policies import ChunkedPolicy, ContinuousPolicy
 from ..core.step import StepBuilder
 from ..gcpause import gc_paused
+from ..record import AggregateStep, StepTotals
 from ..request import Request, Status
 from ..timeline import StepItem, StepRecord
 from .costmodel import plan_shape
@@ -159,6 +160,9 @@ class Lanes:
         # objects) would wait for the cyclic GC, in whatever code runs next, not go at once
         self._engine, self.g, self.t_ends = weakref.ref(engine), 0, []
         self.token = engine.executor.token_id
+        # record="aggregate": lane steps keep totals; a lane's token gaps are lane steps' gaps
+        # (step_gaps[g]: t_ends[g] - t_ends[g - 1]), its first one its own
+        self.aggregate, self.step_gaps = engine.aggregate, []
         self.flush()
 
     @property
@@ -198,6 +202,10 @@ class Lanes:
         num_prompt = len(r.prompt_ids)
         if p != num_prompt + len(r.output_ids) - 1 or p < num_prompt or r.spec_token_ids:
             return False
+        if self.aggregate:  # its next gap must be the step's own (note_gaps'), else the policy's
+            steps = self.engine.timeline.steps
+            if not steps or r.t_last_token != steps[-1].t_end:
+                return False
         self.own()
         rid, key, base = r.request_id, self.serial[r.request_id], p - g
         i = bisect.bisect(self.keys, key)
@@ -244,7 +252,13 @@ class Lanes:
         if d:
             r.num_computed_tokens += d
             r.output_ids += [self.token] * d
-            r.token_times += self.t_ends[st[0] : h]
+            if self.aggregate:  # its gaps: to its first lane step, then lane steps' own
+                first = self.t_ends[st[0]] - r.t_last_token
+                worst = max(first, max(self.step_gaps[st[0] + 1 : h], default=first))
+                r.worst_gap = worst if r.worst_gap is None else max(r.worst_gap, worst)
+                r.t_last_token = self.t_ends[h - 1]
+            else:
+                r.token_times += self.t_ends[st[0] : h]
             self.sum_k0 += d
             st[0] = h
 
@@ -338,6 +352,8 @@ class Lanes:
                 },
             )
         clock.now = t_end = t_start + dt
+        if self.aggregate:
+            self.step_gaps.append(t_end - self.t_ends[-1] if self.t_ends else 0.0)
         self.t_ends.append(t_end)
         # the lanes' last tokens, as update_from_output makes them (oldest first)
         finished = self.in_order(self.finish_at.pop(g, ()))
@@ -347,14 +363,23 @@ class Lanes:
         if ask:
             outputs = s.update_from_output(plan, output)
             record = e.stamp(plan, outputs, output, t_start, t_end, dt)
-            fixed = vars(record)
-            rest = fixed.pop("items")
+            if not self.aggregate:
+                fixed = vars(record)
+                rest = fixed.pop("items")
             finished += [e.requests[o.request_id] for o in outputs if o.finish_reason]
             e.bulk_steps += 1
         else:
             e.fast_steps += 1
-        record = DecodeStep(self.ids, self.bases, g, rest, fixed)
-        self.shared = True
+        if self.aggregate:  # totals: the lanes' n decodes (each gap the step's own), the policy's
+            if ask:
+                record.sums.decode += n
+                record.sums.batch_size += n
+                record.num_follow += n
+            else:
+                record = AggregateStep(fixed, StepTotals(decode=n, batch_size=n), n)
+        else:
+            record = DecodeStep(self.ids, self.bases, g, rest, fixed)
+            self.shared = True
         e.timeline.steps.append(record)
         e.num_steps += 1
         e._retire(finished, t_end)
@@ -366,9 +391,9 @@ class Lanes:
                 self.serial.pop(rid, None)
             admitted = []
             for w in plan.work:
-                r = e.requests[w.request_id]
-                if r.status is not Status.RUNNING:
-                    self.serial.pop(r.request_id, None)
+                r = e.requests.get(w.request_id)  # None: finished (record="aggregate" forgets)
+                if r is None or r.status is not Status.RUNNING:
+                    self.serial.pop(w.request_id, None)
                     continue
                 if r.request_id not in self.serial:  # admitted: at the end of the running list
                     self.serial[r.request_id] = self.next_serial
