@@ -165,20 +165,17 @@ def make_workload(
     if rate is None and name == "long-prompt":
         num_long = num_long_prompts(num_requests)
         arrivals[-num_long:] = long_prompt_delay * (1 + np.arange(num_long))
+    # every prompt's ids in one draw, then each prompt its slice: the ids one draw a prompt
+    # gives (numpy's stream is the same), in a tenth of the time
+    ids = rng.integers(0, vocab_size, int(prompts.sum()))
+    ids = ids.astype(np.int32) if compact else ids.tolist()
+    ends = np.cumsum(prompts).tolist()
     return [
-        RequestSpec(
-            id=f"r{i}",
-            prompt_ids=compact_or_list(rng.integers(0, vocab_size, int(p)), compact),
-            max_tokens=int(o),
-            arrival=float(a),
+        RequestSpec(id=f"r{i}", prompt_ids=ids[end - p : end], max_tokens=o, arrival=a)
+        for i, (p, end, o, a) in enumerate(
+            zip(prompts.tolist(), ends, outputs.tolist(), arrivals.tolist())
         )
-        for i, (p, o, a) in enumerate(zip(prompts, outputs, arrivals))
     ]
-
-
-def compact_or_list(ids: np.ndarray, compact: bool) -> TokenIds:
-    """Token ids as a numpy int32 array (compact: 4 bytes each) or a list of ints (36 each)."""
-    return ids.astype(np.int32) if compact else ids.tolist()
 
 
 def docstring_prompt(doc: str, max_words: int = 6) -> str:

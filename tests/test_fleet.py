@@ -321,3 +321,24 @@ def test_a_fleet_runs_the_same_with_the_simulators_fast_path_off(fleet):
         return [tl.to_dict() for tl in f.run().timelines]
 
     assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("fleet", ["cluster", "disaggregated"])
+def test_a_fleet_runs_the_same_on_compact_prompts(fleet):
+    """Compact prompts (numpy arrays, what the capacity search makes) are the same requests: a
+    fleet's every timeline is the one its list prompts give. (The decode side's prompt once
+    came from `prompt + output`, which on an array adds elementwise.)"""
+
+    def run(compact: bool):
+        specs = make_workload(
+            "long-prompt", 24, rate=60.0, vocab_size=VOCAB, seed=1, max_model_len=2048,
+            compact=compact,
+        )  # fmt: skip
+        if fleet == "cluster":
+            f = simulated_cluster(replicas=2, router="prefix_aware", **KNOBS)
+        else:
+            f = simulated_disaggregated(prefill=1, decode=2, **KNOBS)
+        f.add_workload(specs)
+        return [tl.to_dict() for tl in f.run().timelines]
+
+    assert run(True) == run(False)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..config import InvalidValue
 from ..core.engine import Engine
+from ..request import token_list
 from ..router import RouterPolicy, make_router
 from ..timeline import RequestRecord
 from ..workload import RequestSpec
@@ -160,7 +161,7 @@ class Disaggregated(Fleet):
         self.check_workload(first, [r.engine for r in self.prefill], **sampling)
         encode = self.prefill[0].engine.make_request  # a text prompt's ids
         tails = [
-            decode_spec(s, encode(f).prompt_ids + [0], s.arrival)
+            decode_spec(s, token_list(encode(f).prompt_ids) + [0], s.arrival)
             for s, f in zip(specs, first)
             if s.max_tokens > 1
         ]
@@ -184,7 +185,7 @@ class Disaggregated(Fleet):
         n = req.prompt_len  # the first output token is computed on the decode side
         start = max(t, self.link_free[source])
         end = self.link_free[source] = start + transfer_time(n, self.cost, self.link, self.tp)
-        tail = decode_spec(self.asked[rid], req.prompt_ids + req.output_ids, end)
+        tail = decode_spec(self.asked[rid], token_list(req.prompt_ids) + req.output_ids, end)
         chosen = self.route_to(self.decode, self.decode_router, tail, t, self.sampling_of[rid])
         self.transfers.append(
             KVTransfer(

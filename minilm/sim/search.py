@@ -37,7 +37,7 @@ from ..config import InvalidValue
 from ..core.policies import POLICIES
 from ..metrics import slo_attainment
 from ..router import ROUTERS
-from ..workload import PRESETS, make_workload
+from ..workload import LENGTH_PRESETS, PRESETS, make_workload
 from .capacity import bisect_rate
 from .cluster import Fleet, simulated_cluster
 from .costmodel import DEVICE_SPECS
@@ -217,6 +217,8 @@ class Ask:
             raise InvalidValue("rel_tol, ceiling", (self.rel_tol, self.ceiling), "must be > 0")
 
     def specs(self, rate: float, vocab_size: int):
+        """The workload at `rate`; its prompts compact where the preset can make them so (the
+        same ids, a tenth of the memory and of the engine's checks: docs/SIMULATOR.md)."""
         return make_workload(
             self.workload,
             self.num_requests,
@@ -224,6 +226,7 @@ class Ask:
             rate=rate,
             vocab_size=vocab_size,
             max_model_len=self.max_model_len,
+            compact=self.workload in LENGTH_PRESETS,
         )
 
 
