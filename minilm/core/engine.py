@@ -155,10 +155,9 @@ class Engine:
             ("prompt", req.prompt_ids),
             ("stop_token_ids", req.params.stop_token_ids),
         ):
-            if isinstance(ids, np.ndarray):  # compact: checked in C, its first bad id named
+            if isinstance(ids, np.ndarray):  # compact: in C
                 if ids.dtype.kind in "iu" and 0 <= ids.min() and ids.max() < vocab:
                     continue
-                ids = (ids[(ids < 0) | (ids >= vocab)] if ids.dtype.kind in "iu" else ids)[:1]
                 ids = ids.tolist()
             if set(map(type, ids)) <= {int} and (not ids or 0 <= min(ids) and max(ids) < vocab):
                 continue  # in C: a simulation checks millions

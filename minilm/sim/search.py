@@ -217,8 +217,7 @@ class Ask:
             raise InvalidValue("rel_tol, ceiling", (self.rel_tol, self.ceiling), "must be > 0")
 
     def specs(self, rate: float, vocab_size: int):
-        """The workload at `rate`; its prompts compact where the preset can make them so (the
-        same ids, a tenth of the memory and of the engine's checks: docs/SIMULATOR.md)."""
+        """The workload at `rate`, compact where the preset can be (docs/SIMULATOR.md)."""
         return make_workload(
             self.workload,
             self.num_requests,
