@@ -224,24 +224,25 @@ def summarize(
         padding, batch_sizes = sum(t.padding for t in sums), [t.batch_size for t in sums]
         drafts, accepted = sum(t.num_draft for t in sums), sum(t.num_accepted for t in sums)
         verifies = sum(t.num_verifies for t in sums)
-    for s in () if aggregate(tl) else steps:
-        n, items = s.bulk_decodes()  # a simulated step's decodes counted, not made
-        real, computed = set(), computed + n
-        for i in items:
-            if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
-                drafts, accepted, verifies = (
-                    drafts + i.num_draft,
-                    accepted + i.num_accepted,
-                    verifies + 1,
-                )
-            if i.kind == "padding":
-                padding += i.num_tokens
-            elif i.kind == CACHED:
-                continue
-            else:
-                real.add(i.request_id)
-            computed += i.num_tokens
-        batch_sizes.append(len(real) + n)
+    else:
+        for s in steps:
+            n, items = s.bulk_decodes()  # a simulated step's decodes counted, not made
+            real, computed = set(), computed + n
+            for i in items:
+                if i.num_draft:  # a decode that verified drafts (speculative decoding, lesson 10)
+                    drafts, accepted, verifies = (
+                        drafts + i.num_draft,
+                        accepted + i.num_accepted,
+                        verifies + 1,
+                    )
+                if i.kind == "padding":
+                    padding += i.num_tokens
+                elif i.kind == CACHED:
+                    continue
+                else:
+                    real.add(i.request_id)
+                computed += i.num_tokens
+            batch_sizes.append(len(real) + n)
     m: dict[str, Any] = {
         "policy": tl.meta.get("policy"),
         "clock": tl.meta.get("clock"),
