@@ -146,10 +146,19 @@ def greedy_config(max_new_tokens: int = 16) -> GenerationConfig:
     )
 
 
+def blocks_for_all(specs: list[RequestSpec], page_size: int) -> int:
+    """KV blocks of `page_size` tokens that hold every request's prompt and output together."""
+    return sum(-(-(len(s.prompt_ids) + s.max_tokens) // page_size) for s in specs)
+
+
 def run_hf_continuous(model, specs: list[RequestSpec], args) -> Run:
-    """A fresh manager per run (its cache would otherwise keep the last run's prompts: prefix sharing)."""
+    """A fresh manager per run (its cache would otherwise keep the last run's prompts: prefix sharing).
+    Its KV cache holds every request at once: left to itself, it sizes the cache from free memory,
+    and on a CPU zeroing that takes seconds, longer than the run."""
     cb = ContinuousBatchingConfig(
-        max_requests_per_batch=args.max_num_seqs, max_batch_tokens=args.max_batch_tokens
+        max_requests_per_batch=args.max_num_seqs,
+        max_batch_tokens=args.max_batch_tokens,
+        num_blocks=blocks_for_all(specs, ContinuousBatchingConfig().page_size),
     )
     manager = model.init_continuous_batching(
         generation_config=greedy_config(), continuous_batching_config=cb

@@ -73,9 +73,41 @@ def test_same_timeline_with_preemption(policy):
     assert same_run(policy, num_blocks=80, max_num_seqs=16) > 0
 
 
-def test_same_timeline_static_and_speculation():
-    # no fast path there (a static batch pads; speculation draws acceptances): unchanged
-    assert same_run("static", max_num_seqs=8) == 0
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"max_num_seqs": 8},
+        {"max_num_seqs": 4, "rate": None},
+        {"max_num_seqs": 8, "workload": "shared-prefix", "enable_prefix_caching": True},
+    ],
+)
+def test_same_timeline_static(knobs):
+    # a static batch's lanes decode while its dead rows pad (StaticPolicy.pad_dead_rows)
+    assert same_run("static", **knobs) > 0
+
+
+def test_same_timeline_static_rows_ending_early():
+    # rows that stop at their first token die at once; the rest decode beside their padding
+    def go(fast: bool):
+        engine = simulated_engine("llama-3-8b", "h100", "static", fast_forward=fast, max_num_seqs=6)
+        stop = (engine.executor.token_id,)
+        for i in range(30):
+            engine.add_request(
+                f"r{i}",
+                [3] * (5 + 37 * i % 190),
+                max_tokens=1 + 53 * i % 150,
+                arrival=0.01 * i,
+                stop_token_ids=stop if i % 3 == 0 else (),
+            )
+        return engine, engine.run()
+
+    (_, a), (fast, b) = go(False), go(True)
+    assert fast.fast_steps > 0 and any(i.kind == "padding" for s in b.steps for i in s.items)
+    assert b.steps == a.steps and b.requests == a.requests and b.to_dict() == a.to_dict()
+
+
+def test_same_timeline_speculation():
+    # no fast path there (speculation draws acceptances): unchanged
     spec = {"method": "ngram", "num_speculative_tokens": 3}
     assert same_run("chunked", speculative_config=spec, acceptance=0.7, max_num_seqs=8) == 0
 

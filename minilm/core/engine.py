@@ -277,8 +277,8 @@ class Engine:
 
     def run(self, progress: bool = False) -> Timeline:
         """Step until every request has finished; returns the timeline."""
-        # The timeline's small records form no cycles, yet the cyclic GC re-scanned them
-        # all on every pass (half of a simulated 1,000-request run): paused.
+        # The timeline's records form no cycles, yet the cyclic GC re-scanned them all on
+        # every pass: paused.
         with (
             gc_paused(),
             tqdm(

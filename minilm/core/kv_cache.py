@@ -63,7 +63,7 @@ class KVCacheManager:
         self.block_tables: dict[str, list[int]] = {}
         self.num_cached_blocks: dict[str, int] = {}  # of each table, blocks named in the cache
         # free blocks that keep a cached prefix, kept up to date: the KV map asks every step,
-        # and a simulated GPU has tens of thousands of free blocks to scan
+        # and a simulated GPU has thousands to scan
         self.cached_free: set[int] = set()
         self._cached_free_list: list[int] | None = []
 

@@ -84,8 +84,8 @@ def admit_prompts(step: StepBuilder, chunked: bool) -> int:
 
 
 class StaticPolicy(Policy):
-    """It owns its batch: its rows, how far each finished row's padding has reached, and when
-    the batch's KV goes (when its longest row ends)."""
+    """It owns its batch: its rows, how far each dead row's padding has reached, and when
+    the batch's KV goes (when its last row ends)."""
 
     name = "static"
     whole_prompts = False  # no budget (the engine checks that a request's KV fits alone)
@@ -98,18 +98,23 @@ class StaticPolicy(Policy):
         return None  # a batch's padded prefill runs whole, however long
 
     def schedule(self, step: StepBuilder) -> None:
-        if step.num_running == 0:  # the last batch has fully finished (only its rows ever run)
+        if step.num_running == 0:  # the last batch is done (only its rows ever run)
             self.batch, self.padded_end = self.start_batch(step), {}
             return
         for req in step.unscheduled_running():
             step.schedule_running(req, 1)
-        end = padded_len(self.batch)
-        for req in self.batch:  # dead rows: the padded tensor still computes them
+        for req, start in self.pad_dead_rows():
+            step.schedule_padding(req, start, 1)
+
+    def pad_dead_rows(self) -> list[tuple[Request, int]]:
+        """This step's padding: each dead row short of the padded end, at its next position."""
+        end, rows = padded_len(self.batch), []
+        for req in self.batch:
             start = self.padded_end.get(req.request_id, req.num_computed_tokens)
-            # (with speculation a row can reach its end steps early)
             if req.finished and start < end:
-                step.schedule_padding(req, start, 1)
+                rows.append((req, start))
                 self.padded_end[req.request_id] = start + 1
+        return rows
 
     def start_batch(self, step: StepBuilder) -> list[Request]:
         """Admit the longest run of waiting requests whose padded rows fit the batch and the

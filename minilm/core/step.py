@@ -149,7 +149,6 @@ class StepBuilder:
         """Dummy tokens at `start : start + num_padding` of a finished request that still holds
         its KV: a dense padded batch computes them until its longest row ends (lesson 2)."""
         rid, table = req.request_id, self._kv.block_tables.get(req.request_id)
-        # one test: a simulated static run pads a few hundred thousand rows
         if (
             table is None
             or req.status is not Status.FINISHED

@@ -28,7 +28,7 @@ from functools import cached_property
 
 from ..core.engine import Engine
 from ..core.kv_cache import BlockPool
-from ..core.policies import ChunkedPolicy, ContinuousPolicy
+from ..core.policies import ChunkedPolicy, ContinuousPolicy, StaticPolicy
 from ..core.step import StepBuilder
 from ..gcpause import gc_paused
 from ..record import AggregateStep, StepTotals
@@ -89,7 +89,7 @@ class SimulatedEngine(Engine):
         return (
             self.fast
             and self.clock.step_time == self.executor.step_time
-            and type(self.policy) in (ContinuousPolicy, ChunkedPolicy)
+            and type(self.policy) in (ContinuousPolicy, ChunkedPolicy, StaticPolicy)
             and c.speculative_config is None
             and c.scheduling_policy != "lpm"
         )
@@ -133,6 +133,7 @@ class LaneStep(StepBuilder):
     every running request (whose decodes the lanes have not all applied yet)."""
 
     num_lanes = lanes_stored = lanes_lag = 0  # the lanes; their tokens after it; not applied
+    kept = False  # the policy keeps finished requests' KV (a static batch's dead rows)
     others: list[Request] = []  # the running requests that are not lanes, in running order
 
     def unscheduled_running(self):
@@ -142,7 +143,8 @@ class LaneStep(StepBuilder):
                 yield req
 
     def _stored_tokens(self) -> int:
-        if len(self.work) != len(self._running) - self.num_lanes:  # a prompt left out
+        # a prompt left out, or a static batch's dead rows, which hold KV and run no token
+        if len(self.work) != len(self._running) - self.num_lanes or self.kept:
             return super()._stored_tokens() + self.lanes_lag
         kv = self._kv
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
@@ -286,7 +288,10 @@ class Lanes:
         t_start = clock.start_step()
         if s.pending and s.pending[0].arrival <= t_start:
             s.admit_arrivals(t_start)
-        ask = self.others or (s.waiting and len(s.running) < c.max_num_seqs)
+        # a static batch admits only once its last row is done (the scheduler's step), and its
+        # dead rows' padding is taken here, the policy's own list (the rows' KV is kept)
+        static = type(policy) is StaticPolicy
+        ask = self.others or (not static and s.waiting and len(s.running) < c.max_num_seqs)
         if ask and getattr(policy, "prefill_only_steps", False):
             return None  # a step that admits runs only prompts: the scheduler's
         # what schedule_decodes does: one token each, oldest first, KV slots from the manager;
@@ -317,6 +322,7 @@ class Lanes:
             step.owed -= n
             step.num_lanes, step.lanes_stored = n, decoded
             step.lanes_lag, step.others = n * (g + 1) - self.sum_k0, self.others
+            step.kept = static
             policy.schedule(step)
             plan = step.plan()
             shape = plan_shape(plan)
@@ -330,11 +336,16 @@ class Lanes:
             output = e.executor.execute(plan)
             dt = float(cost.time)
         else:  # the plan's figures, as the KV cache stands before the finishes
-            dt = float(e.executor.cost.cost_of_sums(n, n, decoded, decoded).time)
+            pads = policy.pad_dead_rows() if static else []
+            padded = sum(start for _, start in pads) + len(pads)  # the padded rows' context
+            m, kept = len(pads), sum(policy.kept_kv().values()) if static else 0
+            dt = float(
+                e.executor.cost.cost_of_sums(n + m, n + m, decoded + padded, decoded + padded).time
+            )
             blocks, cached_free = kv.snapshot() if c.record_kv_blocks else (None, None)
             repeats = sum(map(len, tables.values())) - kv.num_used_blocks if kv.caching else 0
             rest, fixed = (
-                [],
+                [StepItem(r.request_id, "padding", 1, start + 1) for r, start in pads],
                 {
                     "step": e.num_steps,
                     "t_start": t_start,
@@ -345,7 +356,7 @@ class Lanes:
                     "kv_blocks_total": c.num_blocks,
                     "num_preempted": 0,
                     "kv_blocks": blocks,
-                    "kv_tokens_stored": decoded - repeats * bs,
+                    "kv_tokens_stored": decoded + kept - repeats * bs,
                     "model_time": dt,
                     "kv_cached_free": cached_free,
                     "draft_time": 0.0,
@@ -376,7 +387,7 @@ class Lanes:
                 record.sums.batch_size += n
                 record.num_follow += n
             else:
-                record = AggregateStep(fixed, StepTotals(decode=n, batch_size=n), n)
+                record = AggregateStep(fixed, StepTotals(decode=n, padding=m, batch_size=n), n)
         else:
             record = DecodeStep(self.ids, self.bases, g, rest, fixed)
             self.shared = True
