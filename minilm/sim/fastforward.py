@@ -187,6 +187,7 @@ class Lanes:
         self.touch_at: dict[int, list[Request]] = {}  # steps that call the KV cache manager
         self.sum_base = self.sum_k0 = 0
         self.synced = self.shared = False
+        self.kept: int | None = None  # a static batch's dead rows' KV tokens, while none dies
 
     def sync(self) -> None:
         """Take the running requests as the scheduler left them."""
@@ -338,14 +339,19 @@ class Lanes:
         else:  # the plan's figures, as the KV cache stands before the finishes
             pads = policy.pad_dead_rows() if static else []
             padded = sum(start for _, start in pads) + len(pads)  # the padded rows' context
-            m, kept = len(pads), sum(policy.kept_kv().values()) if static else 0
+            m = len(pads)
+            if static:  # each padded row holds one token more; counted again when one dies
+                self.kept = sum(policy.kept_kv().values()) if self.kept is None else self.kept + m
+            kept = self.kept or 0
             dt = float(
                 e.executor.cost.cost_of_sums(n + m, n + m, decoded + padded, decoded + padded).time
             )
             blocks, cached_free = kv.snapshot() if c.record_kv_blocks else (None, None)
             repeats = sum(map(len, tables.values())) - kv.num_used_blocks if kv.caching else 0
             rest, fixed = (
-                [StepItem(r.request_id, "padding", 1, start + 1) for r, start in pads],
+                []
+                if self.aggregate
+                else [StepItem(r.request_id, "padding", 1, start + 1) for r, start in pads],
                 {
                     "step": e.num_steps,
                     "t_start": t_start,
@@ -368,6 +374,8 @@ class Lanes:
         self.t_ends.append(t_end)
         # the lanes' last tokens, as update_from_output makes them (oldest first)
         finished = self.in_order(self.finish_at.pop(g, ()))
+        if finished or ask:  # a row died, or the policy padded
+            self.kept = None
         for r in finished:
             self.catch_up(r, g + 1)
             s.finish(r, "stop" if self.token in r.params.stop_token_ids else "length")
