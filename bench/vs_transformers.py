@@ -146,9 +146,16 @@ def greedy_config(max_new_tokens: int = 16) -> GenerationConfig:
     )
 
 
-def blocks_for_all(specs: list[RequestSpec], page_size: int) -> int:
-    """KV blocks of `page_size` tokens that hold every request's prompt and output together."""
-    return sum(-(-(len(s.prompt_ids) + s.max_tokens) // page_size) for s in specs)
+def page_size() -> int:
+    """Tokens a KV block of transformers' continuous batching holds (`block_size` before 5.17,
+    which the GPU image may have)."""
+    defaults = ContinuousBatchingConfig()
+    return getattr(defaults, "page_size", None) or defaults.block_size
+
+
+def blocks_for_all(specs: list[RequestSpec], block_tokens: int) -> int:
+    """KV blocks of `block_tokens` tokens that hold every request's prompt and output together."""
+    return sum(-(-(len(s.prompt_ids) + s.max_tokens) // block_tokens) for s in specs)
 
 
 def run_hf_continuous(model, specs: list[RequestSpec], args) -> Run:
@@ -158,7 +165,7 @@ def run_hf_continuous(model, specs: list[RequestSpec], args) -> Run:
     cb = ContinuousBatchingConfig(
         max_requests_per_batch=args.max_num_seqs,
         max_batch_tokens=args.max_batch_tokens,
-        num_blocks=blocks_for_all(specs, ContinuousBatchingConfig().page_size),
+        num_blocks=blocks_for_all(specs, page_size()),
     )
     manager = model.init_continuous_batching(
         generation_config=greedy_config(), continuous_batching_config=cb
