@@ -133,7 +133,7 @@ class LaneStep(StepBuilder):
     every running request (whose decodes the lanes have not all applied yet)."""
 
     num_lanes = lanes_stored = lanes_lag = 0  # the lanes; their tokens after it; not applied
-    kept = False  # the policy keeps finished requests' KV (a static batch's dead rows)
+    dead_rows = False  # a static batch's: finished requests whose KV the policy keeps
     others: list[Request] = []  # the running requests that are not lanes, in running order
 
     def unscheduled_running(self):
@@ -144,7 +144,7 @@ class LaneStep(StepBuilder):
 
     def _stored_tokens(self) -> int:
         # a prompt left out, or a static batch's dead rows, which hold KV and run no token
-        if len(self.work) != len(self._running) - self.num_lanes or self.kept:
+        if len(self.work) != len(self._running) - self.num_lanes or self.dead_rows:
             return super()._stored_tokens() + self.lanes_lag
         kv = self._kv
         repeats = sum(map(len, kv.block_tables.values())) - kv.num_used_blocks if kv.caching else 0
@@ -187,7 +187,7 @@ class Lanes:
         self.touch_at: dict[int, list[Request]] = {}  # steps that call the KV cache manager
         self.sum_base = self.sum_k0 = 0
         self.synced = self.shared = False
-        self.kept: int | None = None  # a static batch's dead rows' KV tokens, while none dies
+        self.dead_kv: int | None = None  # a static batch's dead rows' KV tokens, while none dies
 
     def sync(self) -> None:
         """Take the running requests as the scheduler left them."""
@@ -323,7 +323,7 @@ class Lanes:
             step.owed -= n
             step.num_lanes, step.lanes_stored = n, decoded
             step.lanes_lag, step.others = n * (g + 1) - self.sum_k0, self.others
-            step.kept = static
+            step.dead_rows = static
             policy.schedule(step)
             plan = step.plan()
             shape = plan_shape(plan)
@@ -338,11 +338,11 @@ class Lanes:
             dt = float(cost.time)
         else:  # the plan's figures, as the KV cache stands before the finishes
             pads = policy.pad_dead_rows() if static else []
-            padded = sum(start for _, start in pads) + len(pads)  # the padded rows' context
             m = len(pads)
+            padded = sum(start for _, start in pads) + m  # the padded rows' context
             if static:  # each padded row holds one token more; counted again when one dies
-                self.kept = sum(policy.kept_kv().values()) if self.kept is None else self.kept + m
-            kept = self.kept or 0
+                known = self.dead_kv
+                self.dead_kv = sum(policy.kept_kv().values()) if known is None else known + m
             dt = float(
                 e.executor.cost.cost_of_sums(n + m, n + m, decoded + padded, decoded + padded).time
             )
@@ -362,7 +362,7 @@ class Lanes:
                     "kv_blocks_total": c.num_blocks,
                     "num_preempted": 0,
                     "kv_blocks": blocks,
-                    "kv_tokens_stored": decoded + kept - repeats * bs,
+                    "kv_tokens_stored": decoded + (self.dead_kv or 0) - repeats * bs,
                     "model_time": dt,
                     "kv_cached_free": cached_free,
                     "draft_time": 0.0,
@@ -375,7 +375,7 @@ class Lanes:
         # the lanes' last tokens, as update_from_output makes them (oldest first)
         finished = self.in_order(self.finish_at.pop(g, ()))
         if finished or ask:  # a row died, or the policy padded
-            self.kept = None
+            self.dead_kv = None
         for r in finished:
             self.catch_up(r, g + 1)
             s.finish(r, "stop" if self.token in r.params.stop_token_ids else "length")
